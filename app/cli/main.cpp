@@ -1,0 +1,45 @@
+// `tandem` — one binary, many subcommands. Wiring only; see docs/cli.md.
+#include "commands.h"
+
+#include "tandem/error.h"
+#include "tandem/version.h"
+
+#include <cstdio>
+#include <exception>
+
+int main(int argc, char** argv) {
+    using namespace tandem::cli;
+    CLI::App app{"tandem — checks whether independently implemented training stacks compute the same "
+                 "fine-tuning run.\nExit codes: 0 ok, 1 error, 2 usage, 3 check failed, 130 interrupted.",
+                 "tandem"};
+    app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+    app.require_subcommand(1);
+    app.fallthrough(false);
+
+    int exit_code = kOk;
+    add_doctor_command(app, exit_code);
+    add_probe_command(app, exit_code);
+    add_data_commands(app, exit_code);
+    add_engine_commands(app, exit_code);
+    add_run_commands(app, exit_code);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        app.exit(e);
+        return kUsage;
+    } catch (const tandem::Error& e) {
+        std::fprintf(stderr, "tandem: error: %s\n", e.what());
+        return kError;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
+        return kError;
+    }
+    return exit_code;
+}

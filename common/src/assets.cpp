@@ -1,0 +1,46 @@
+#include "tandem/assets.h"
+
+#include "tandem/error.h"
+#include "tandem/version.h"
+
+#include <cstdlib>
+
+namespace tandem {
+
+std::vector<AssetRoot> asset_root_candidates(const std::optional<std::filesystem::path>& flag) {
+    std::vector<AssetRoot> out;
+    if (flag) out.push_back({*flag, "--assets"});
+    if (const char* env = std::getenv("TANDEM_ASSETS"); env && *env) out.push_back({env, "TANDEM_ASSETS"});
+    out.push_back({std::filesystem::path(TANDEM_SOURCE_DIR).parent_path() / "shared",
+                   "../shared next to the checkout"});
+    std::error_code ec;
+    auto cwd = std::filesystem::current_path(ec);
+    if (!ec) out.push_back({cwd.parent_path() / "shared", "../shared next to the current folder"});
+    out.push_back({std::filesystem::path(TANDEM_INSTALL_DATADIR) / "shared", "installed package"});
+    return out;
+}
+
+std::filesystem::path tokenizer_dir(const AssetRoot& root) { return root.root / "assets" / "qwen3-tokenizer"; }
+std::filesystem::path corpora_dir(const AssetRoot& root) { return root.root / "data" / "corpora"; }
+
+std::optional<AssetRoot> find_asset_root(const std::optional<std::filesystem::path>& flag) {
+    for (const auto& c : asset_root_candidates(flag)) {
+        std::error_code ec;
+        if (std::filesystem::exists(tokenizer_dir(c) / "tokenizer.json", ec)) return c;
+        // An explicitly named folder that is wrong is an error, not a reason to look elsewhere.
+        if (c.found_via == "--assets" || c.found_via == "TANDEM_ASSETS")
+            throw Error("assets folder " + c.root.string() + " (from " + c.found_via +
+                        ") has no assets/qwen3-tokenizer/tokenizer.json");
+    }
+    return std::nullopt;
+}
+
+AssetRoot require_asset_root(const std::optional<std::filesystem::path>& flag) {
+    if (auto r = find_asset_root(flag)) return *r;
+    std::string looked;
+    for (const auto& c : asset_root_candidates(flag)) looked += " " + c.root.string();
+    throw Error("cannot find the shared assets (tokenizer and corpora); looked in:" + looked +
+                "; pass --assets DIR or set TANDEM_ASSETS");
+}
+
+}  // namespace tandem

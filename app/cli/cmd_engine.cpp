@@ -1,4 +1,4 @@
-// tandem subcommands of the engine family — registered in main.cpp.
+// tandem subcommands: inspect, engine bench (issue 4).
 #include "commands.h"
 
 namespace tandem::cli {

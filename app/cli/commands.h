@@ -16,8 +16,18 @@ enum ExitCode : int {
 
 void add_doctor_command(CLI::App& app, int& exit_code);   // cmd_doctor.cpp
 void add_probe_command(CLI::App& app, int& exit_code);    // cmd_probe.cpp
-void add_data_commands(CLI::App& app, int& exit_code);    // cmd_data.cpp: tokens, template, corpus, bench tokenizer
-void add_engine_commands(CLI::App& app, int& exit_code);  // cmd_engine.cpp: inspect, engine-leg, bench engine
-void add_run_commands(CLI::App& app, int& exit_code);     // cmd_run.cpp: run, report, leg
+void add_tokenizer_commands(CLI::App& app, int& exit_code);  // cmd_tokenizer.cpp: tokens encode, template render, bench tokenizer
+void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, tokens show, tokens diff
+void add_engine_commands(CLI::App& app, int& exit_code);     // cmd_engine.cpp: inspect, bench engine
+void add_run_commands(CLI::App& app, int& exit_code);        // cmd_run.cpp: run, report, leg
+
+// A command group shared by two families (e.g. `tokens`): returns the existing one or creates it.
+inline CLI::App* group(CLI::App& app, const std::string& name, const std::string& description) {
+    for (auto* existing : app.get_subcommands([&](CLI::App* a) { return a->get_name() == name; }))
+        return existing;
+    auto* g = app.add_subcommand(name, description);
+    g->require_subcommand(1);
+    return g;
+}
 
 }  // namespace tandem::cli

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     int exit_code = kOk;
     add_doctor_command(app, exit_code);
     add_probe_command(app, exit_code);
-    add_data_commands(app, exit_code);
+    add_tokenizer_commands(app, exit_code);
+    add_corpus_commands(app, exit_code);
     add_engine_commands(app, exit_code);
     add_run_commands(app, exit_code);
 

@@ -1,0 +1,119 @@
+#pragma once
+// The SQLite catalog (`tandem.db`): one row per probe, per run and per leg, with the headline figures
+// and paths, so the GUI and the report can list everything without opening run files.
+// Schema, migrations and pragmas: docs/catalog.md.
+//
+// - WAL journal, synchronous=FULL, foreign_keys=ON, busy timeout 5 s; one Catalog object = one
+//   connection; use one writer (the runner / `tandem probe`) at a time, readers may be many.
+// - Schema version in PRAGMA user_version; opening migrates forward from any older version (an
+//   empty or missing file is version 0), each step inside one transaction. A file with a NEWER
+//   version than this build knows is refused (never downgraded).
+// - A file that is not an SQLite database is refused with a one-line tandem::Error naming the
+//   path, and its bytes are left untouched.
+// - Only prepared statements with bound parameters.
+#include "tandem/experiments/run_file.h"  // ProbeResult
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace tandem::experiments {
+
+inline constexpr int kCatalogSchemaVersion = 2;  // 1: probes; 2: runs + legs
+
+// One row of `probes`.
+struct ProbeRecord {
+    std::int64_t id = 0;          // assigned by the catalog
+    std::string device;           // "cpu", "cuda:0"
+    std::string device_name;
+    std::string method;
+    std::int64_t bytes = 0;
+    std::int32_t repeats = 0;
+    std::optional<double> gbps_memcpy, gbps_h2d, gbps_d2h, gbps_d2d;
+    std::string pcie_link;
+    std::string run_file;         // the HDF5 file the probe was also written to (absolute path)
+    std::string measured_at;      // ISO-8601 UTC
+    std::string hostname;
+};
+
+// Status words of runs and legs (CHECK constraints in the schema).
+//   run: running | finished | failed | interrupted | cancelled
+//   leg: pending | running | finished | failed | interrupted | cancelled
+struct RunRecord {
+    std::string id;               // the run folder's name: "<experiment>-<YYYYmmdd-HHMMSS>"
+    std::string experiment;       // experiment name
+    std::string spec_sha256;
+    std::string folder;           // absolute path of the run folder
+    std::string run_file;         // absolute path of run.h5
+    std::string started_at;       // ISO-8601 UTC
+    std::optional<std::string> finished_at;
+    std::string status = "running";
+    std::string tandem_version;
+    std::string hostname;
+    std::optional<std::int64_t> runner_pid;  // to tell a live run from an interrupted one
+    std::string note;
+};
+
+struct LegRecord {
+    std::string run_id;
+    std::string name;             // leg name (same as /legs/<leg> in the run file)
+    std::string implementation;   // "engine", "reference", ...
+    std::string device;           // "cpu", "cuda:0"
+    std::string status = "pending";
+    std::optional<std::int64_t> exit_status;
+    std::optional<std::string> started_at, finished_at;
+    std::optional<std::int64_t> updates_done;
+    std::optional<std::int64_t> updates_total;
+    std::optional<double> final_loss;          // loss of the last recorded update
+    std::optional<double> tokens_per_s;
+    std::optional<double> median_update_s;
+    std::optional<std::int64_t> peak_device_bytes, peak_host_bytes;
+    std::optional<std::int64_t> last_eval_update;
+    std::optional<double> last_eval_ce;
+    std::string error;            // one-line error when failed
+};
+
+class Catalog {
+public:
+    // Opens (creating when absent) and migrates to kCatalogSchemaVersion.
+    explicit Catalog(const std::filesystem::path& path);
+    ~Catalog();
+    Catalog(const Catalog&) = delete;
+    Catalog& operator=(const Catalog&) = delete;
+    Catalog(Catalog&&) noexcept;
+    Catalog& operator=(Catalog&&) noexcept;
+
+    const std::filesystem::path& path() const { return path_; }
+    int schema_version() const;   // PRAGMA user_version
+
+    // Probes
+    std::int64_t add_probe(const ProbeResult& probe, const std::string& run_file, const std::string& hostname);
+    std::vector<ProbeRecord> probes() const;  // newest first
+
+    // Runs and legs. upsert_* inserts or replaces every column of the row identified by its key.
+    void upsert_run(const RunRecord& run);
+    void set_run_status(const std::string& run_id, const std::string& status,
+                        const std::optional<std::string>& finished_at);
+    std::optional<RunRecord> run(const std::string& run_id) const;
+    std::vector<RunRecord> runs() const;      // newest first (started_at DESC)
+    void upsert_leg(const LegRecord& leg);    // the run must exist (foreign key)
+    std::vector<LegRecord> legs(const std::string& run_id) const;  // by name
+    // Deletes the run's row and its legs' rows (not its folder); returns false when there was none.
+    bool delete_run(const std::string& run_id);
+
+    sqlite3* handle() const { return db_; }  // for tests and advanced queries
+
+private:
+    std::filesystem::path path_;
+    sqlite3* db_ = nullptr;
+};
+
+// Current UTC time as ISO-8601 with a Z suffix ("2026-11-29T09:30:00Z").
+std::string utc_timestamp_now();
+
+}  // namespace tandem::experiments

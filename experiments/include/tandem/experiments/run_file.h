@@ -1,0 +1,206 @@
+#pragma once
+// The HDF5 run file (`run.h5`): everything a run measures. ONE writer (RunFileWriter) that every
+// later piece extends, and one reader (RunFileReader) for the report and the GUI.
+// The layout is documented precisely in docs/hdf5-layout.md; this header is its C++ face.
+//
+// Crash model (docs/hdf5-layout.md "Crash safety"): no SWMR. Files use the earliest HDF5 file
+// format (readable by every h5py / h5dump, and no superblock "open for write" flag that would make
+// a file left by a killed writer refuse to open). Every public write call ends with H5Fflush, so a
+// crash loses at most the call in progress. Recommended use for the runner: open a writer per event
+// batch (open → append → destructor closes); the file is then closed — and readable by the GUI,
+// h5py and h5dump — between batches. Keeping one writer open for a whole run also works (each call
+// flushes), but readers are refused (file lock) while it is open.
+//
+// Every function throws tandem::Error with a one-line message naming the file and object at fault.
+#include "tandem/experiments/host_info.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tandem::experiments {
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+// A value of an HDF5 attribute as tandem writes them: int64, float64 or a UTF-8 string.
+using AttrValue = std::variant<std::int64_t, double, std::string>;
+using Attributes = std::map<std::string, AttrValue>;
+
+// /experiment
+struct ExperimentInfo {
+    std::string name;            // experiment name ("clinical-tiny")
+    std::string spec_json;       // the resolved spec, as in experiment.json's "spec" (< 60 KB)
+    std::string spec_sha256;     // lowercase hex (docs/run-folder.md)
+    std::string tandem_version;  // filled with TANDEM_VERSION when empty
+    std::string run_id;          // the run folder's name, also the catalog's runs.id
+};
+
+// /probes/<device>: one bandwidth measurement of one device. `directions` holds the figures:
+// CPU: "memcpy"; CUDA: "h2d", "d2h", "d2d".
+struct ProbeDirection {
+    std::string name;            // "memcpy" | "h2d" | "d2h" | "d2d"
+    std::int64_t bytes_counted;  // bytes counted per copy: 2*bytes for memcpy and d2d (read+write), bytes for h2d/d2h
+    double best_seconds;         // fastest repeat
+    double median_seconds;       // median repeat
+    double gbps;                 // bytes_counted / best_seconds / 1e9
+};
+
+struct ProbeResult {
+    std::string device;          // "cpu", "cuda:0", ...
+    std::string device_name;     // CPU model or GPU name
+    std::int64_t bytes = 0;      // buffer (copy) size in bytes
+    std::int32_t repeats = 0;    // timed repeats (best of N)
+    std::int32_t warmup = 0;     // untimed warm-up copies
+    std::string method;          // how it was timed, one line
+    std::vector<ProbeDirection> directions;
+    std::string timestamp;       // ISO-8601 UTC, "2026-11-29T09:30:00Z"
+    std::string pcie_link;       // "Gen5 x16 (32.0 GT/s)"; empty when unknown / not applicable
+    std::string pcie_source;     // "nvml", "sysfs" or empty
+
+    const ProbeDirection* direction(const std::string& name) const;  // nullptr when absent
+};
+
+// /legs/<leg>/steps — one row per optimizer update (SPEC §5).
+struct StepRow {
+    std::int64_t update = 0;     // 0-based update index
+    double loss = 0;             // training loss of the update
+    double grad_norm = 0;        // pre-clip global L2 norm
+    double lr = 0;               // lr used by the update
+    std::int64_t tokens = 0;     // supervised tokens in the update
+    double wall_s = 0;           // wall time of the update in seconds
+};
+
+// /legs/<leg>/eval — one row per evaluation.
+struct EvalRow {
+    std::int64_t update = 0;     // evaluation before update `update` (0 = before training)
+    double heldout_ce = 0;       // token-weighted held-out cross-entropy
+};
+
+// /legs/<leg>/timing attributes (SPEC §5). NaN / -1 mean "not measured"; unknown keys go in `extra`.
+struct LegTiming {
+    double model_load_s = -1;
+    double tokenize_s = -1;
+    double median_update_s = -1;       // median seconds per update over [window_first, window_last]
+    std::int64_t window_first = -1;    // first update of the window (inclusive)
+    std::int64_t window_last = -1;     // last update of the window (inclusive)
+    double tokens_per_s = -1;          // trained (supervised) tokens per second
+    double total_s = -1;               // wall time of the whole leg
+    Attributes extra;
+};
+
+// /legs/<leg>/memory attributes (SPEC §5). -1 means "not measured".
+struct LegMemory {
+    std::int64_t peak_device_bytes = -1;
+    std::int64_t peak_host_bytes = -1;
+    Attributes extra;
+};
+
+// /comparisons/<legA>~<legB>/<series>: paired points of one series ("heldout_ce", "loss", ...).
+struct PairedPoint {
+    std::int64_t update = 0;
+    double a = 0;     // legA's value
+    double b = 0;     // legB's value
+    double diff = 0;  // a - b
+};
+
+struct ComparisonSeries {
+    std::string series;           // dataset name: "heldout_ce", "loss", "grad_norm", ...
+    std::vector<PairedPoint> points;
+    Attributes summary;           // mean_signed_diff, mean_abs_diff, max_abs_diff, sign_changes, ...
+};
+
+// The check levels stored per leg: /legs/<leg>/checks/<level>.
+enum class CheckLevel { L1, L2, L3 };
+const char* check_level_name(CheckLevel level);  // "l1", "l2", "l3"
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+class RunFileWriter {
+public:
+    // Opens `path` for writing, creating it (and nothing else: the folder must exist) when absent.
+    // An existing file that is not HDF5 is refused and left untouched.
+    explicit RunFileWriter(const std::filesystem::path& path);
+    ~RunFileWriter();  // flushes and closes; never throws
+    RunFileWriter(const RunFileWriter&) = delete;
+    RunFileWriter& operator=(const RunFileWriter&) = delete;
+    RunFileWriter(RunFileWriter&&) noexcept;
+    RunFileWriter& operator=(RunFileWriter&&) noexcept;
+
+    const std::filesystem::path& path() const { return path_; }
+
+    // /host and /experiment attributes (replaced when written again).
+    void write_host(const HostInfo& host);
+    void write_experiment(const ExperimentInfo& experiment);
+
+    // /probes/<device>: replaced when the device was probed before in this file.
+    void write_probe(const ProbeResult& probe);
+
+    // /legs/<leg>: created on first use. Leg names: [A-Za-z0-9_.+-], 1..64 characters, not "." or "..".
+    void create_leg(const std::string& leg, const Attributes& attributes = {});  // implementation, device, ...
+    void set_leg_attributes(const std::string& leg, const Attributes& attributes);  // merged
+    void append_steps(const std::string& leg, const std::vector<StepRow>& rows);
+    void append_eval(const std::string& leg, const std::vector<EvalRow>& rows);
+    void write_timing(const std::string& leg, const LegTiming& timing);
+    void write_memory(const std::string& leg, const LegMemory& memory);
+    // A check result as JSON text (a scalar UTF-8 string dataset; replaced when written again).
+    void write_check(const std::string& leg, CheckLevel level, const std::string& json);
+
+    // /comparisons/<legA>~<legB>/<series> (replaced when written again) and the group's attributes.
+    void write_comparison(const std::string& leg_a, const std::string& leg_b, const ComparisonSeries& series);
+    void set_comparison_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes);
+
+    void flush();  // every call above already flushes; for callers that want to be explicit
+
+private:
+    void close() noexcept;
+    std::filesystem::path path_;
+    std::int64_t file_ = -1;  // hid_t
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+class RunFileReader {
+public:
+    // Opens read-only. A writer holding the file (file lock) is waited for up to `wait_s` seconds.
+    explicit RunFileReader(const std::filesystem::path& path, double wait_s = 5.0);
+    ~RunFileReader();
+    RunFileReader(const RunFileReader&) = delete;
+    RunFileReader& operator=(const RunFileReader&) = delete;
+    RunFileReader(RunFileReader&&) noexcept;
+    RunFileReader& operator=(RunFileReader&&) noexcept;
+
+    const std::filesystem::path& path() const { return path_; }
+
+    std::optional<HostInfo> host() const;
+    std::optional<ExperimentInfo> experiment() const;
+    std::vector<ProbeResult> probes() const;            // sorted by device name
+    std::vector<std::string> legs() const;              // sorted
+    Attributes leg_attributes(const std::string& leg) const;
+    std::vector<StepRow> steps(const std::string& leg) const;  // empty when none
+    std::vector<EvalRow> eval(const std::string& leg) const;
+    std::optional<LegTiming> timing(const std::string& leg) const;
+    std::optional<LegMemory> memory(const std::string& leg) const;
+    std::optional<std::string> check(const std::string& leg, CheckLevel level) const;
+    std::vector<std::pair<std::string, std::string>> comparisons() const;  // (legA, legB) pairs
+    Attributes comparison_attributes(const std::string& leg_a, const std::string& leg_b) const;
+    std::vector<ComparisonSeries> comparison_series(const std::string& leg_a, const std::string& leg_b) const;
+
+    // Any object's attributes by HDF5 path ("/host", "/legs/engine/timing"); empty when absent.
+    Attributes attributes(const std::string& object_path) const;
+
+private:
+    std::filesystem::path path_;
+    std::int64_t file_ = -1;  // hid_t
+};
+
+// Throws tandem::Error when `leg` is not a valid leg name (see create_leg).
+void validate_leg_name(const std::string& leg);
+
+}  // namespace tandem::experiments

@@ -1,0 +1,57 @@
+#pragma once
+// Dropout masks on the LoRA adapter input.
+//
+// Both generators are counter-based (no hidden sequential state besides one counter), built on
+// SplitMix64's finaliser, so any leg can reproduce them bit for bit. Full definition, with a
+// reference Python implementation, in docs/engine.md and experiments/legs/shared_dropout.py.
+//
+//   mix64(z):   z += 0x9E3779B97F4A7C15
+//               z  = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+//               z  = (z ^ (z >> 27)) * 0x94D049BB133111EB
+//               return z ^ (z >> 31)                       (all arithmetic mod 2^64)
+//
+// SHARED ("shared" masks, SPEC §1): the stream of (seed, update, micro_batch, layer, projection)
+//   key = mix64(mix64(mix64(mix64(mix64(seed) ^ update) ^ micro_batch) ^ layer) ^ projection)
+//   element i (flat row-major index into the [batch*seq, in_features] adapter input of that
+//   micro-batch, padding positions included, seq = the micro-batch's padded length):
+//   u_i  = (mix64(key ^ i) >> 40) * 2^-24        (top 24 bits -> float in [0,1), exact)
+//   keep_i = u_i >= p;  xd_i = x_i * (keep_i ? float32(1/(1-p)) : 0)
+//   update = 0-based optimizer update index, micro_batch = 0-based index within the update,
+//   layer = 0-based decoder layer, projection = index in q,k,v,o,gate,up,down (0..6).
+//
+// NATIVE: same u/keep rule, element c of a running counter (saved in TrainerState):
+//   u_c = (mix64(mix64(seed ^ 0x6E61746976650000) ^ c) >> 40) * 2^-24, the counter advancing over
+//   every element drawn (layer-major, projections in the order above, then row-major).
+#include <cstdint>
+
+namespace tandem::engine {
+
+uint64_t mix64(uint64_t z);
+
+// Index of a projection in {q,k,v,o,gate,up,down}; throws tandem::Error for another name.
+int projection_index(const char* name);
+
+uint64_t shared_dropout_key(uint64_t seed, uint64_t update, uint64_t micro_batch, uint64_t layer,
+                            uint64_t projection);
+uint64_t native_dropout_key(uint64_t seed);
+
+// keep[i] = 1 iff uniform(key, first_index + i) >= p, for i in [0, n).
+void fill_dropout_keep(uint8_t* keep, int64_t n, uint64_t key, uint64_t first_index, double p);
+
+// The float32 multiplier of kept elements: float(1 / (1 - p)).
+inline float dropout_scale(double p) { return static_cast<float>(1.0 / (1.0 - p)); }
+
+enum class DropoutMode { Off, Native, Shared };
+
+// How one forward pass draws its masks.
+struct DropoutContext {
+    DropoutMode mode = DropoutMode::Off;
+    double p = 0.0;
+    uint64_t seed = 0;
+    uint64_t update = 0;        // shared: optimizer update index
+    uint64_t micro_batch = 0;   // shared: micro-batch index inside the update
+    uint64_t* native_counter = nullptr;  // native: running element counter (advanced by the pass)
+    bool active() const { return mode != DropoutMode::Off && p > 0.0; }
+};
+
+}  // namespace tandem::engine

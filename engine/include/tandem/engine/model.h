@@ -1,0 +1,83 @@
+#pragma once
+// Qwen3 decoder + LoRA adapters on the CPU (float32): the forward pass, the fused LM-head
+// cross-entropy, and the backward pass into the LoRA parameters only (the base model is frozen).
+//
+// Layer layout (per decoder layer, N = B*T tokens, C hidden, H/KV heads, D head_dim, I intermediate):
+//   x -> RMSNorm(input_layernorm) -> q/k/v (LoRA) -> q_norm/k_norm (per head) -> RoPE
+//     -> causal GQA attention (padding masked) -> o_proj (LoRA) -> + x
+//     -> RMSNorm(post_attention_layernorm) -> gate/up (LoRA) -> silu(gate)*up -> down (LoRA) -> + residual
+// then model.norm and the tied LM head (embed_tokens^T). See docs/engine.md.
+//
+// LoRA parameters live in ONE contiguous float buffer (and one gradient buffer of the same layout),
+// so the optimizer, clipping and checkpoints handle a single span. Layout: layer-major, then
+// projections in {q,k,v,o,gate,up,down} order (only the targeted ones), then A [r,in] then B [out,r].
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/engine/batch.h"
+#include "tandem/engine/config.h"
+#include "tandem/engine/dropout.h"
+#include "tandem/engine/tensor.h"
+
+namespace tandem::engine {
+
+// One LoRA tensor inside the flat parameter buffer.
+struct AdapterSlot {
+    std::string name;            // peft name, e.g. base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight
+    std::vector<int64_t> shape;  // [r,in] for A, [out,r] for B
+    int64_t offset = 0;          // into params()/grads()
+    int64_t layer = 0;
+    int projection = 0;          // 0..6 (q,k,v,o,gate,up,down)
+    bool is_a = true;
+};
+
+struct ModelOptions {
+    int64_t ce_token_chunk = 64;   // tokens per LM-head chunk
+    int64_t ce_vocab_chunk = 0;    // vocabulary rows per LM-head chunk; <= 0 = whole vocabulary
+};
+
+class Qwen3LoraModel {
+public:
+    // base_weights: HF names (model.embed_tokens.weight, model.layers.N...., model.norm.weight;
+    // lm_head.weight only when tie_word_embeddings is false). Shapes are checked; a missing or
+    // misshapen tensor throws tandem::Error naming it. The adapter starts at A = B = 0 until
+    // load_adapter() is called.
+    Qwen3LoraModel(const Qwen3Config& config, TensorMap base_weights, const LoraConfig& lora,
+                   ModelOptions options = {});
+    ~Qwen3LoraModel();
+    Qwen3LoraModel(Qwen3LoraModel&&) noexcept;
+    Qwen3LoraModel& operator=(Qwen3LoraModel&&) noexcept;
+
+    const Qwen3Config& config() const;
+    const LoraConfig& lora() const;
+
+    // ---- adapter (peft names) -----------------------------------------------------------------
+    const std::vector<AdapterSlot>& adapter_slots() const;
+    // Every slot must be present with its shape; extra tensors are an error (wrong targets/rank).
+    void load_adapter(const TensorMap& peft_tensors);
+    TensorMap adapter_tensors() const;
+    TensorMap adapter_gradients() const;  // same names as adapter_tensors()
+    int64_t num_trainable() const;
+    float* params();
+    const float* params() const;
+    float* grads();
+    const float* grads() const;
+    void zero_grads();
+
+    // ---- compute ------------------------------------------------------------------------------
+    // Forward + fused CE over the supervised labels, then (if grad_scale != 0) backward, ACCUMULATING
+    // grad_scale * d(sum of token losses)/d(adapter) into grads(). Returns the SUM of token losses.
+    double forward_backward(const MicroBatch& mb, const DropoutContext& dropout, double grad_scale);
+    // Sum of token losses over the supervised labels, dropout off, adapter on. No gradients.
+    double loss_sum(const MicroBatch& mb);
+    // Full logits [batch, seq, vocab] (tests / small vocabularies only; materialises B*T*V floats).
+    std::vector<float> logits(const MicroBatch& mb);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::engine

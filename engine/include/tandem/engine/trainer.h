@@ -1,0 +1,87 @@
+#pragma once
+// One training run of the engine: a Qwen3LoraModel, AdamW moments, the schedule, clipping,
+// gradient accumulation with SPEC §1's per-update token normalisation, evaluation and resumable
+// state. The CLI runner, the C ABI and the tests drive training through this class only.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tandem/engine/batch.h"
+#include "tandem/engine/config.h"
+#include "tandem/engine/dropout.h"
+#include "tandem/engine/model.h"
+#include "tandem/engine/optim.h"
+#include "tandem/engine/tensor.h"
+
+namespace tandem::engine {
+
+struct TrainOptions {
+    double lr = 1e-4;               // peak learning rate
+    AdamWOptions adamw{};
+    int64_t total_updates = 1;      // T of the schedule
+    int64_t warmup_updates = -1;    // W; < 0 means ceil(warmup_ratio * T)
+    double warmup_ratio = 0.03;
+    double max_grad_norm = 1.0;
+    DropoutMode dropout_mode = DropoutMode::Native;  // Off forces no dropout even if lora.dropout > 0
+    uint64_t seed = 0;              // experiment seed (dropout masks)
+    int threads = 0;                // <= 0: hardware concurrency
+    ModelOptions model{};
+};
+
+struct UpdateMetrics {
+    int64_t update = 0;             // 0-based index of this update
+    double loss = 0.0;              // sum of token losses / supervised tokens of the whole update
+    double grad_norm = 0.0;         // pre-clip global L2 norm
+    double lr = 0.0;                // lr this update ran with
+    int64_t supervised_tokens = 0;
+    double wall_seconds = 0.0;
+};
+
+struct EvalResult {
+    double loss = 0.0;              // token-weighted mean CE
+    double loss_sum = 0.0;
+    int64_t supervised_tokens = 0;
+};
+
+// Everything a fresh Trainer needs to continue a run bit-identically.
+struct TrainerState {
+    TensorMap adapter;              // peft names
+    TensorMap adam_m;               // same names as adapter
+    TensorMap adam_v;
+    int64_t step = 0;               // optimizer updates done
+    uint64_t native_rng_counter = 0;
+    uint64_t seed = 0;
+};
+
+class Trainer {
+public:
+    static Trainer create(const Qwen3Config& config, TensorMap base_weights, const LoraConfig& lora,
+                          TrainOptions options);
+    ~Trainer();
+    Trainer(Trainer&&) noexcept;
+    Trainer& operator=(Trainer&&) noexcept;
+
+    void load_adapter(const TensorMap& peft_tensors);
+    TensorMap adapter_tensors() const;
+
+    // One optimizer update over the given micro-batches (gradient accumulation over all of them).
+    // Throws tandem::Error when the update has no supervised token.
+    UpdateMetrics train_update(const std::vector<MicroBatch>& micro_batches);
+    // Token-weighted held-out CE (dropout off, adapter on).
+    EvalResult evaluate(const std::vector<MicroBatch>& micro_batches);
+
+    TrainerState state() const;
+    void restore(const TrainerState& s);  // throws tandem::Error on a name/shape mismatch
+
+    int64_t step() const;
+    double lr_for_update(int64_t t) const;
+    Qwen3LoraModel& model();
+    const TrainOptions& options() const;
+
+private:
+    Trainer();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""The reference leg: the experiment's fine-tuning run on PyTorch + transformers + peft.
+
+    python reference_leg.py --run RUN_DIR --leg NAME --device cpu|cuda:N [--resume] [--threads N]
+
+An explicit training loop (no Trainer) so that every choice that decides the arithmetic is visible:
+torch.optim.AdamW (foreach=False, fused=False), torch.nn.utils.clip_grad_norm_ (foreach=False),
+transformers' get_cosine_schedule_with_warmup, float32, TF32 off, deterministic algorithms. Data,
+plan, base weights and initial adapter come from the run folder (docs/run-folder.md); the text is
+rendered and tokenized with HuggingFace's own tokenizer and chat template. Events go to stdout as
+JSON Lines (docs/leg-protocol.md); diagnostics go to stderr.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import resource
+import sys
+import time
+import traceback
+
+# Deterministic cuBLAS needs this before CUDA is initialised (torch docs, "Reproducibility").
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from leg_protocol import emit, finite_or_none, tensor_digest  # noqa: E402
+from run_folder import RunFolder, encode_record, load_tokenizer  # noqa: E402
+import leg_checkpoint  # noqa: E402
+
+
+def log(msg):
+    print(f"reference_leg: {msg}", file=sys.stderr, flush=True)
+
+
+def peak_host_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+# --- shared dropout masks -------------------------------------------------------------------------
+
+class MaskContext:
+    """Which (update, micro-batch) the forward pass belongs to; read by SharedMaskDropout."""
+    update = 0
+    micro_batch = 0
+
+
+def make_shared_mask_dropout(torch, shared_dropout, seed, layer, projection, p):
+    """A module replacing peft's lora_dropout: multiplies the adapter input by the mask that
+    experiments/legs/shared_dropout.py draws for (seed, update, micro-batch, layer, projection),
+    so the engine leg can draw the very same mask."""
+    class _SharedMaskDropout(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer, self.projection, self.p = layer, projection, p
+
+        def forward(self, x):
+            if not self.training or self.p == 0.0:
+                return x
+            mask = shared_dropout.mask_for_shape(seed, MaskContext.update, MaskContext.micro_batch,
+                                                 self.layer, self.projection, tuple(x.shape), self.p)
+            return x * torch.as_tensor(mask, dtype=x.dtype, device=x.device)
+
+        def extra_repr(self):
+            return f"shared mask, layer={self.layer}, projection={self.projection}, p={self.p}"
+
+    return _SharedMaskDropout()
+
+
+def install_shared_masks(torch, model, seed, p, targets):
+    import shared_dropout  # written by the engine side; the one definition of the mask generator
+
+    replaced = 0
+    for name, module in model.named_modules():
+        if not hasattr(module, "lora_dropout") or not hasattr(module, "lora_A"):
+            continue
+        parts = name.split(".")
+        layer = int(parts[parts.index("layers") + 1])
+        projection = parts[-1]
+        for adapter in list(module.lora_dropout.keys()):
+            module.lora_dropout[adapter] = make_shared_mask_dropout(
+                torch, shared_dropout, seed, layer, projection, p)
+            replaced += 1
+    if replaced == 0:
+        raise RuntimeError("shared dropout masks requested but no LoRA dropout module was found")
+    return replaced
+
+
+# --- batching ------------------------------------------------------------------------------------
+
+def collate(torch, encoded, pad_id, device):
+    """Right padding to the longest sequence of the micro-batch; labels -100 where not supervised
+    or padding (transformers' shift: the loss at position t uses labels[t+1])."""
+    width = max(len(e.ids) for e in encoded)
+    ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(encoded), width), dtype=torch.long)
+    labels = torch.full((len(encoded), width), -100, dtype=torch.long)
+    for b, e in enumerate(encoded):
+        n = len(e.ids)
+        ids[b, :n] = torch.tensor(e.ids, dtype=torch.long)
+        attn[b, :n] = 1
+        sup = torch.tensor(e.supervised, dtype=torch.bool)
+        labels[b, :n] = torch.where(sup, ids[b, :n], torch.full_like(ids[b, :n], -100))
+    return ids.to(device), attn.to(device), labels.to(device)
+
+
+def summed_loss(torch, model, ids, attn, labels):
+    """Sum of token cross-entropies over supervised label positions, and their count."""
+    logits = model(input_ids=ids, attention_mask=attn).logits
+    shift_logits = logits[:, :-1, :].reshape(-1, logits.shape[-1])
+    shift_labels = labels[:, 1:].reshape(-1)
+    loss_sum = torch.nn.functional.cross_entropy(shift_logits, shift_labels, ignore_index=-100,
+                                                 reduction="sum")
+    return loss_sum, int((shift_labels != -100).sum().item())
+
+
+def evaluate(torch, model, encoded, micro_batch, pad_id, device):
+    """Token-weighted mean CE over every supervised token of the eval prefix; adapter on, dropout
+    off. Per-chunk sums are float32 (as computed), accumulated across chunks in float64."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(encoded), micro_batch):
+            ids, attn, labels = collate(torch, encoded[i:i + micro_batch], pad_id, device)
+            s, n = summed_loss(torch, model, ids, attn, labels)
+            total += float(s.item())
+            count += n
+    if was_training:
+        model.train()
+    return total / max(1, count), count
+
+
+def native_plan(torch, train_indices, micro_batch, accumulation, epochs, seed):
+    """The reference leg's own sampler (plan = "native"): a seeded permutation per epoch cut into
+    micro-batches; used to exercise sampler code, not expected to match another leg's plan."""
+    g = torch.Generator().manual_seed(seed)
+    updates, current = [], []
+    for _ in range(epochs):
+        perm = torch.randperm(len(train_indices), generator=g).tolist()
+        order = [train_indices[i] for i in perm]
+        for i in range(0, len(order), micro_batch):
+            current.append(order[i:i + micro_batch])
+            if len(current) == accumulation:
+                updates.append(current)
+                current = []
+    if current:
+        updates.append(current)
+    return updates
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def set_determinism(torch, device):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.set_float32_matmul_precision("highest")
+    torch.use_deterministic_algorithms(True, warn_only=False)
+
+
+def rng_state(torch, device):
+    import numpy as np
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(torch, device, state):
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def run_leg(args):
+    t_start = time.perf_counter()
+    import numpy as np
+    import torch
+    import transformers
+    import peft
+    from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors import safe_open
+    from safetensors.torch import save_file, load_file
+    from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
+
+    run = RunFolder(args.run)
+    spec = run.spec
+    leg = args.leg
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    set_determinism(torch, device)
+    seed = int(spec["seed"])
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+
+    emit("hello", implementation="reference", leg=leg, language="python",
+         stack="torch + transformers + peft",
+         versions={"python": platform.python_version(), "torch": torch.__version__,
+                   "transformers": transformers.__version__, "peft": peft.__version__,
+                   "numpy": np.__version__},
+         device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
+                                          else platform.processor() or platform.machine()),
+         threads=torch.get_num_threads(), pid=os.getpid(), spec_sha256=run.spec_sha256,
+         resume=bool(args.resume))
+
+    leg_dir = run.leg_dir(leg)
+    resume_path, resume_manifest = None, None
+    if args.resume:
+        resume_path, resume_manifest = leg_checkpoint.newest_valid_checkpoint(leg_dir, run.spec_sha256, log)
+        if resume_path is None:
+            log("no valid checkpoint: starting from the beginning (resume requested)")
+
+    # Model: base weights + the shared initial adapter, float32.
+    t0 = time.perf_counter()
+    base = AutoModelForCausalLM.from_pretrained(run.file("base"), dtype=torch.float32,
+                                                attn_implementation="eager", local_files_only=True)
+    model = PeftModel.from_pretrained(base, run.file("init"), is_trainable=True)
+    model.to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    model_load_s = time.perf_counter() - t0
+
+    dropout_masks = run.leg_setting(leg, "dropout_masks")
+    lora = spec["lora"]
+    if dropout_masks == "shared" and float(lora["dropout"]) > 0:
+        n = install_shared_masks(torch, model, seed, float(lora["dropout"]), lora["targets"])
+        log(f"shared dropout masks on {n} LoRA modules")
+
+    # Data: render + tokenize every record this leg needs, the HF way.
+    t0 = time.perf_counter()
+    template = run.leg_setting(leg, "template")
+    tok = load_tokenizer(run, template)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    max_len = int(spec["sequence"]["max_len"])
+    records = run.records()
+    plan_mode = run.leg_setting(leg, "plan")
+    plan = run.plan()
+    updates = plan["updates"]
+    if plan_mode == "native":
+        updates = native_plan(torch, run.split()["train"], int(spec["batch"]["micro_batch"]),
+                              int(spec["batch"]["accumulation"]), int(spec["batch"].get("epochs") or 1),
+                              seed)[:len(plan["updates"])]
+    eval_indices = run.eval_prefix()
+    l3_count = min(int(spec.get("l3_records", 64)), len(records))
+    needed = set(eval_indices) | set(range(l3_count))
+    for u in updates:
+        for mb in u:
+            needed.update(mb)
+    encoded = {i: encode_record(tok, records[i], max_len) for i in sorted(needed)}
+    tokenize_s = time.perf_counter() - t0
+
+    total_updates = len(updates)
+    warmup = math.ceil(float(spec["schedule"]["warmup_fraction"]) * total_updates)
+    opt_spec = spec["optimizer"]
+    params = [p for _, p in model.named_parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=float(opt_spec["lr"]), betas=tuple(opt_spec["betas"]),
+                                  eps=float(opt_spec["eps"]), weight_decay=float(opt_spec["weight_decay"]),
+                                  foreach=False, fused=False)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_updates)
+    clip = float(spec["clip"])
+    eval_interval = int(spec["eval"]["interval"])
+    ckpt_interval = int(spec.get("checkpoint", {}).get("interval", 0) or 0)
+    micro_batch = int(spec["batch"]["micro_batch"])
+    eval_set = [encoded[i] for i in eval_indices]
+
+    start_update = 0
+    if resume_path is not None:
+        model_sd = load_file(os.path.join(resume_path, "adapter_model.safetensors"))
+        set_peft_model_state_dict(model, model_sd)
+        optimizer.load_state_dict(torch.load(os.path.join(resume_path, "optimizer.pt"), weights_only=False))
+        scheduler.load_state_dict(torch.load(os.path.join(resume_path, "scheduler.pt"), weights_only=False))
+        set_rng_state(torch, device, torch.load(os.path.join(resume_path, "rng.pt"), weights_only=False))
+        start_update = int(resume_manifest["update"])
+        emit("resume", update=start_update, path=os.path.relpath(resume_path, run.path))
+    else:
+        # L2: every tensor after load, in the files' names, sorted; base weights then adapter.
+        digests = []
+        base_sd = model.get_base_model().state_dict()
+        with safe_open(run.file("base", "model.safetensors"), framework="pt") as f:
+            base_names = sorted(f.keys())
+        for name in base_names:
+            t = base_sd.get(name)
+            if t is None:  # peft wraps adapted layers: <module>.base_layer.weight
+                head, _, leaf = name.rpartition(".")
+                t = base_sd[f"{head}.base_layer.{leaf}"]
+            d = tensor_digest(name, t.detach().float().cpu().numpy())
+            d["kind"] = "base"
+            digests.append(d)
+        adapter_sd = get_peft_model_state_dict(model)
+        for name in sorted(adapter_sd):
+            d = tensor_digest(name, adapter_sd[name].detach().float().cpu().numpy())
+            d["kind"] = "adapter"
+            digests.append(d)
+        emit("l2", tensors=digests)
+
+        # L3: the first K records of records.jsonl as this leg renders and tokenizes them.
+        l3 = []
+        for i in range(l3_count):
+            e = encoded[i]
+            l3.append({"index": e.index, "id": e.id, "ids": e.ids, "boundary": e.boundary,
+                       "supervised_count": e.supervised_count, "full_length": e.full_length,
+                       "truncated_at": len(e.ids) if e.full_length > len(e.ids) else None,
+                       "text": e.text})
+        emit("l3", max_len=max_len, template=template, records=l3)
+
+    model.train()
+    if start_update == 0:
+        ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
+        emit("l1", heldout_ce=finite_or_none(ce), tokens=n, examples=len(eval_set))
+        emit("eval", update=0, heldout_ce=finite_or_none(ce), tokens=n)
+
+    setup_s = time.perf_counter() - t_start
+    emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s, setup_s=setup_s)
+
+    train_s = 0.0
+    for u in range(start_update, total_updates):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        batches = [[encoded[i] for i in mb] for mb in updates[u]]
+        collated = [collate(torch, mb, pad_id, device) for mb in batches]
+        n_update = sum(int((lab[:, 1:] != -100).sum().item()) for _, _, lab in collated)
+        input_tokens = sum(int(a.sum().item()) for _, a, _ in collated)
+        loss_total = 0.0
+        MaskContext.update = u
+        for m, (ids, attn, labels) in enumerate(collated):
+            MaskContext.micro_batch = m
+            s, _ = summed_loss(torch, model, ids, attn, labels)
+            (s / max(1, n_update)).backward()
+            loss_total += float(s.item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=False)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+        train_s += wall
+        emit("step", update=u, loss=finite_or_none(loss_total / max(1, n_update)),
+             grad_norm=finite_or_none(grad_norm.item()), lr=lr, tokens=n_update,
+             input_tokens=input_tokens, wall_s=wall)
+        done = u + 1
+        if done % eval_interval == 0 or done == total_updates:
+            ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
+            emit("eval", update=done, heldout_ce=finite_or_none(ce), tokens=n)
+        if ckpt_interval and done % ckpt_interval == 0 and done < total_updates:
+            def write(tmp, _done=done):
+                save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
+                          os.path.join(tmp, "adapter_model.safetensors"))
+                torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+                torch.save(scheduler.state_dict(), os.path.join(tmp, "scheduler.pt"))
+                torch.save(rng_state(torch, device), os.path.join(tmp, "rng.pt"))
+                with open(os.path.join(tmp, "cursor.json"), "w") as f:
+                    json.dump({"next_update": _done}, f)
+            path = leg_checkpoint.write_checkpoint(leg_dir, done, run.spec_sha256, write)
+            emit("checkpoint", update=done, path=os.path.relpath(path, run.path))
+
+    final = os.path.join(leg_dir, "final")
+    model.save_pretrained(final)
+    emit("timing", phase="train", train_s=train_s, total_s=time.perf_counter() - t_start)
+    peak_dev = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=peak_dev)
+    emit("done", updates=total_updates, final=os.path.relpath(final, run.path))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", required=True, help="the run folder prepared by `tandem run`")
+    ap.add_argument("--leg", required=True, help="this leg's name (legs/<name>/ in the run folder)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    args = ap.parse_args(argv)
+    try:
+        run_leg(args)
+    except KeyboardInterrupt:
+        emit("error", message="interrupted")
+        return 130
+    except Exception as e:  # the runner records the message; the traceback goes to stderr.log
+        traceback.print_exc()
+        emit("error", message=f"{type(e).__name__}: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

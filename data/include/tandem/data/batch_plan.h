@@ -49,7 +49,7 @@ struct BatchPlan {
 
 // Deterministic generator for the plan: std::mt19937_64 (its output sequence is fixed by the C++
 // standard) and an unbiased bounded draw by rejection: below(n) returns x % n for the first raw
-// output x < 2^64 - (2^64 mod n). (std::uniform_int_distribution is implementation-defined.)
+// output x >= (2^64 mod n). (std::uniform_int_distribution is implementation-defined.)
 class PlanRng {
 public:
     explicit PlanRng(uint64_t seed) : engine_(seed) {}

@@ -196,11 +196,12 @@ std::map<std::string, SafetensorsEntry> read_hf_checkpoint_entries(const fs::pat
     return out;
 }
 
-void save_hf_checkpoint(const fs::path& dir, const Qwen3Config& config, const TensorMap& tensors) {
+void save_hf_checkpoint(const fs::path& dir, const Qwen3Config& config, const TensorMap& tensors,
+                        const std::map<std::string, std::string>& metadata) {
     check_tensor_set(tensors, expected_base_shapes(config), "base checkpoint for " + dir.string());
     fs::create_directories(dir);
+    write_safetensors(dir / kSingleFile, tensors, metadata);
     write_file_atomic(dir / kConfigFile, config.to_json().dump(2) + "\n");
-    write_safetensors(dir / kSingleFile, tensors, {{"format", "pt"}});
 }
 
 // ---- peft adapters ---------------------------------------------------------------------------------

@@ -52,9 +52,10 @@ HfCheckpoint load_hf_checkpoint(const std::filesystem::path& dir);
 // loading any weight: names, dtypes and shapes (for `tandem inspect --model`).
 std::map<std::string, SafetensorsEntry> read_hf_checkpoint_entries(const std::filesystem::path& dir);
 
-// Writes dir/config.json + dir/model.safetensors (F32, metadata {"format": "pt"} as transformers
-// writes it). Creates dir. Checks the tensors against the config first.
-void save_hf_checkpoint(const std::filesystem::path& dir, const Qwen3Config& config, const TensorMap& tensors);
+// Writes dir/model.safetensors (F32; metadata {"format": "pt"} as transformers writes it) and then
+// dir/config.json. Creates dir. Checks the tensors against the config first.
+void save_hf_checkpoint(const std::filesystem::path& dir, const Qwen3Config& config, const TensorMap& tensors,
+                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
 // ---- peft adapters -------------------------------------------------------------------------------
 

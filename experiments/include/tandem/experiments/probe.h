@@ -35,6 +35,26 @@ int cuda_device_count();
 // Throws tandem::Error when built without CUDA, when no device `index` exists, or a CUDA call fails.
 ProbeResult probe_cuda(int index, const CudaProbeOptions& options = {});
 
+// What `tandem doctor` reports about CUDA. Never throws; problems go to `error`.
+struct CudaDeviceSummary {
+    std::string device;            // "cuda:0"
+    std::string name;
+    std::int64_t memory_bytes = 0;
+    std::string compute_capability;  // "9.0"
+    std::string pci_bus_id;
+    std::string pcie_link;         // empty when unknown
+};
+struct CudaEnvironment {
+    bool built_with_cuda = false;
+    std::string driver_version;    // empty: no driver
+    std::string runtime_version;
+    std::string cublas_version;
+    std::string cudnn_version;     // loaded libcudnn's cudnnGetVersion; empty when not loadable
+    std::vector<CudaDeviceSummary> devices;
+    std::string error;
+};
+CudaEnvironment cuda_environment();
+
 // Parses a --device value: "cpu", "cuda:N", "all". Throws tandem::Error naming the value when
 // malformed ("gpu", "cuda:", "cuda:x") or when it names a device this machine/build does not have.
 // Returns the device names to probe ("cpu", "cuda:0", ...) in order.

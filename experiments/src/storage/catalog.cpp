@@ -1,0 +1,403 @@
+// The SQLite catalog. Schema and migrations: docs/catalog.md. Prepared statements only.
+#include "tandem/experiments/catalog.h"
+
+#include "tandem/error.h"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <utility>
+
+namespace tandem::experiments {
+namespace {
+
+// Migrations: index i takes the schema from version i to i + 1. Never edit a released step; add one.
+// Each step runs inside one IMMEDIATE transaction together with the user_version bump.
+const std::vector<std::vector<const char*>>& migrations() {
+    static const std::vector<std::vector<const char*>> steps = {
+        // 0 -> 1: probes
+        {R"(CREATE TABLE probes (
+              id          INTEGER PRIMARY KEY,
+              device      TEXT NOT NULL,
+              device_name TEXT NOT NULL DEFAULT '',
+              method      TEXT NOT NULL DEFAULT '',
+              bytes       INTEGER NOT NULL CHECK (bytes > 0),
+              repeats     INTEGER NOT NULL CHECK (repeats > 0),
+              gbps_memcpy REAL,
+              gbps_h2d    REAL,
+              gbps_d2h    REAL,
+              gbps_d2d    REAL,
+              pcie_link   TEXT NOT NULL DEFAULT '',
+              run_file    TEXT NOT NULL DEFAULT '',
+              measured_at TEXT NOT NULL,
+              hostname    TEXT NOT NULL DEFAULT ''
+            ))",
+         "CREATE INDEX probes_by_device ON probes (device, measured_at)"},
+        // 1 -> 2: runs and legs
+        {R"(CREATE TABLE runs (
+              id             TEXT PRIMARY KEY,
+              experiment     TEXT NOT NULL,
+              spec_sha256    TEXT NOT NULL DEFAULT '',
+              folder         TEXT NOT NULL,
+              run_file       TEXT NOT NULL DEFAULT '',
+              started_at     TEXT NOT NULL,
+              finished_at    TEXT,
+              status         TEXT NOT NULL DEFAULT 'running'
+                             CHECK (status IN ('running','finished','failed','interrupted','cancelled')),
+              tandem_version TEXT NOT NULL DEFAULT '',
+              hostname       TEXT NOT NULL DEFAULT '',
+              runner_pid     INTEGER,
+              note           TEXT NOT NULL DEFAULT ''
+            ))",
+         "CREATE INDEX runs_by_start ON runs (started_at)",
+         R"(CREATE TABLE legs (
+              run_id            TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+              name              TEXT NOT NULL,
+              implementation    TEXT NOT NULL DEFAULT '',
+              device            TEXT NOT NULL DEFAULT '',
+              status            TEXT NOT NULL DEFAULT 'pending'
+                                CHECK (status IN ('pending','running','finished','failed','interrupted','cancelled')),
+              exit_status       INTEGER,
+              started_at        TEXT,
+              finished_at       TEXT,
+              updates_done      INTEGER,
+              updates_total     INTEGER,
+              final_loss        REAL,
+              tokens_per_s      REAL,
+              median_update_s   REAL,
+              peak_device_bytes INTEGER,
+              peak_host_bytes   INTEGER,
+              last_eval_update  INTEGER,
+              last_eval_ce      REAL,
+              error             TEXT NOT NULL DEFAULT '',
+              PRIMARY KEY (run_id, name)
+            ))"},
+    };
+    return steps;
+}
+
+class Statement {
+public:
+    Statement(sqlite3* db, const std::string& file, const char* sql) : db_(db), file_(file) {
+        if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
+            throw Error(file + ": SQL error (" + sqlite3_errmsg(db) + ")");
+    }
+    ~Statement() { sqlite3_finalize(stmt_); }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+
+    Statement& bind(int i, const std::string& v) {
+        return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    }
+    Statement& bind(int i, const char* v) { return bind(i, std::string(v)); }
+    Statement& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+    Statement& bind(int i, int v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+    Statement& bind(int i, double v) { return check(sqlite3_bind_double(stmt_, i, v)); }
+    template <class T>
+    Statement& bind(int i, const std::optional<T>& v) {
+        if (!v) return check(sqlite3_bind_null(stmt_, i));
+        return bind(i, *v);
+    }
+
+    // true while rows come; false when done.
+    bool step() {
+        const int rc = sqlite3_step(stmt_);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        throw Error(file_ + ": " + sqlite3_errmsg(db_));
+    }
+    void run() {
+        while (step()) {
+        }
+    }
+
+    std::string text(int col) const {
+        const auto* p = sqlite3_column_text(stmt_, col);
+        return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : std::string();
+    }
+    std::int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+    double real(int col) const { return sqlite3_column_double(stmt_, col); }
+    bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+    std::optional<std::string> opt_text(int col) const { return is_null(col) ? std::nullopt : std::optional(text(col)); }
+    std::optional<std::int64_t> opt_int64(int col) const { return is_null(col) ? std::nullopt : std::optional(int64(col)); }
+    std::optional<double> opt_real(int col) const { return is_null(col) ? std::nullopt : std::optional(real(col)); }
+
+private:
+    Statement& check(int rc) {
+        if (rc != SQLITE_OK) throw Error(file_ + ": cannot bind SQL parameter (" + sqlite3_errmsg(db_) + ")");
+        return *this;
+    }
+    sqlite3* db_;
+    std::string file_;
+    sqlite3_stmt* stmt_ = nullptr;
+};
+
+void execute(sqlite3* db, const std::string& file, const char* sql) { Statement(db, file, sql).run(); }
+
+// SQLite's header: the first 16 bytes of every database file.
+bool looks_like_sqlite(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::array<char, 16> header{};
+    in.read(header.data(), header.size());
+    return in.gcount() == 16 && std::memcmp(header.data(), "SQLite format 3\0", 16) == 0;
+}
+
+const char* kRunColumns =
+    "id, experiment, spec_sha256, folder, run_file, started_at, finished_at, status, tandem_version, hostname, "
+    "runner_pid, note";
+
+RunRecord read_run(const Statement& s) {
+    RunRecord r;
+    r.id = s.text(0);
+    r.experiment = s.text(1);
+    r.spec_sha256 = s.text(2);
+    r.folder = s.text(3);
+    r.run_file = s.text(4);
+    r.started_at = s.text(5);
+    r.finished_at = s.opt_text(6);
+    r.status = s.text(7);
+    r.tandem_version = s.text(8);
+    r.hostname = s.text(9);
+    r.runner_pid = s.opt_int64(10);
+    r.note = s.text(11);
+    return r;
+}
+
+}  // namespace
+
+std::string utc_timestamp_now() {
+    const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text;
+}
+
+Catalog::Catalog(const std::filesystem::path& path) : path_(path) {
+    const std::string name = path.string();
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+        if (!std::filesystem::is_regular_file(path, ec)) throw Error(name + ": catalog is not a regular file");
+        if (std::filesystem::file_size(path, ec) > 0 && !looks_like_sqlite(path))
+            throw Error(name + ": not an SQLite database (left untouched)");
+    } else if (const auto parent = path.parent_path(); !parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+        throw Error(name + ": cannot create catalog, folder " + parent.string() + " does not exist");
+    }
+    if (sqlite3_open_v2(name.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        nullptr) != SQLITE_OK) {
+        const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw Error(name + ": cannot open catalog (" + message + ")");
+    }
+    try {
+        sqlite3_busy_timeout(db_, 5000);
+        sqlite3_extended_result_codes(db_, 1);
+        {
+            Statement wal(db_, name, "PRAGMA journal_mode = WAL");
+            if (!wal.step() || wal.text(0) != "wal")
+                throw Error(name + ": cannot switch the catalog to WAL mode");
+        }
+        execute(db_, name, "PRAGMA synchronous = FULL");
+        execute(db_, name, "PRAGMA foreign_keys = ON");
+
+        const int found = schema_version();
+        if (found > kCatalogSchemaVersion)
+            throw Error(name + ": catalog schema version " + std::to_string(found) + " is newer than this tandem (" +
+                        std::to_string(kCatalogSchemaVersion) + "); use a newer tandem");
+        const auto& steps = migrations();
+        for (int version = found; version < kCatalogSchemaVersion; ++version) {
+            execute(db_, name, "BEGIN IMMEDIATE");
+            try {
+                // Another process may have migrated while we waited for the write lock.
+                if (schema_version() == version) {
+                    for (const char* sql : steps[static_cast<std::size_t>(version)]) execute(db_, name, sql);
+                    const std::string bump = "PRAGMA user_version = " + std::to_string(version + 1);
+                    execute(db_, name, bump.c_str());
+                }
+                execute(db_, name, "COMMIT");
+            } catch (...) {
+                sqlite3_stmt* rollback = nullptr;
+                if (sqlite3_prepare_v2(db_, "ROLLBACK", -1, &rollback, nullptr) == SQLITE_OK) sqlite3_step(rollback);
+                sqlite3_finalize(rollback);
+                throw;
+            }
+        }
+    } catch (const Error& e) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        const std::string message = e.what();
+        // SQLite's "file is not a database" for a file whose header looked right but is damaged.
+        throw Error(message.rfind(name, 0) == 0 ? message : name + ": " + message);
+    }
+}
+
+Catalog::~Catalog() {
+    if (db_) sqlite3_close_v2(db_);
+}
+
+Catalog::Catalog(Catalog&& other) noexcept : path_(std::move(other.path_)), db_(other.db_) { other.db_ = nullptr; }
+
+Catalog& Catalog::operator=(Catalog&& other) noexcept {
+    if (this != &other) {
+        if (db_) sqlite3_close_v2(db_);
+        path_ = std::move(other.path_);
+        db_ = other.db_;
+        other.db_ = nullptr;
+    }
+    return *this;
+}
+
+int Catalog::schema_version() const {
+    Statement s(db_, path_.string(), "PRAGMA user_version");
+    return s.step() ? static_cast<int>(s.int64(0)) : 0;
+}
+
+std::int64_t Catalog::add_probe(const ProbeResult& probe, const std::string& run_file, const std::string& hostname) {
+    auto gbps = [&](const char* direction) -> std::optional<double> {
+        if (const auto* d = probe.direction(direction)) return d->gbps;
+        return std::nullopt;
+    };
+    Statement s(db_, path_.string(),
+                "INSERT INTO probes (device, device_name, method, bytes, repeats, gbps_memcpy, gbps_h2d, gbps_d2h, "
+                "gbps_d2d, pcie_link, run_file, measured_at, hostname) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    s.bind(1, probe.device).bind(2, probe.device_name).bind(3, probe.method).bind(4, probe.bytes);
+    s.bind(5, std::int64_t{probe.repeats}).bind(6, gbps("memcpy")).bind(7, gbps("h2d")).bind(8, gbps("d2h"));
+    s.bind(9, gbps("d2d")).bind(10, probe.pcie_link).bind(11, run_file);
+    s.bind(12, probe.timestamp.empty() ? utc_timestamp_now() : probe.timestamp).bind(13, hostname);
+    s.run();
+    return sqlite3_last_insert_rowid(db_);
+}
+
+std::vector<ProbeRecord> Catalog::probes() const {
+    Statement s(db_, path_.string(),
+                "SELECT id, device, device_name, method, bytes, repeats, gbps_memcpy, gbps_h2d, gbps_d2h, gbps_d2d, "
+                "pcie_link, run_file, measured_at, hostname FROM probes ORDER BY measured_at DESC, id DESC");
+    std::vector<ProbeRecord> out;
+    while (s.step()) {
+        ProbeRecord r;
+        r.id = s.int64(0);
+        r.device = s.text(1);
+        r.device_name = s.text(2);
+        r.method = s.text(3);
+        r.bytes = s.int64(4);
+        r.repeats = static_cast<std::int32_t>(s.int64(5));
+        r.gbps_memcpy = s.opt_real(6);
+        r.gbps_h2d = s.opt_real(7);
+        r.gbps_d2h = s.opt_real(8);
+        r.gbps_d2d = s.opt_real(9);
+        r.pcie_link = s.text(10);
+        r.run_file = s.text(11);
+        r.measured_at = s.text(12);
+        r.hostname = s.text(13);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+void Catalog::upsert_run(const RunRecord& run) {
+    Statement s(db_, path_.string(),
+                "INSERT INTO runs (id, experiment, spec_sha256, folder, run_file, started_at, finished_at, status, "
+                "tandem_version, hostname, runner_pid, note) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (id) DO UPDATE SET experiment = excluded.experiment, spec_sha256 = excluded.spec_sha256, "
+                "folder = excluded.folder, run_file = excluded.run_file, started_at = excluded.started_at, "
+                "finished_at = excluded.finished_at, status = excluded.status, "
+                "tandem_version = excluded.tandem_version, hostname = excluded.hostname, "
+                "runner_pid = excluded.runner_pid, note = excluded.note");
+    s.bind(1, run.id).bind(2, run.experiment).bind(3, run.spec_sha256).bind(4, run.folder).bind(5, run.run_file);
+    s.bind(6, run.started_at).bind(7, run.finished_at).bind(8, run.status).bind(9, run.tandem_version);
+    s.bind(10, run.hostname).bind(11, run.runner_pid).bind(12, run.note);
+    s.run();
+}
+
+void Catalog::set_run_status(const std::string& run_id, const std::string& status,
+                             const std::optional<std::string>& finished_at) {
+    Statement s(db_, path_.string(), "UPDATE runs SET status = ?, finished_at = ? WHERE id = ?");
+    s.bind(1, status).bind(2, finished_at).bind(3, run_id);
+    s.run();
+    if (sqlite3_changes(db_) == 0) throw Error(path_.string() + ": no run '" + run_id + "' in the catalog");
+}
+
+std::optional<RunRecord> Catalog::run(const std::string& run_id) const {
+    const std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?";
+    Statement s(db_, path_.string(), sql.c_str());
+    s.bind(1, run_id);
+    if (!s.step()) return std::nullopt;
+    return read_run(s);
+}
+
+std::vector<RunRecord> Catalog::runs() const {
+    const std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_at DESC, id DESC";
+    Statement s(db_, path_.string(), sql.c_str());
+    std::vector<RunRecord> out;
+    while (s.step()) out.push_back(read_run(s));
+    return out;
+}
+
+void Catalog::upsert_leg(const LegRecord& leg) {
+    Statement s(db_, path_.string(),
+                "INSERT INTO legs (run_id, name, implementation, device, status, exit_status, started_at, "
+                "finished_at, updates_done, updates_total, final_loss, tokens_per_s, median_update_s, "
+                "peak_device_bytes, peak_host_bytes, last_eval_update, last_eval_ce, error) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (run_id, name) DO UPDATE SET implementation = excluded.implementation, "
+                "device = excluded.device, status = excluded.status, exit_status = excluded.exit_status, "
+                "started_at = excluded.started_at, finished_at = excluded.finished_at, "
+                "updates_done = excluded.updates_done, updates_total = excluded.updates_total, "
+                "final_loss = excluded.final_loss, tokens_per_s = excluded.tokens_per_s, "
+                "median_update_s = excluded.median_update_s, peak_device_bytes = excluded.peak_device_bytes, "
+                "peak_host_bytes = excluded.peak_host_bytes, last_eval_update = excluded.last_eval_update, "
+                "last_eval_ce = excluded.last_eval_ce, error = excluded.error");
+    s.bind(1, leg.run_id).bind(2, leg.name).bind(3, leg.implementation).bind(4, leg.device).bind(5, leg.status);
+    s.bind(6, leg.exit_status).bind(7, leg.started_at).bind(8, leg.finished_at).bind(9, leg.updates_done);
+    s.bind(10, leg.updates_total).bind(11, leg.final_loss).bind(12, leg.tokens_per_s).bind(13, leg.median_update_s);
+    s.bind(14, leg.peak_device_bytes).bind(15, leg.peak_host_bytes).bind(16, leg.last_eval_update);
+    s.bind(17, leg.last_eval_ce).bind(18, leg.error);
+    s.run();
+}
+
+std::vector<LegRecord> Catalog::legs(const std::string& run_id) const {
+    Statement s(db_, path_.string(),
+                "SELECT run_id, name, implementation, device, status, exit_status, started_at, finished_at, "
+                "updates_done, updates_total, final_loss, tokens_per_s, median_update_s, peak_device_bytes, "
+                "peak_host_bytes, last_eval_update, last_eval_ce, error FROM legs WHERE run_id = ? ORDER BY name");
+    s.bind(1, run_id);
+    std::vector<LegRecord> out;
+    while (s.step()) {
+        LegRecord l;
+        l.run_id = s.text(0);
+        l.name = s.text(1);
+        l.implementation = s.text(2);
+        l.device = s.text(3);
+        l.status = s.text(4);
+        l.exit_status = s.opt_int64(5);
+        l.started_at = s.opt_text(6);
+        l.finished_at = s.opt_text(7);
+        l.updates_done = s.opt_int64(8);
+        l.updates_total = s.opt_int64(9);
+        l.final_loss = s.opt_real(10);
+        l.tokens_per_s = s.opt_real(11);
+        l.median_update_s = s.opt_real(12);
+        l.peak_device_bytes = s.opt_int64(13);
+        l.peak_host_bytes = s.opt_int64(14);
+        l.last_eval_update = s.opt_int64(15);
+        l.last_eval_ce = s.opt_real(16);
+        l.error = s.text(17);
+        out.push_back(std::move(l));
+    }
+    return out;
+}
+
+bool Catalog::delete_run(const std::string& run_id) {
+    Statement s(db_, path_.string(), "DELETE FROM runs WHERE id = ?");
+    s.bind(1, run_id);
+    s.run();
+    return sqlite3_changes(db_) > 0;
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,584 @@
+// The HDF5 run file: writer and reader. Layout: docs/hdf5-layout.md.
+#include "tandem/experiments/run_file.h"
+
+#include "hdf5_util.h"
+#include "tandem/error.h"
+#include "tandem/version.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <sstream>
+#include <thread>
+
+namespace tandem::experiments {
+
+using h5::Handle;
+
+namespace {
+
+constexpr const char* kFormatName = "tandem-run";
+constexpr std::int64_t kFormatVersion = 1;
+constexpr hsize_t kStepChunkRows = 1024;
+constexpr hsize_t kEvalChunkRows = 64;
+
+// --- compound types ----------------------------------------------------------------------------
+// Memory types use native types at the struct's offsets; file types are packed little-endian.
+
+Handle step_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 48 : sizeof(StepRow)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(StepRow, update), i64);
+    H5Tinsert(type, "loss", file ? 8 : offsetof(StepRow, loss), f64);
+    H5Tinsert(type, "grad_norm", file ? 16 : offsetof(StepRow, grad_norm), f64);
+    H5Tinsert(type, "lr", file ? 24 : offsetof(StepRow, lr), f64);
+    H5Tinsert(type, "tokens", file ? 32 : offsetof(StepRow, tokens), i64);
+    H5Tinsert(type, "wall_s", file ? 40 : offsetof(StepRow, wall_s), f64);
+    return type;
+}
+
+Handle eval_type(bool file) {
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 16 : sizeof(EvalRow)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(EvalRow, update), file ? H5T_STD_I64LE : H5T_NATIVE_INT64);
+    H5Tinsert(type, "heldout_ce", file ? 8 : offsetof(EvalRow, heldout_ce), file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE);
+    return type;
+}
+
+Handle paired_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 32 : sizeof(PairedPoint)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(PairedPoint, update), i64);
+    H5Tinsert(type, "a", file ? 8 : offsetof(PairedPoint, a), f64);
+    H5Tinsert(type, "b", file ? 16 : offsetof(PairedPoint, b), f64);
+    H5Tinsert(type, "diff", file ? 24 : offsetof(PairedPoint, diff), f64);
+    return type;
+}
+
+// --- attribute helpers ----------------------------------------------------------------------------
+
+std::string leg_path(const std::string& leg) { return "/legs/" + leg; }
+
+void validate_comparison_pair(const std::string& a, const std::string& b) {
+    validate_leg_name(a);
+    validate_leg_name(b);
+}
+
+std::string comparison_path(const std::string& a, const std::string& b) { return "/comparisons/" + a + "~" + b; }
+
+void validate_series_name(const std::string& series) {
+    if (series.empty() || series.size() > 64 || series.find_first_of("/~") != std::string::npos || series == "." ||
+        series == "..")
+        throw Error("invalid comparison series name '" + series + "' (1..64 characters, no '/' or '~')");
+}
+
+std::string text_attr(const Attributes& a, const std::string& key) {
+    auto it = a.find(key);
+    if (it == a.end()) return {};
+    if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
+    return {};
+}
+
+std::int64_t int_attr(const Attributes& a, const std::string& key, std::int64_t fallback = 0) {
+    auto it = a.find(key);
+    if (it == a.end()) return fallback;
+    if (const auto* i = std::get_if<std::int64_t>(&it->second)) return *i;
+    if (const auto* d = std::get_if<double>(&it->second)) return static_cast<std::int64_t>(*d);
+    return fallback;
+}
+
+double double_attr(const Attributes& a, const std::string& key, double fallback = -1) {
+    auto it = a.find(key);
+    if (it == a.end()) return fallback;
+    if (const auto* d = std::get_if<double>(&it->second)) return *d;
+    if (const auto* i = std::get_if<std::int64_t>(&it->second)) return static_cast<double>(*i);
+    return fallback;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ','))
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+void validate_probe_device(const std::string& device) {
+    if (device.empty() || device.size() > 64 || device.find('/') != std::string::npos || device == "." || device == "..")
+        throw Error("invalid probe device name '" + device + "'");
+}
+
+void validate_direction(const std::string& name) {
+    if (name != "memcpy" && name != "h2d" && name != "d2h" && name != "d2d")
+        throw Error("invalid probe direction '" + name + "' (expected memcpy, h2d, d2h or d2d)");
+}
+
+hid_t open_file_for_writing(const std::filesystem::path& path) {
+    h5::silence_library_errors();
+    const std::string name = path.string();
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+        const htri_t is_hdf5 = H5Fis_hdf5(name.c_str());
+        if (is_hdf5 == 0) {
+            H5Eclear2(H5E_DEFAULT);
+            throw Error(name + ": exists and is not an HDF5 file (left untouched)");
+        }
+        hid_t file = H5Fopen(name.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        if (file < 0) h5::fail(name, "cannot open run file for writing");
+        return file;
+    }
+    // Default (earliest) format bounds: readable by every HDF5 tool, and no superblock status flags,
+    // so a file left by a killed writer still opens (docs/hdf5-layout.md "Crash safety").
+    hid_t file = H5Fcreate(name.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) h5::fail(name, "cannot create run file");
+    Handle root = h5::open_group(name, file, "/");
+    h5::write_attribute(name, root, "format", std::string(kFormatName));
+    h5::write_attribute(name, root, "format_version", kFormatVersion);
+    h5::write_attribute(name, root, "created_by", std::string("tandem ") + TANDEM_VERSION);
+    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) h5::fail(name, "cannot flush run file");
+    return file;
+}
+
+bool is_lock_conflict(const std::string& detail) {
+    return detail.find("lock") != std::string::npos;
+}
+
+}  // namespace
+
+const ProbeDirection* ProbeResult::direction(const std::string& name) const {
+    for (const auto& d : directions)
+        if (d.name == name) return &d;
+    return nullptr;
+}
+
+const char* check_level_name(CheckLevel level) {
+    switch (level) {
+        case CheckLevel::L1: return "l1";
+        case CheckLevel::L2: return "l2";
+        case CheckLevel::L3: return "l3";
+    }
+    return "?";
+}
+
+void validate_leg_name(const std::string& leg) {
+    const bool bad_chars = std::any_of(leg.begin(), leg.end(), [](char c) {
+        return !(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '+' || c == '-');
+    });
+    if (leg.empty() || leg.size() > 64 || bad_chars || leg == "." || leg == "..")
+        throw Error("invalid leg name '" + leg + "' (1..64 characters from A-Z a-z 0-9 _ . + -)");
+}
+
+// =================================================================================================
+// Writer
+
+RunFileWriter::RunFileWriter(const std::filesystem::path& path) : path_(path) {
+    file_ = open_file_for_writing(path);
+}
+
+RunFileWriter::~RunFileWriter() { close(); }
+
+RunFileWriter::RunFileWriter(RunFileWriter&& other) noexcept : path_(std::move(other.path_)), file_(other.file_) {
+    other.file_ = -1;
+}
+
+RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
+    if (this != &other) {
+        close();
+        path_ = std::move(other.path_);
+        file_ = other.file_;
+        other.file_ = -1;
+    }
+    return *this;
+}
+
+void RunFileWriter::close() noexcept {
+    if (file_ >= 0) {
+        H5Fflush(file_, H5F_SCOPE_GLOBAL);
+        H5Fclose(file_);
+        H5Eclear2(H5E_DEFAULT);
+        file_ = -1;
+    }
+}
+
+void RunFileWriter::flush() {
+    if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) h5::fail(path_.string(), "cannot flush run file");
+}
+
+void RunFileWriter::write_host(const HostInfo& host) {
+    const std::string f = path_.string();
+    Handle group = h5::require_group(f, file_, "/host");
+    h5::write_attributes(f, group,
+                         {{"cpu_model", host.cpu_model},
+                          {"logical_cores", host.logical_cores},
+                          {"physical_cores", host.physical_cores},
+                          {"memory_total_bytes", host.memory_total_bytes},
+                          {"memory_available_bytes", host.memory_available_bytes},
+                          {"llc_bytes", host.llc_bytes},
+                          {"os", host.os},
+                          {"kernel", host.kernel},
+                          {"machine", host.machine},
+                          {"hostname", host.hostname},
+                          {"tandem_version", host.tandem_version},
+                          {"built_with_cuda", std::int64_t{host.built_with_cuda ? 1 : 0}}});
+    flush();
+}
+
+void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
+    const std::string f = path_.string();
+    Handle group = h5::require_group(f, file_, "/experiment");
+    h5::write_attributes(f, group,
+                         {{"name", experiment.name},
+                          {"spec_json", experiment.spec_json},
+                          {"spec_sha256", experiment.spec_sha256},
+                          {"tandem_version", experiment.tandem_version.empty() ? std::string(TANDEM_VERSION)
+                                                                               : experiment.tandem_version},
+                          {"run_id", experiment.run_id}});
+    flush();
+}
+
+void RunFileWriter::write_probe(const ProbeResult& probe) {
+    const std::string f = path_.string();
+    validate_probe_device(probe.device);
+    std::string names;
+    for (const auto& d : probe.directions) {
+        validate_direction(d.name);
+        names += (names.empty() ? "" : ",") + d.name;
+    }
+    // Replace a previous probe of the same device as a whole, so no stale direction survives.
+    h5::require_group(f, file_, "/probes");
+    h5::remove_link(f, file_, "/probes/" + probe.device);
+    Handle group = h5::require_group(f, file_, "/probes/" + probe.device);
+    Attributes attributes{{"device", probe.device},
+                          {"device_name", probe.device_name},
+                          {"bytes", probe.bytes},
+                          {"repeats", std::int64_t{probe.repeats}},
+                          {"warmup", std::int64_t{probe.warmup}},
+                          {"method", probe.method},
+                          {"timestamp", probe.timestamp},
+                          {"pcie_link", probe.pcie_link},
+                          {"pcie_source", probe.pcie_source},
+                          {"directions", names}};
+    for (const auto& d : probe.directions) {
+        attributes["gbps_" + d.name] = d.gbps;
+        attributes["best_s_" + d.name] = d.best_seconds;
+        attributes["median_s_" + d.name] = d.median_seconds;
+        attributes["bytes_counted_" + d.name] = d.bytes_counted;
+    }
+    h5::write_attributes(f, group, attributes);
+    flush();
+}
+
+void RunFileWriter::create_leg(const std::string& leg, const Attributes& attributes) {
+    validate_leg_name(leg);
+    Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
+    h5::write_attributes(path_.string(), group, attributes);
+    flush();
+}
+
+void RunFileWriter::set_leg_attributes(const std::string& leg, const Attributes& attributes) {
+    create_leg(leg, attributes);
+}
+
+void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) {
+    validate_leg_name(leg);
+    const std::string f = path_.string();
+    Handle group = h5::require_group(f, file_, leg_path(leg));
+    Handle dataset;
+    if (h5::exists(group, "steps")) {
+        dataset = Handle(H5Dopen2(group, "steps", H5P_DEFAULT), H5Dclose);
+        if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/steps");
+    } else {
+        dataset = h5::create_table(f, group, "steps", step_type(true), kStepChunkRows);
+    }
+    h5::append_rows(f, dataset, step_type(false), rows.data(), rows.size());
+    flush();
+}
+
+void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
+    validate_leg_name(leg);
+    const std::string f = path_.string();
+    Handle group = h5::require_group(f, file_, leg_path(leg));
+    Handle dataset;
+    if (h5::exists(group, "eval")) {
+        dataset = Handle(H5Dopen2(group, "eval", H5P_DEFAULT), H5Dclose);
+        if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/eval");
+    } else {
+        dataset = h5::create_table(f, group, "eval", eval_type(true), kEvalChunkRows);
+    }
+    h5::append_rows(f, dataset, eval_type(false), rows.data(), rows.size());
+    flush();
+}
+
+void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing) {
+    validate_leg_name(leg);
+    Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/timing");
+    Attributes attributes = timing.extra;
+    attributes["model_load_s"] = timing.model_load_s;
+    attributes["tokenize_s"] = timing.tokenize_s;
+    attributes["median_update_s"] = timing.median_update_s;
+    attributes["window_first"] = timing.window_first;
+    attributes["window_last"] = timing.window_last;
+    attributes["tokens_per_s"] = timing.tokens_per_s;
+    attributes["total_s"] = timing.total_s;
+    h5::write_attributes(path_.string(), group, attributes);
+    flush();
+}
+
+void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory) {
+    validate_leg_name(leg);
+    Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/memory");
+    Attributes attributes = memory.extra;
+    attributes["peak_device_bytes"] = memory.peak_device_bytes;
+    attributes["peak_host_bytes"] = memory.peak_host_bytes;
+    h5::write_attributes(path_.string(), group, attributes);
+    flush();
+}
+
+void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const std::string& json) {
+    validate_leg_name(leg);
+    Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/checks");
+    h5::write_string_dataset(path_.string(), group, check_level_name(level), json);
+    flush();
+}
+
+void RunFileWriter::write_comparison(const std::string& leg_a, const std::string& leg_b,
+                                     const ComparisonSeries& series) {
+    validate_comparison_pair(leg_a, leg_b);
+    validate_series_name(series.series);
+    const std::string f = path_.string();
+    Handle group = h5::require_group(f, file_, comparison_path(leg_a, leg_b));
+    h5::remove_link(f, group, series.series);
+    Handle dataset = h5::create_table(f, group, series.series, paired_type(true), 256);
+    h5::append_rows(f, dataset, paired_type(false), series.points.data(), series.points.size());
+    h5::write_attributes(f, dataset, series.summary);
+    flush();
+}
+
+void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const std::string& leg_b,
+                                              const Attributes& attributes) {
+    validate_comparison_pair(leg_a, leg_b);
+    Handle group = h5::require_group(path_.string(), file_, comparison_path(leg_a, leg_b));
+    h5::write_attributes(path_.string(), group, attributes);
+    flush();
+}
+
+// =================================================================================================
+// Reader
+
+RunFileReader::RunFileReader(const std::filesystem::path& path, double wait_s) : path_(path) {
+    h5::silence_library_errors();
+    const std::string name = path.string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) throw Error(name + ": no such run file");
+    if (H5Fis_hdf5(name.c_str()) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        throw Error(name + ": not an HDF5 file");
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+    for (;;) {
+        file_ = H5Fopen(name.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (file_ >= 0) return;
+        const std::string detail = h5::take_error_detail();
+        if (!is_lock_conflict(detail) || std::chrono::steady_clock::now() >= deadline)
+            throw Error(name + ": cannot open run file" + (detail.empty() ? "" : " (" + detail + ")") +
+                        (is_lock_conflict(detail) ? "; a writer still holds it" : ""));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
+RunFileReader::~RunFileReader() {
+    if (file_ >= 0) {
+        H5Fclose(file_);
+        H5Eclear2(H5E_DEFAULT);
+    }
+}
+
+RunFileReader::RunFileReader(RunFileReader&& other) noexcept : path_(std::move(other.path_)), file_(other.file_) {
+    other.file_ = -1;
+}
+
+RunFileReader& RunFileReader::operator=(RunFileReader&& other) noexcept {
+    if (this != &other) {
+        if (file_ >= 0) H5Fclose(file_);
+        path_ = std::move(other.path_);
+        file_ = other.file_;
+        other.file_ = -1;
+    }
+    return *this;
+}
+
+Attributes RunFileReader::attributes(const std::string& object_path) const {
+    if (!h5::exists(file_, object_path)) return {};
+    Handle object = h5::open_object(path_.string(), file_, object_path);
+    return h5::read_attributes(path_.string(), object);
+}
+
+std::optional<HostInfo> RunFileReader::host() const {
+    if (!h5::exists(file_, "/host")) return std::nullopt;
+    const Attributes a = attributes("/host");
+    HostInfo h;
+    h.cpu_model = text_attr(a, "cpu_model");
+    h.logical_cores = int_attr(a, "logical_cores");
+    h.physical_cores = int_attr(a, "physical_cores");
+    h.memory_total_bytes = int_attr(a, "memory_total_bytes");
+    h.memory_available_bytes = int_attr(a, "memory_available_bytes");
+    h.llc_bytes = int_attr(a, "llc_bytes");
+    h.os = text_attr(a, "os");
+    h.kernel = text_attr(a, "kernel");
+    h.machine = text_attr(a, "machine");
+    h.hostname = text_attr(a, "hostname");
+    h.tandem_version = text_attr(a, "tandem_version");
+    h.built_with_cuda = int_attr(a, "built_with_cuda") != 0;
+    return h;
+}
+
+std::optional<ExperimentInfo> RunFileReader::experiment() const {
+    if (!h5::exists(file_, "/experiment")) return std::nullopt;
+    const Attributes a = attributes("/experiment");
+    return ExperimentInfo{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
+                          text_attr(a, "tandem_version"), text_attr(a, "run_id")};
+}
+
+std::vector<ProbeResult> RunFileReader::probes() const {
+    std::vector<ProbeResult> out;
+    if (!h5::exists(file_, "/probes")) return out;
+    Handle group = h5::open_group(path_.string(), file_, "/probes");
+    for (const auto& device : h5::child_names(path_.string(), group)) {
+        const Attributes a = attributes("/probes/" + device);
+        ProbeResult p;
+        p.device = text_attr(a, "device");
+        if (p.device.empty()) p.device = device;
+        p.device_name = text_attr(a, "device_name");
+        p.bytes = int_attr(a, "bytes");
+        p.repeats = static_cast<std::int32_t>(int_attr(a, "repeats"));
+        p.warmup = static_cast<std::int32_t>(int_attr(a, "warmup"));
+        p.method = text_attr(a, "method");
+        p.timestamp = text_attr(a, "timestamp");
+        p.pcie_link = text_attr(a, "pcie_link");
+        p.pcie_source = text_attr(a, "pcie_source");
+        for (const auto& name : split_commas(text_attr(a, "directions")))
+            p.directions.push_back({name, int_attr(a, "bytes_counted_" + name), double_attr(a, "best_s_" + name),
+                                    double_attr(a, "median_s_" + name), double_attr(a, "gbps_" + name)});
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+std::vector<std::string> RunFileReader::legs() const {
+    if (!h5::exists(file_, "/legs")) return {};
+    Handle group = h5::open_group(path_.string(), file_, "/legs");
+    return h5::child_names(path_.string(), group);
+}
+
+Attributes RunFileReader::leg_attributes(const std::string& leg) const {
+    validate_leg_name(leg);
+    return attributes(leg_path(leg));
+}
+
+std::vector<StepRow> RunFileReader::steps(const std::string& leg) const {
+    validate_leg_name(leg);
+    const std::string path = leg_path(leg) + "/steps";
+    if (!h5::exists(file_, path)) return {};
+    Handle dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path);
+    std::vector<StepRow> rows(h5::row_count(path_.string(), dataset));
+    h5::read_rows(path_.string(), dataset, step_type(false), rows.data());
+    return rows;
+}
+
+std::vector<EvalRow> RunFileReader::eval(const std::string& leg) const {
+    validate_leg_name(leg);
+    const std::string path = leg_path(leg) + "/eval";
+    if (!h5::exists(file_, path)) return {};
+    Handle dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path);
+    std::vector<EvalRow> rows(h5::row_count(path_.string(), dataset));
+    h5::read_rows(path_.string(), dataset, eval_type(false), rows.data());
+    return rows;
+}
+
+std::optional<LegTiming> RunFileReader::timing(const std::string& leg) const {
+    validate_leg_name(leg);
+    const std::string path = leg_path(leg) + "/timing";
+    if (!h5::exists(file_, path)) return std::nullopt;
+    Attributes a = attributes(path);
+    LegTiming t;
+    t.model_load_s = double_attr(a, "model_load_s");
+    t.tokenize_s = double_attr(a, "tokenize_s");
+    t.median_update_s = double_attr(a, "median_update_s");
+    t.window_first = int_attr(a, "window_first", -1);
+    t.window_last = int_attr(a, "window_last", -1);
+    t.tokens_per_s = double_attr(a, "tokens_per_s");
+    t.total_s = double_attr(a, "total_s");
+    for (const char* known : {"model_load_s", "tokenize_s", "median_update_s", "window_first", "window_last",
+                              "tokens_per_s", "total_s"})
+        a.erase(known);
+    t.extra = std::move(a);
+    return t;
+}
+
+std::optional<LegMemory> RunFileReader::memory(const std::string& leg) const {
+    validate_leg_name(leg);
+    const std::string path = leg_path(leg) + "/memory";
+    if (!h5::exists(file_, path)) return std::nullopt;
+    Attributes a = attributes(path);
+    LegMemory m;
+    m.peak_device_bytes = int_attr(a, "peak_device_bytes", -1);
+    m.peak_host_bytes = int_attr(a, "peak_host_bytes", -1);
+    a.erase("peak_device_bytes");
+    a.erase("peak_host_bytes");
+    m.extra = std::move(a);
+    return m;
+}
+
+std::optional<std::string> RunFileReader::check(const std::string& leg, CheckLevel level) const {
+    validate_leg_name(leg);
+    const std::string path = leg_path(leg) + "/checks/" + check_level_name(level);
+    if (!h5::exists(file_, path)) return std::nullopt;
+    return h5::read_string_dataset(path_.string(), file_, path);
+}
+
+std::vector<std::pair<std::string, std::string>> RunFileReader::comparisons() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!h5::exists(file_, "/comparisons")) return out;
+    Handle group = h5::open_group(path_.string(), file_, "/comparisons");
+    for (const auto& name : h5::child_names(path_.string(), group)) {
+        const auto tilde = name.find('~');
+        if (tilde == std::string::npos) continue;
+        out.emplace_back(name.substr(0, tilde), name.substr(tilde + 1));
+    }
+    return out;
+}
+
+Attributes RunFileReader::comparison_attributes(const std::string& leg_a, const std::string& leg_b) const {
+    validate_comparison_pair(leg_a, leg_b);
+    return attributes(comparison_path(leg_a, leg_b));
+}
+
+std::vector<ComparisonSeries> RunFileReader::comparison_series(const std::string& leg_a,
+                                                               const std::string& leg_b) const {
+    validate_comparison_pair(leg_a, leg_b);
+    const std::string path = comparison_path(leg_a, leg_b);
+    std::vector<ComparisonSeries> out;
+    if (!h5::exists(file_, path)) return out;
+    Handle group = h5::open_group(path_.string(), file_, path);
+    for (const auto& name : h5::child_names(path_.string(), group)) {
+        Handle dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+        if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path + "/" + name);
+        ComparisonSeries series;
+        series.series = name;
+        series.points.resize(h5::row_count(path_.string(), dataset));
+        h5::read_rows(path_.string(), dataset, paired_type(false), series.points.data());
+        series.summary = h5::read_attributes(path_.string(), dataset);
+        out.push_back(std::move(series));
+    }
+    return out;
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,74 @@
+#pragma once
+// Experiment files (docs/experiment-format.md): JSON, validated with errors that name the file and
+// the field ("experiments/x.json: field lora.rank: must be a positive integer"), resolved (every
+// default filled in) into the spec every leg reads from the run folder's experiment.json.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::experiments {
+
+struct ExperimentSpec {
+    std::string name;
+    std::string description;
+    uint64_t seed = 1234;
+
+    // model: exactly one of config_name / inline config / base_path.
+    std::string model_config;            // a Qwen3Config::named name ("tiny", "qwen3-0.6b") or "inline"
+    nlohmann::json model_inline;         // inline config.json fields when model_config == "inline"
+    std::string model_base;              // an HF checkpoint folder to use instead of generating one
+
+    int64_t lora_rank = 16;
+    double lora_alpha = 32.0;
+    bool lora_use_rslora = true;
+    double lora_dropout = 0.05;
+    std::vector<std::string> lora_targets;
+
+    double lr = 1e-4;
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+    double warmup_fraction = 0.03;
+    double clip = 1.0;
+
+    int64_t micro_batch = 2;
+    int64_t accumulation = 8;
+    int64_t epochs = 1;
+    int64_t max_updates = 0;             // 0: all updates of `epochs` epochs
+    int64_t max_len = 512;
+
+    std::vector<std::string> sources;    // pubmedqa, medmcqa, medqa (in this order when present)
+    double heldout_fraction = 0.15;
+    int64_t max_records_per_source = 0;  // 0: no limit (first N converted records of each source)
+
+    int64_t eval_interval = 250;
+    int64_t eval_prefix = 512;
+    int64_t checkpoint_interval = 0;     // 0: no checkpoints
+
+    std::string dropout_masks = "shared";  // native | shared
+    std::string plan = "shared";           // shared | native
+    std::string template_name = "qwen3";   // qwen3 | chatml
+    int64_t l3_records = 64;
+
+    // Per-leg overrides of dropout_masks / plan / template: overrides[leg][field] = value.
+    std::map<std::string, std::map<std::string, std::string>> overrides;
+
+    // The setting a leg uses: its override when there is one, else the spec's.
+    std::string leg_setting(const std::string& leg, const std::string& field) const;
+
+    // The resolved spec as JSON (every field present); this is experiment.json's "spec".
+    nlohmann::json to_json() const;
+    // SHA-256 of to_json().dump() (keys sorted, no spaces): docs/run-folder.md.
+    std::string sha256() const;
+};
+
+// Parses and validates; `source` (the file name) starts every error message.
+ExperimentSpec parse_experiment(const nlohmann::json& j, const std::string& source);
+ExperimentSpec load_experiment(const std::filesystem::path& path);
+// Reads a run folder's experiment.json (the resolved spec) and checks its hash.
+ExperimentSpec load_run_spec(const std::filesystem::path& run_dir);
+
+}  // namespace tandem::experiments

@@ -1,0 +1,317 @@
+// Experiment files: parsing, validation with field-naming errors, resolution to the full spec.
+#include "tandem/experiments/experiment.h"
+
+#include "tandem/atomic_file.h"
+#include "tandem/error.h"
+#include "tandem/sha256.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tandem::experiments {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kKnownTargets = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"};
+const std::vector<std::string> kKnownSources = {"pubmedqa", "medmcqa", "medqa"};
+
+// Reads fields of one JSON object, remembering which were used so unknown ones can be reported.
+class Fields {
+public:
+    Fields(const json& j, std::string source, std::string prefix)
+        : j_(j), source_(std::move(source)), prefix_(std::move(prefix)) {
+        if (!j_.is_object()) fail("", "must be an object");
+    }
+
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        std::string field = prefix_.empty() ? key : (key.empty() ? prefix_ : prefix_ + "." + key);
+        throw Error(source_ + ": field " + (field.empty() ? "(top level)" : field) + ": " + what);
+    }
+    bool has(const std::string& key) {
+        used_.insert(key);
+        return j_.contains(key) && !j_.at(key).is_null();
+    }
+    const json& raw(const std::string& key) {
+        used_.insert(key);
+        return j_.at(key);
+    }
+    std::string path(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+
+    std::string str(const std::string& key, std::optional<std::string> def,
+                     const std::vector<std::string>& allowed = {}) {
+        if (!has(key)) {
+            if (!def) fail(key, "is required");
+            return *def;
+        }
+        const json& v = raw(key);
+        if (!v.is_string()) fail(key, "must be a string");
+        std::string s = v.get<std::string>();
+        if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+            std::string list;
+            for (const auto& a : allowed) list += (list.empty() ? "" : "|") + a;
+            fail(key, "must be one of " + list + ", not '" + s + "'");
+        }
+        return s;
+    }
+    int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t min_value,
+                    const char* what = "must be a positive integer") {
+        if (!has(key)) {
+            if (!def) fail(key, "is required");
+            return *def;
+        }
+        const json& v = raw(key);
+        if (!v.is_number_integer() || v.get<int64_t>() < min_value) fail(key, what);
+        return v.get<int64_t>();
+    }
+    double number(const std::string& key, std::optional<double> def, double lo, double hi, bool lo_open,
+                  const std::string& what) {
+        if (!has(key)) {
+            if (!def) fail(key, "is required");
+            return *def;
+        }
+        const json& v = raw(key);
+        if (!v.is_number()) fail(key, "must be a number");
+        double d = v.get<double>();
+        if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) fail(key, what);
+        return d;
+    }
+    bool boolean(const std::string& key, bool def) {
+        if (!has(key)) return def;
+        const json& v = raw(key);
+        if (!v.is_boolean()) fail(key, "must be true or false");
+        return v.get<bool>();
+    }
+    // Unknown keys are errors: a misspelt field must not silently fall back to a default.
+    void reject_unknown() const {
+        for (auto it = j_.begin(); it != j_.end(); ++it)
+            if (!used_.count(it.key())) fail(it.key(), "unknown field");
+    }
+
+private:
+    const json& j_;
+    std::string source_, prefix_;
+    std::set<std::string> used_;
+};
+
+std::vector<std::string> string_list(Fields& f, const std::string& key, const std::vector<std::string>& def,
+                                     const std::vector<std::string>& allowed) {
+    if (!f.has(key)) return def;
+    const json& v = f.raw(key);
+    if (!v.is_array() || v.empty()) f.fail(key, "must be a non-empty list of strings");
+    std::vector<std::string> out;
+    for (const auto& e : v) {
+        if (!e.is_string()) f.fail(key, "must be a non-empty list of strings");
+        std::string s = e.get<std::string>();
+        if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+            std::string list;
+            for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+            f.fail(key, "unknown entry '" + s + "' (known: " + list + ")");
+        }
+        if (std::find(out.begin(), out.end(), s) != out.end()) f.fail(key, "entry '" + s + "' repeated");
+        out.push_back(s);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string ExperimentSpec::leg_setting(const std::string& leg, const std::string& field) const {
+    if (auto it = overrides.find(leg); it != overrides.end())
+        if (auto f = it->second.find(field); f != it->second.end()) return f->second;
+    if (field == "dropout_masks") return dropout_masks;
+    if (field == "plan") return plan;
+    if (field == "template") return template_name;
+    throw Error("leg setting '" + field + "' cannot be overridden per leg");
+}
+
+ExperimentSpec parse_experiment(const json& j, const std::string& source) {
+    ExperimentSpec s;
+    Fields top(j, source, "");
+    s.name = top.str("name", std::nullopt);
+    if (s.name.empty() || s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+                              std::string::npos)
+        top.fail("name", "must be non-empty and use only letters, digits, '-', '_' and '.'");
+    s.description = top.str("description", std::string());
+    s.seed = static_cast<uint64_t>(top.integer("seed", 1234, 0, "must be a non-negative integer"));
+
+    {
+        Fields f(top.has("model") ? top.raw("model") : json::object(), source, "model");
+        if (!top.has("model")) top.fail("model", "is required");
+        int given = 0;
+        if (f.has("config")) {
+            ++given;
+            const json& c = f.raw("config");
+            if (c.is_string()) {
+                s.model_config = c.get<std::string>();
+                if (s.model_config.empty() || s.model_config == "inline")
+                    f.fail("config", "must name a config (tiny, qwen3-0.6b, ...) or be an object of config.json fields");
+            } else if (c.is_object()) {
+                s.model_config = "inline";
+                s.model_inline = c;
+            } else {
+                f.fail("config", "must be a config name or an object of config.json fields");
+            }
+        }
+        if (f.has("base")) {
+            ++given;
+            s.model_base = f.str("base", std::nullopt);
+            if (s.model_base.empty()) f.fail("base", "must be a non-empty path");
+        }
+        if (given != 1) f.fail("", "needs exactly one of config (a name or fields) or base (a checkpoint folder)");
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("lora") ? top.raw("lora") : json::object(), source, "lora");
+        s.lora_rank = f.integer("rank", 16, 1);
+        s.lora_alpha = f.number("alpha", 32.0, 0, 1e9, true, "must be a positive number");
+        s.lora_use_rslora = f.boolean("use_rslora", true);
+        s.lora_dropout = f.number("dropout", 0.05, 0, 0.999, false, "must be in [0, 1)");
+        s.lora_targets = string_list(f, "targets", kKnownTargets, kKnownTargets);
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("optimizer") ? top.raw("optimizer") : json::object(), source, "optimizer");
+        std::string kind = f.str("name", std::string("adamw"), {"adamw"});
+        s.lr = f.number("lr", 1e-4, 0, 10, true, "must be a positive number");
+        if (f.has("betas")) {
+            const json& b = f.raw("betas");
+            if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number() ||
+                b[0].get<double>() < 0 || b[0].get<double>() >= 1 || b[1].get<double>() < 0 || b[1].get<double>() >= 1)
+                f.fail("betas", "must be two numbers in [0, 1)");
+            s.beta1 = b[0].get<double>();
+            s.beta2 = b[1].get<double>();
+        }
+        s.eps = f.number("eps", 1e-8, 0, 1, true, "must be a positive number");
+        s.weight_decay = f.number("weight_decay", 0.0, 0, 1, false, "must be in [0, 1]");
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("schedule") ? top.raw("schedule") : json::object(), source, "schedule");
+        f.str("name", std::string("cosine_with_warmup"), {"cosine_with_warmup"});
+        s.warmup_fraction = f.number("warmup_fraction", 0.03, 0, 1, false, "must be in [0, 1]");
+        f.reject_unknown();
+    }
+    s.clip = top.number("clip", 1.0, 0, 1e9, true, "must be a positive number");
+    {
+        Fields f(top.has("batch") ? top.raw("batch") : json::object(), source, "batch");
+        s.micro_batch = f.integer("micro_batch", 2, 1);
+        s.accumulation = f.integer("accumulation", 8, 1);
+        s.epochs = f.integer("epochs", 1, 1);
+        s.max_updates = f.integer("max_updates", 0, 0, "must be a non-negative integer (0: no limit)");
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("sequence") ? top.raw("sequence") : json::object(), source, "sequence");
+        s.max_len = f.integer("max_len", 512, 2, "must be an integer >= 2");
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("corpus") ? top.raw("corpus") : json::object(), source, "corpus");
+        s.sources = string_list(f, "sources", kKnownSources, kKnownSources);
+        s.heldout_fraction = f.number("heldout_fraction", 0.15, 0, 1, true, "must be in (0, 1)");
+        if (s.heldout_fraction >= 1) f.fail("heldout_fraction", "must be in (0, 1)");
+        s.max_records_per_source = f.integer("max_records_per_source", 0, 0, "must be a non-negative integer (0: no limit)");
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("eval") ? top.raw("eval") : json::object(), source, "eval");
+        s.eval_interval = f.integer("interval", 250, 1);
+        s.eval_prefix = f.integer("prefix_size", 512, 1);
+        f.reject_unknown();
+    }
+    {
+        Fields f(top.has("checkpoint") ? top.raw("checkpoint") : json::object(), source, "checkpoint");
+        s.checkpoint_interval = f.integer("interval", 0, 0, "must be a non-negative integer (0: none)");
+        f.reject_unknown();
+    }
+    s.dropout_masks = top.str("dropout_masks", std::string("shared"), {"native", "shared"});
+    s.plan = top.str("plan", std::string("shared"), {"shared", "native"});
+    s.template_name = top.str("template", std::string("qwen3"), {"qwen3", "chatml"});
+    s.l3_records = top.integer("l3_records", 64, 0, "must be a non-negative integer");
+    if (top.has("overrides")) {
+        const json& o = top.raw("overrides");
+        if (!o.is_object()) top.fail("overrides", "must be an object {leg: {field: value}}");
+        for (auto it = o.begin(); it != o.end(); ++it) {
+            Fields f(it.value(), source, "overrides." + it.key());
+            auto& m = s.overrides[it.key()];
+            if (f.has("dropout_masks")) m["dropout_masks"] = f.str("dropout_masks", std::nullopt, {"native", "shared"});
+            if (f.has("plan")) m["plan"] = f.str("plan", std::nullopt, {"shared", "native"});
+            if (f.has("template")) m["template"] = f.str("template", std::nullopt, {"qwen3", "chatml"});
+            f.reject_unknown();
+        }
+    }
+    top.str("$schema", std::string());  // allowed, ignored
+    top.reject_unknown();
+    return s;
+}
+
+json ExperimentSpec::to_json() const {
+    json model = json::object();
+    if (!model_base.empty()) model["base"] = model_base;
+    else if (model_config == "inline") model["config"] = model_inline;
+    else model["config"] = model_config;
+    json ov = json::object();
+    for (const auto& [leg, fields] : overrides) {
+        json f = json::object();
+        for (const auto& [k, v] : fields) f[k] = v;
+        ov[leg] = f;
+    }
+    return json{
+        {"name", name},
+        {"description", description},
+        {"seed", seed},
+        {"model", model},
+        {"lora", {{"rank", lora_rank}, {"alpha", lora_alpha}, {"use_rslora", lora_use_rslora},
+                  {"dropout", lora_dropout}, {"targets", lora_targets}}},
+        {"optimizer", {{"name", "adamw"}, {"lr", lr}, {"betas", {beta1, beta2}}, {"eps", eps},
+                       {"weight_decay", weight_decay}}},
+        {"schedule", {{"name", "cosine_with_warmup"}, {"warmup_fraction", warmup_fraction}}},
+        {"clip", clip},
+        {"batch", {{"micro_batch", micro_batch}, {"accumulation", accumulation}, {"epochs", epochs},
+                   {"max_updates", max_updates}}},
+        {"sequence", {{"max_len", max_len}}},
+        {"corpus", {{"sources", sources}, {"heldout_fraction", heldout_fraction},
+                    {"max_records_per_source", max_records_per_source}}},
+        {"eval", {{"interval", eval_interval}, {"prefix_size", eval_prefix}}},
+        {"checkpoint", {{"interval", checkpoint_interval}}},
+        {"dropout_masks", dropout_masks},
+        {"plan", plan},
+        {"template", template_name},
+        {"l3_records", l3_records},
+        {"overrides", ov},
+    };
+}
+
+std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }
+
+ExperimentSpec load_experiment(const std::filesystem::path& path) {
+    std::string text = read_file(path);
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw Error(path.string() + ": not valid JSON: " + e.what());
+    }
+    return parse_experiment(j, path.string());
+}
+
+ExperimentSpec load_run_spec(const std::filesystem::path& run_dir) {
+    auto path = run_dir / "experiment.json";
+    json doc;
+    try {
+        doc = json::parse(read_file(path));
+    } catch (const json::parse_error& e) {
+        throw Error(path.string() + ": not valid JSON: " + e.what());
+    }
+    if (!doc.contains("spec") || !doc.contains("spec_sha256"))
+        throw Error(path.string() + ": missing field spec or spec_sha256");
+    ExperimentSpec s = parse_experiment(doc["spec"], path.string() + " (spec)");
+    if (s.sha256() != doc["spec_sha256"].get<std::string>())
+        throw Error(path.string() + ": spec_sha256 does not match the spec (file edited after the run was prepared?)");
+    return s;
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,252 @@
+// Leg protocol: parsing events into a LegTrace, JSON forms of the checks, the engine leg's writer.
+#include "tandem/experiments/leg_protocol.h"
+
+#include "tandem/sha256.h"
+
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+namespace tandem::experiments {
+namespace {
+
+using nlohmann::json;
+
+double num(const json& j, const char* key, double def) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return def;
+    return it->get<double>();
+}
+int64_t integer(const json& j, const char* key, int64_t def) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return def;
+    return it->get<int64_t>();
+}
+std::string text(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) return "";
+    return it->get<std::string>();
+}
+// The protocol writes non-finite values as null (JSON has no NaN); read them back as NaN.
+double num_or_nan(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) return std::nan("");
+    return it->get<double>();
+}
+
+std::string clip_line(std::string_view line) {
+    constexpr size_t kMax = 300;
+    if (line.size() <= kMax) return std::string(line);
+    return std::string(line.substr(0, kMax)) + "...(" + std::to_string(line.size()) + " bytes)";
+}
+
+TensorDigest digest_from_json(const json& d) {
+    TensorDigest t;
+    t.name = text(d, "name");
+    t.kind = text(d, "kind");
+    if (d.contains("shape") && d["shape"].is_array())
+        for (const auto& s : d["shape"]) t.shape.push_back(s.is_number() ? s.get<int64_t>() : -1);
+    t.sum = num_or_nan(d, "sum");
+    t.sumsq = num_or_nan(d, "sumsq");
+    t.maxabs = num_or_nan(d, "maxabs");
+    t.sha256 = text(d, "sha256");
+    return t;
+}
+
+L3Record l3_record_from_json(const json& r) {
+    L3Record x;
+    x.index = integer(r, "index", -1);
+    x.id = text(r, "id");
+    if (r.contains("ids") && r["ids"].is_array())
+        for (const auto& i : r["ids"]) x.ids.push_back(i.is_number() ? i.get<int32_t>() : -1);
+    x.boundary = integer(r, "boundary", -1);
+    x.supervised_count = integer(r, "supervised_count", 0);
+    x.full_length = integer(r, "full_length", static_cast<int64_t>(x.ids.size()));
+    if (r.contains("truncated_at") && r["truncated_at"].is_number()) x.truncated_at = r["truncated_at"].get<int64_t>();
+    x.text = text(r, "text");
+    return x;
+}
+
+}  // namespace
+
+std::string LegTrace::implementation() const { return text(hello, "implementation"); }
+
+std::optional<json> parse_event_line(std::string_view line, std::string* reason) {
+    json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+    auto why = [&](const char* r) -> std::optional<json> {
+        if (reason) *reason = r;
+        return std::nullopt;
+    };
+    if (j.is_discarded()) return why("not JSON");
+    if (!j.is_object()) return why("not a JSON object");
+    if (!j.contains("v") || !j["v"].is_number_integer()) return why("no protocol version \"v\"");
+    if (j["v"].get<int>() != kLegProtocolVersion) return why("unsupported protocol version");
+    if (!j.contains("event") || !j["event"].is_string()) return why("no \"event\" string");
+    return j;
+}
+
+std::string apply_event_line(LegTrace& t, std::string_view line) {
+    ++t.lines;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    if (line.empty()) return "";
+    std::string reason;
+    auto parsed = parse_event_line(line, &reason);
+    if (!parsed) {
+        t.malformed.push_back("line " + std::to_string(t.lines) + ": " + reason + ": " + clip_line(line));
+        return "";
+    }
+    const json& j = *parsed;
+    const std::string kind = j["event"].get<std::string>();
+    try {
+        if (kind == "hello") {
+            t.hello = j;
+        } else if (kind == "l1") {
+            t.l1_ce = num_or_nan(j, "heldout_ce");
+            t.l1_tokens = integer(j, "tokens", 0);
+        } else if (kind == "l2") {
+            t.has_l2 = true;
+            t.l2.clear();
+            if (j.contains("tensors") && j["tensors"].is_array())
+                for (const auto& d : j["tensors"]) t.l2.push_back(digest_from_json(d));
+        } else if (kind == "l3") {
+            t.has_l3 = true;
+            t.l3.clear();
+            t.l3_template = text(j, "template");
+            t.l3_max_len = integer(j, "max_len", 0);
+            if (j.contains("records") && j["records"].is_array())
+                for (const auto& r : j["records"]) t.l3.push_back(l3_record_from_json(r));
+        } else if (kind == "step") {
+            StepRow s;
+            s.update = integer(j, "update", -1);
+            s.loss = num_or_nan(j, "loss");
+            s.grad_norm = num_or_nan(j, "grad_norm");
+            s.lr = num_or_nan(j, "lr");
+            s.tokens = integer(j, "tokens", 0);
+            s.wall_s = num_or_nan(j, "wall_s");
+            while (!t.steps.empty() && t.steps.back().update >= s.update) {
+                t.steps.pop_back();
+                t.step_input_tokens.pop_back();
+            }
+            t.steps.push_back(s);
+            t.step_input_tokens.push_back(integer(j, "input_tokens", -1));
+        } else if (kind == "eval") {
+            EvalRow e;
+            e.update = integer(j, "update", -1);
+            e.heldout_ce = num_or_nan(j, "heldout_ce");
+            while (!t.evals.empty() && t.evals.back().update >= e.update) t.evals.pop_back();
+            t.evals.push_back(e);
+        } else if (kind == "timing") {
+            t.model_load_s = num(j, "model_load_s", t.model_load_s);
+            t.tokenize_s = num(j, "tokenize_s", t.tokenize_s);
+            t.setup_s = num(j, "setup_s", t.setup_s);
+            t.train_s = num(j, "train_s", t.train_s);
+            t.total_s = num(j, "total_s", t.total_s);
+        } else if (kind == "memory") {
+            t.peak_host_bytes = std::max(t.peak_host_bytes, integer(j, "peak_host_rss_bytes", -1));
+            t.peak_device_bytes = std::max(t.peak_device_bytes, integer(j, "peak_device_bytes", -1));
+        } else if (kind == "checkpoint") {
+            t.checkpoints.emplace_back(integer(j, "update", -1), text(j, "path"));
+        } else if (kind == "resume") {
+            ++t.resumes;
+            t.done = false;
+            t.error.reset();
+        } else if (kind == "done") {
+            t.done = true;
+        } else if (kind == "error") {
+            t.error = text(j, "message");
+        }
+        // Any other event kind is ignored (forward compatibility).
+    } catch (const std::exception& e) {
+        t.malformed.push_back("line " + std::to_string(t.lines) + ": bad " + kind + " event (" + e.what() +
+                              "): " + clip_line(line));
+        return "";
+    }
+    return kind;
+}
+
+LegTrace read_events_file(const std::filesystem::path& path) {
+    LegTrace t;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) apply_event_line(t, line);
+    return t;
+}
+
+json l1_to_json(const LegTrace& t) {
+    json j{{"tokens", t.l1_tokens}};
+    j["heldout_ce"] = t.l1_ce && std::isfinite(*t.l1_ce) ? json(*t.l1_ce) : json(nullptr);
+    return j;
+}
+
+json l2_to_json(const LegTrace& t) {
+    json arr = json::array();
+    for (const auto& d : t.l2)
+        arr.push_back({{"name", d.name}, {"kind", d.kind}, {"shape", d.shape}, {"sum", d.sum},
+                       {"sumsq", d.sumsq}, {"maxabs", d.maxabs}, {"sha256", d.sha256}});
+    return json{{"tensors", arr}};
+}
+
+json l3_to_json(const LegTrace& t) {
+    json arr = json::array();
+    for (const auto& r : t.l3) {
+        json x{{"index", r.index}, {"id", r.id}, {"ids", r.ids}, {"boundary", r.boundary},
+               {"supervised_count", r.supervised_count}, {"full_length", r.full_length}, {"text", r.text}};
+        x["truncated_at"] = r.truncated_at ? json(*r.truncated_at) : json(nullptr);
+        arr.push_back(std::move(x));
+    }
+    return json{{"template", t.l3_template}, {"max_len", t.l3_max_len}, {"records", arr}};
+}
+
+void l1_from_json(LegTrace& t, const json& j) {
+    if (j.contains("heldout_ce") && j["heldout_ce"].is_number()) t.l1_ce = j["heldout_ce"].get<double>();
+    t.l1_tokens = integer(j, "tokens", 0);
+}
+void l2_from_json(LegTrace& t, const json& j) {
+    t.has_l2 = true;
+    t.l2.clear();
+    if (j.contains("tensors"))
+        for (const auto& d : j["tensors"]) t.l2.push_back(digest_from_json(d));
+}
+void l3_from_json(LegTrace& t, const json& j) {
+    t.has_l3 = true;
+    t.l3.clear();
+    t.l3_template = text(j, "template");
+    t.l3_max_len = integer(j, "max_len", 0);
+    if (j.contains("records"))
+        for (const auto& r : j["records"]) t.l3.push_back(l3_record_from_json(r));
+}
+
+void EventWriter::emit(const std::string& event, json fields) {
+    json j = json::object();
+    j["v"] = kLegProtocolVersion;
+    j["event"] = event;
+    j["t"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
+    std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    std::fwrite(line.data(), 1, line.size(), out_);
+    std::fflush(out_);
+}
+
+TensorDigest digest_tensor(const std::string& name, const std::string& kind, const std::vector<int64_t>& shape,
+                           const float* data, size_t count) {
+    static_assert(std::endian::native == std::endian::little, "digests hash little-endian float32 bytes");
+    TensorDigest d;
+    d.name = name;
+    d.kind = kind;
+    d.shape = shape;
+    double s = 0, ss = 0, m = 0;
+    for (size_t i = 0; i < count; ++i) {
+        double x = data[i];
+        s += x;
+        ss += x * x;
+        m = std::max(m, std::fabs(x));
+    }
+    d.sum = s;
+    d.sumsq = ss;
+    d.maxabs = m;
+    d.sha256 = sha256_hex(data, count * sizeof(float));
+    return d;
+}
+
+}  // namespace tandem::experiments

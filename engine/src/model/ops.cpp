@@ -1,0 +1,476 @@
+// CPU operators of the engine (see tandem/engine/ops.h for the contract of every function).
+// Each op is a template instantiated for float (training) and double (finite-difference checks).
+// GEMMs go to OpenBLAS; row-wise loops go to the fixed thread pool in parallel.h. Per-row reductions
+// (norms, softmax sums, CE) accumulate in double: torch accumulates float32 in its own (vectorised)
+// order, so neither order reproduces the other bit for bit, and double keeps ours within a few ulp
+// of the exact value, which is what the 1e-6 loss tolerance against the reference needs.
+#include "tandem/engine/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "parallel.h"
+#include "tandem/error.h"
+
+namespace tandem::engine::ops {
+using detail::parallel_for;
+using detail::parallel_for_grain;
+
+namespace {
+
+// ----------------------------------------------------------------------------------------------
+// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major with leading dimensions.
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
+                beta, C, static_cast<int>(ldc));
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
+                beta, C, static_cast<int>(ldc));
+}
+
+// Rows per parallel chunk below which a row loop is not worth a thread hand-off.
+constexpr int64_t kRowGrain = 16;
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------------
+// linear
+
+template <typename T>
+void linear_forward(T* y, const T* x, const T* w, int64_t N, int64_t K, int64_t M, T beta) {
+    gemm(false, true, N, M, K, T(1), x, K, w, K, beta, y, M);
+}
+template <typename T>
+void linear_backward_input(T* dx, const T* dy, const T* w, int64_t N, int64_t M, int64_t K, T beta) {
+    gemm(false, false, N, K, M, T(1), dy, M, w, K, beta, dx, K);
+}
+template <typename T>
+void linear_backward_weight(T* dw, const T* dy, const T* x, int64_t N, int64_t M, int64_t K) {
+    gemm(true, false, M, K, N, T(1), dy, M, x, K, T(1), dw, K);
+}
+
+// ----------------------------------------------------------------------------------------------
+// embedding
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C, int64_t vocab) {
+    for (int64_t n = 0; n < N; ++n) {
+        if (ids[n] < 0 || ids[n] >= vocab)
+            throw Error("embedding: token id " + std::to_string(ids[n]) + " at position " + std::to_string(n) +
+                        " outside [0, " + std::to_string(vocab) + ")");
+    }
+    parallel_for_grain(N, kRowGrain, [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) std::memcpy(out + n * C, table + int64_t(ids[n]) * C, sizeof(T) * C);
+    });
+}
+
+// ----------------------------------------------------------------------------------------------
+// RMSNorm
+
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int64_t rows, int64_t C, double eps) {
+    parallel_for_grain(rows, kRowGrain, [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) {
+            const T* x = in + n * C;
+            T* o = out + n * C;
+            double ss = 0.0;
+            for (int64_t c = 0; c < C; ++c) ss += double(x[c]) * double(x[c]);
+            const T var = T(ss / double(C));
+            const T r = T(1) / std::sqrt(var + T(eps));  // torch: rsqrt(variance + eps)
+            rstd[n] = r;
+            for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * r);  // torch: weight * (x * rstd)
+        }
+    });
+}
+
+template <typename T>
+void rmsnorm_backward(T* din, T* dweight, const T* dout, const T* in, const T* weight, const T* rstd, int64_t rows,
+                      int64_t C) {
+    // y_c = w_c x_c r, r = (mean(x^2)+eps)^-1/2  =>  dx_c = r w_c dy_c - x_c r^3 / C * sum_k w_k dy_k x_k
+    parallel_for_grain(rows, kRowGrain, [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) {
+            const T* x = in + n * C;
+            const T* dy = dout + n * C;
+            T* dx = din + n * C;
+            const T r = rstd[n];
+            double dot = 0.0;
+            for (int64_t c = 0; c < C; ++c) dot += double(weight[c]) * double(dy[c]) * double(x[c]);
+            const T k = T(double(r) * double(r) * double(r) * dot / double(C));
+            for (int64_t c = 0; c < C; ++c) dx[c] = r * (weight[c] * dy[c]) - x[c] * k;
+        }
+    });
+    if (dweight) {  // serial over rows: a fixed summation order
+        for (int64_t n = 0; n < rows; ++n)
+            for (int64_t c = 0; c < C; ++c) dweight[c] += dout[n * C + c] * (in[n * C + c] * rstd[n]);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// RoPE
+
+void rope_tables(float* cos, float* sin, int64_t T_, int64_t D, double theta) {
+    // transformers: inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=float) / dim)), float32;
+    // freqs = position.float() * inv_freq; emb = cat(freqs, freqs); cos(), sin() in float32.
+    const int64_t half = D / 2;
+    std::vector<float> inv_freq(static_cast<size_t>(half));
+    for (int64_t j = 0; j < half; ++j) {
+        const float exponent = float(2 * j) / float(D);
+        inv_freq[size_t(j)] = 1.0f / std::pow(float(theta), exponent);
+    }
+    for (int64_t t = 0; t < T_; ++t) {
+        for (int64_t j = 0; j < half; ++j) {
+            const float a = float(t) * inv_freq[size_t(j)];
+            cos[t * D + j] = cos[t * D + j + half] = std::cos(a);
+            sin[t * D + j] = sin[t * D + j + half] = std::sin(a);
+        }
+    }
+}
+
+void rope_tables(double* cos, double* sin, int64_t T_, int64_t D, double theta) {
+    const int64_t half = D / 2;
+    for (int64_t t = 0; t < T_; ++t) {
+        for (int64_t j = 0; j < half; ++j) {
+            const double a = double(t) / std::pow(theta, double(2 * j) / double(D));
+            cos[t * D + j] = cos[t * D + j + half] = std::cos(a);
+            sin[t * D + j] = sin[t * D + j + half] = std::sin(a);
+        }
+    }
+}
+
+template <typename T>
+void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D) {
+    const int64_t half = D / 2;
+    parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
+        for (int64_t bt = b0; bt < e0; ++bt) {
+            const int64_t t = bt % T_;
+            const T* c = cos + t * D;
+            const T* s = sin + t * D;
+            for (int64_t h = 0; h < H; ++h) {
+                const T* x = in + (bt * H + h) * D;
+                T* y = out + (bt * H + h) * D;
+                for (int64_t i = 0; i < half; ++i) {
+                    const T x1 = x[i], x2 = x[i + half];
+                    // q*cos + rotate_half(q)*sin, rotate_half = cat(-x2, x1)
+                    y[i] = x1 * c[i] - x2 * s[i];
+                    y[i + half] = x2 * c[i + half] + x1 * s[i + half];
+                }
+            }
+        }
+    });
+}
+
+template <typename T>
+void rope_backward(T* din, const T* dout, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D) {
+    const int64_t half = D / 2;
+    parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
+        for (int64_t bt = b0; bt < e0; ++bt) {
+            const int64_t t = bt % T_;
+            const T* c = cos + t * D;
+            const T* s = sin + t * D;
+            for (int64_t h = 0; h < H; ++h) {
+                const T* dy = dout + (bt * H + h) * D;
+                T* dx = din + (bt * H + h) * D;
+                for (int64_t i = 0; i < half; ++i) {
+                    const T dy1 = dy[i], dy2 = dy[i + half];
+                    dx[i] = dy1 * c[i] + dy2 * s[i + half];
+                    dx[i + half] = dy2 * c[i + half] - dy1 * s[i];
+                }
+            }
+        }
+    });
+}
+
+// ----------------------------------------------------------------------------------------------
+// attention
+
+namespace {
+// Keys query i may see in a sequence of real length len: j < min(i + 1, len).
+inline int64_t visible_keys(int64_t i, int64_t len) { return std::min(i + 1, len); }
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, const int32_t* lengths, int64_t B,
+                       int64_t T_, int64_t H, int64_t KV, int64_t D) {
+    const int64_t rep = H / KV;
+    const T scale = T(1) / std::sqrt(T(D));
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t len = lengths[b];
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t kvh = h / rep;  // repeat_kv: query head h reads key/value head h / n_rep
+            const T* qb = q + (b * T_ * H + h) * D;
+            const T* kb = k + (b * T_ * KV + kvh) * D;
+            const T* vb = v + (b * T_ * KV + kvh) * D;
+            T* P = probs + (b * H + h) * T_ * T_;
+            // P[T,T] = q_bh @ k_b^T (strided views of [B,T,H,D] / [B,T,KV,D])
+            gemm(false, true, T_, T_, D, T(1), qb, H * D, kb, KV * D, T(0), P, T_);
+            parallel_for_grain(T_, kRowGrain, [&](int64_t r0, int64_t r1) {
+                for (int64_t i = r0; i < r1; ++i) {
+                    T* row = P + i * T_;
+                    const int64_t nk = visible_keys(i, len);
+                    T mx = -std::numeric_limits<T>::infinity();
+                    for (int64_t j = 0; j < nk; ++j) {
+                        row[j] = row[j] * scale;  // eager: (q @ k^T) * scaling
+                        mx = std::max(mx, row[j]);
+                    }
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < nk; ++j) {
+                        row[j] = std::exp(row[j] - mx);
+                        sum += double(row[j]);
+                    }
+                    const T inv = T(1.0 / sum);
+                    for (int64_t j = 0; j < nk; ++j) row[j] *= inv;
+                    for (int64_t j = nk; j < T_; ++j) row[j] = T(0);
+                }
+            });
+            // out_bh[T,D] = P @ v_b
+            gemm(false, false, T_, D, T_, T(1), P, T_, vb, KV * D, T(0), out + (b * T_ * H + h) * D, H * D);
+        }
+    }
+}
+
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* probs,
+                        const int32_t* lengths, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+    const int64_t rep = H / KV;
+    const T scale = T(1) / std::sqrt(T(D));
+    std::fill(dk, dk + B * T_ * KV * D, T(0));
+    std::fill(dv, dv + B * T_ * KV * D, T(0));
+    std::vector<T> dS(static_cast<size_t>(T_ * T_));
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t len = lengths[b];
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t kvh = h / rep;
+            const int64_t qoff = (b * T_ * H + h) * D;
+            const int64_t kvoff = (b * T_ * KV + kvh) * D;
+            const T* P = probs + (b * H + h) * T_ * T_;
+            // dP[T,T] = dout_bh @ v_b^T
+            gemm(false, true, T_, T_, D, T(1), dout + qoff, H * D, v + kvoff, KV * D, T(0), dS.data(), T_);
+            // dS = P * (dP - rowsum(P * dP)) * scale   (softmax backward, then the score scaling)
+            parallel_for_grain(T_, kRowGrain, [&](int64_t r0, int64_t r1) {
+                for (int64_t i = r0; i < r1; ++i) {
+                    T* row = dS.data() + i * T_;
+                    const T* p = P + i * T_;
+                    const int64_t nk = visible_keys(i, len);
+                    double dot = 0.0;
+                    for (int64_t j = 0; j < nk; ++j) dot += double(p[j]) * double(row[j]);
+                    const T d = T(dot);
+                    for (int64_t j = 0; j < nk; ++j) row[j] = p[j] * (row[j] - d) * scale;
+                    for (int64_t j = nk; j < T_; ++j) row[j] = T(0);
+                }
+            });
+            // dq_bh = dS @ k_b ; dk_b += dS^T @ q_bh ; dv_b += P^T @ dout_bh
+            gemm(false, false, T_, D, T_, T(1), dS.data(), T_, k + kvoff, KV * D, T(0), dq + qoff, H * D);
+            gemm(true, false, T_, D, T_, T(1), dS.data(), T_, q + qoff, H * D, T(1), dk + kvoff, KV * D);
+            gemm(true, false, T_, D, T_, T(1), P, T_, dout + qoff, H * D, T(1), dv + kvoff, KV * D);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// SiLU gate
+
+template <typename T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
+    parallel_for_grain(n, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            const T g = gate[i];
+            out[i] = (g / (T(1) + std::exp(-g))) * up[i];  // torch: silu(gate) * up
+        }
+    });
+}
+
+template <typename T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
+    parallel_for_grain(n, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            const T g = gate[i];
+            const T sig = T(1) / (T(1) + std::exp(-g));
+            const T silu = g * sig;
+            dup[i] = dout[i] * silu;
+            dgate[i] = dout[i] * up[i] * (sig * (T(1) + g * (T(1) - sig)));
+        }
+    });
+}
+
+// ----------------------------------------------------------------------------------------------
+// LoRA linear
+
+namespace {
+template <typename T>
+void apply_dropout(T* xd, const T* x, const uint8_t* keep, T scale, int64_t n) {
+    parallel_for_grain(n, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) xd[i] = keep[i] ? x[i] * scale : T(0);
+    });
+}
+}  // namespace
+
+template <typename T>
+void lora_linear_forward(T* y, T* t, const T* x, const T* w, const T* a, const T* b, const uint8_t* keep,
+                         T dropout_scale, T scaling, int64_t N, int64_t in, int64_t out, int64_t r) {
+    linear_forward(y, x, w, N, in, out);
+    if (!a) return;
+    const T* xd = x;
+    std::vector<T> dropped;
+    if (keep) {
+        dropped.resize(static_cast<size_t>(N * in));
+        apply_dropout(dropped.data(), x, keep, dropout_scale, N * in);
+        xd = dropped.data();
+    }
+    linear_forward(t, xd, a, N, in, r);  // t = lora_A(dropout(x))
+    std::vector<T> u(static_cast<size_t>(N * out));
+    linear_forward(u.data(), t, b, N, r, out);  // u = lora_B(t)
+    parallel_for_grain(N * out, 1 << 14, [&](int64_t b0, int64_t e0) {
+        for (int64_t i = b0; i < e0; ++i) y[i] = y[i] + u[size_t(i)] * scaling;  // result + u * scaling
+    });
+}
+
+template <typename T>
+void lora_linear_backward(T* dx, T* da, T* db, const T* dy, const T* x, const T* w, const T* a, const T* b,
+                          const T* t, const uint8_t* keep, T dropout_scale, T scaling, int64_t N, int64_t in,
+                          int64_t out, int64_t r, bool accumulate_dx) {
+    linear_backward_input(dx, dy, w, N, out, in, accumulate_dx ? T(1) : T(0));  // dx (+)= dy W
+    if (!a) return;
+    std::vector<T> du(static_cast<size_t>(N * out));
+    parallel_for_grain(N * out, 1 << 14, [&](int64_t b0, int64_t e0) {
+        for (int64_t i = b0; i < e0; ++i) du[size_t(i)] = dy[i] * scaling;
+    });
+    if (db) linear_backward_weight(db, du.data(), t, N, out, r);  // dB += du^T t
+    std::vector<T> dt(static_cast<size_t>(N * r));
+    linear_backward_input(dt.data(), du.data(), b, N, out, r);  // dt = du B
+    const T* xd = x;
+    std::vector<T> dropped;
+    if (keep) {
+        dropped.resize(static_cast<size_t>(N * in));
+        apply_dropout(dropped.data(), x, keep, dropout_scale, N * in);
+        xd = dropped.data();
+    }
+    if (da) linear_backward_weight(da, dt.data(), xd, N, r, in);  // dA += dt^T xd
+    if (!keep) {
+        linear_backward_input(dx, dt.data(), a, N, r, in, T(1));  // dx += dt A
+    } else {
+        std::vector<T> dxd(static_cast<size_t>(N * in));
+        linear_backward_input(dxd.data(), dt.data(), a, N, r, in);
+        parallel_for_grain(N * in, 1 << 14, [&](int64_t b0, int64_t e0) {
+            for (int64_t i = b0; i < e0; ++i) dx[i] += keep[i] ? dxd[size_t(i)] * dropout_scale : T(0);
+        });
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// fused LM head + cross-entropy
+
+template <typename T>
+double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* targets, int64_t N, int64_t C,
+                             int64_t V, double grad_scale, int64_t token_chunk, int64_t vocab_chunk) {
+    for (int64_t n = 0; n < N; ++n) {
+        if (targets[n] < 0 || targets[n] >= V)
+            throw Error("cross-entropy: target id " + std::to_string(targets[n]) + " outside [0, " +
+                        std::to_string(V) + ")");
+    }
+    if (token_chunk <= 0 || token_chunk > N) token_chunk = std::max<int64_t>(1, N);
+    if (vocab_chunk <= 0 || vocab_chunk > V) vocab_chunk = V;
+    const bool single_pass = vocab_chunk == V;
+    std::vector<T> logits(static_cast<size_t>(token_chunk * vocab_chunk));
+    std::vector<double> row_max(static_cast<size_t>(token_chunk)), row_sum(static_cast<size_t>(token_chunk)),
+        row_lse(static_cast<size_t>(token_chunk)), target_logit(static_cast<size_t>(token_chunk));
+    std::vector<double> row_loss(static_cast<size_t>(token_chunk));
+    const T gs = T(grad_scale);
+    double total = 0.0;
+
+    for (int64_t n0 = 0; n0 < N; n0 += token_chunk) {
+        const int64_t nt = std::min(token_chunk, N - n0);
+        const T* hc = h + n0 * C;
+        std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<double>::infinity());
+        std::fill(row_sum.begin(), row_sum.end(), 0.0);
+        // pass 1: online max / sum-exp per token over the vocabulary chunks
+        for (int64_t v0 = 0; v0 < V; v0 += vocab_chunk) {
+            const int64_t vc = std::min(vocab_chunk, V - v0);
+            gemm(false, true, nt, vc, C, T(1), hc, C, emb + v0 * C, C, T(0), logits.data(), vc);
+            parallel_for_grain(nt, 1, [&](int64_t r0, int64_t r1) {
+                for (int64_t i = r0; i < r1; ++i) {
+                    const T* row = logits.data() + i * vc;
+                    T mx = row[0];
+                    for (int64_t j = 1; j < vc; ++j) mx = std::max(mx, row[j]);
+                    double m_new = std::max(row_max[size_t(i)], double(mx));
+                    double s = row_sum[size_t(i)] * std::exp(row_max[size_t(i)] - m_new);
+                    const T mt = T(m_new);
+                    double chunk = 0.0;
+                    for (int64_t j = 0; j < vc; ++j) chunk += double(std::exp(row[j] - mt));
+                    // exp(row - mt) uses the T-rounded max; correct the chunk sum to m_new exactly
+                    s += chunk * std::exp(double(mt) - m_new);
+                    row_max[size_t(i)] = m_new;
+                    row_sum[size_t(i)] = s;
+                    const int64_t tg = targets[n0 + i];
+                    if (tg >= v0 && tg < v0 + vc) target_logit[size_t(i)] = double(row[tg - v0]);
+                }
+            });
+        }
+        for (int64_t i = 0; i < nt; ++i) {
+            row_lse[size_t(i)] = row_max[size_t(i)] + std::log(row_sum[size_t(i)]);
+            row_loss[size_t(i)] = row_lse[size_t(i)] - target_logit[size_t(i)];
+            total += row_loss[size_t(i)];  // token order: a fixed summation order
+        }
+        if (!dh) continue;
+        // pass 2: dlogits = grad_scale * (softmax - onehot); dh = dlogits @ emb
+        for (int64_t v0 = 0; v0 < V; v0 += vocab_chunk) {
+            const int64_t vc = std::min(vocab_chunk, V - v0);
+            if (!single_pass)
+                gemm(false, true, nt, vc, C, T(1), hc, C, emb + v0 * C, C, T(0), logits.data(), vc);
+            parallel_for_grain(nt, 1, [&](int64_t r0, int64_t r1) {
+                for (int64_t i = r0; i < r1; ++i) {
+                    T* row = logits.data() + i * vc;
+                    const T lse = T(row_lse[size_t(i)]);
+                    for (int64_t j = 0; j < vc; ++j) row[j] = std::exp(row[j] - lse) * gs;
+                    const int64_t tg = targets[n0 + i];
+                    if (tg >= v0 && tg < v0 + vc) row[tg - v0] -= gs;
+                }
+            });
+            gemm(false, false, nt, C, vc, T(1), logits.data(), vc, emb + v0 * C, C, v0 == 0 ? T(0) : T(1),
+                 dh + n0 * C, C);
+        }
+    }
+    return total;
+}
+
+// ----------------------------------------------------------------------------------------------
+// explicit instantiations
+
+#define TANDEM_OPS_INSTANTIATE(T)                                                                                  \
+    template void linear_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, T);                         \
+    template void linear_backward_input<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, T);                  \
+    template void linear_backward_weight<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);                    \
+    template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t);                   \
+    template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                        \
+    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);           \
+    template void rope_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);           \
+    template void rope_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);          \
+    template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, int64_t, int64_t,     \
+                                       int64_t, int64_t, int64_t);                                                 \
+    template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,              \
+                                        const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
+    template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                                              \
+    template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);                               \
+    template void lora_linear_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const uint8_t*, T, T,     \
+                                         int64_t, int64_t, int64_t, int64_t);                                      \
+    template void lora_linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*,  \
+                                          const uint8_t*, T, T, int64_t, int64_t, int64_t, int64_t, bool);         \
+    template double lm_head_cross_entropy<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t,    \
+                                             double, int64_t, int64_t);
+
+TANDEM_OPS_INSTANTIATE(float)
+TANDEM_OPS_INSTANTIATE(double)
+
+}  // namespace tandem::engine::ops

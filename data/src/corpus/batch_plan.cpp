@@ -110,7 +110,8 @@ namespace {
 size_t plan_size(const nlohmann::json& j, const char* field, const std::string& where) {
     auto it = j.find(field);
     if (it == j.end()) throw Error(where + ": field \"" + field + "\": missing");
-    if (!it->is_number_unsigned()) throw Error(where + ": field \"" + field + "\": expected a non-negative integer");
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+        throw Error(where + ": field \"" + field + "\": expected a non-negative integer");
     return it->get<size_t>();
 }
 }  // namespace

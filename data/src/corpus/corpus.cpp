@@ -5,7 +5,6 @@
 #include "tandem/data/corpus_sources.h"
 #include "tandem/data/supervision.h"
 #include "tandem/error.h"
-#include "tandem/sha256.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,33 +28,6 @@ size_t CorpusBuild::input_total() const {
     size_t n = 0;
     for (const auto& a : accounting) n += a.input;
     return n;
-}
-
-bool is_heldout(const std::string& record_id, uint64_t seed, double heldout_fraction) {
-    const std::string digest = sha256_hex(std::to_string(seed) + ":" + record_id);
-    // First 16 hex digits = first 8 bytes, big-endian.
-    const uint64_t u = std::stoull(digest.substr(0, 16), nullptr, 16);
-    // u / 2^64 < fraction, computed in long double (64-bit mantissa on x86-64; exact for u).
-    const long double x = static_cast<long double>(u) / 18446744073709551616.0L;
-    return x < static_cast<long double>(heldout_fraction);
-}
-
-Split split_records(const std::vector<Record>& records, uint64_t seed, double heldout_fraction) {
-    if (!(heldout_fraction >= 0.0 && heldout_fraction <= 1.0))
-        throw Error("held-out fraction " + std::to_string(heldout_fraction) + " is not within [0, 1]");
-    Split s;
-    s.seed = seed;
-    s.heldout_fraction = heldout_fraction;
-    for (size_t i = 0; i < records.size(); ++i)
-        (is_heldout(records[i].id, seed, heldout_fraction) ? s.heldout : s.train).push_back(i);
-    return s;
-}
-
-std::vector<size_t> eval_prefix(const Split& split, size_t n) {
-    if (split.heldout.size() < n)
-        throw Error("eval prefix of " + std::to_string(n) + " records asked for, but only " +
-                    std::to_string(split.heldout.size()) + " records are held out");
-    return std::vector<size_t>(split.heldout.begin(), split.heldout.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 CorpusBuild build_corpus(const fs::path& sources, const Tokenizer& tokenizer, const CorpusOptions& options) {

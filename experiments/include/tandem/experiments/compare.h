@@ -1,0 +1,128 @@
+#pragma once
+// Comparison of the legs of one run (SPEC §4, docs/report.md). The report, the runner and the GUI
+// take every number from here; nothing else computes them.
+//
+// Statistics conventions (docs/report.md): differences are a - b (first leg minus second);
+// dispersion is the population standard deviation of the differences (numpy's std, ddof = 0);
+// percentiles are numpy's default (linear interpolation between closest ranks); a sign change is a
+// pair of consecutive non-zero differences of opposite sign.
+#include "tandem/experiments/experiment.h"
+#include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/run_file.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::experiments {
+
+struct LegData {
+    std::string name, implementation, device, status;
+    int64_t exit_status = 0;
+    LegTrace trace;
+};
+
+struct Thresholds {
+    double l1_rel = 1e-5;           // SPEC §4 L1
+    double l4_mean_abs_rel = 1e-4;  // L4 with shared masks and a shared plan: mean |a-b| / mean |b|
+};
+
+// ---- plain statistics (exposed for tests) --------------------------------------------------------
+double mean(const std::vector<double>& x);
+double population_std(const std::vector<double>& x);
+double percentile(std::vector<double> x, double q);  // q in [0, 100], numpy linear method
+int64_t sign_changes(const std::vector<double>& diffs);
+
+struct DiffStats {
+    int64_t n = 0;
+    double mean_signed = 0, mean_abs = 0, std = 0, max_abs = 0;
+    int64_t max_abs_update = -1;
+    int64_t sign_changes = 0;
+    double mean_abs_rel = 0;  // mean |a-b| / mean |b|
+};
+DiffStats diff_stats(const std::vector<PairedPoint>& points);
+// Points present in both series (by update), in update order.
+std::vector<PairedPoint> pair_evals(const std::vector<EvalRow>& a, const std::vector<EvalRow>& b);
+std::vector<PairedPoint> pair_losses(const std::vector<StepRow>& a, const std::vector<StepRow>& b);
+
+// ---- levels ----------------------------------------------------------------------------------------
+struct L1Entry {
+    std::string leg_a, leg_b;
+    std::optional<double> ce_a, ce_b;
+    double abs_diff = 0, rel_diff = 0;  // rel: |a-b| / |b|
+    bool pass = false;
+};
+
+struct L2Entry {
+    std::string leg_a, leg_b;
+    int64_t compared = 0, equal = 0;
+    std::vector<std::string> mismatches;  // "<name>: <why>", every mismatching tensor
+    bool pass = false;
+};
+
+struct L3Entry {
+    std::string leg_a, leg_b;
+    int64_t compared = 0, identical = 0;
+    // First record that differs (absent when all identical).
+    std::optional<int64_t> first_index;
+    std::string first_id, what;      // what: "ids", "boundary", "supervised_count", "truncation", "text", "missing"
+    std::optional<int64_t> first_token;  // first differing token position
+    int64_t window_begin = 0;
+    std::vector<int32_t> window_a, window_b;  // ids around the first differing token
+    std::string detail;              // one line
+    bool pass = false;
+};
+
+struct GradStats {
+    std::string leg;
+    int64_t n = 0;
+    double median = 0, p99 = 0, max = 0, frac_above_clip = 0;
+};
+
+struct L4Entry {
+    std::string leg_a, leg_b;
+    std::vector<PairedPoint> eval_points, loss_points;
+    DiffStats eval, loss;
+    std::optional<double> final_loss_a, final_loss_b;
+    bool gated = false;  // a pass/fail applies (shared masks + shared plan in both legs)
+    bool pass = true;
+    std::string note;
+};
+
+struct TimingRow {
+    std::string leg, implementation, device, status;
+    double setup_s = -1, model_load_s = -1, tokenize_s = -1;
+    double median_update_s = -1;
+    int64_t window_first = -1, window_last = -1;  // 0-based, inclusive
+    double tokens_per_s = -1;
+    int64_t updates = 0;
+    int64_t peak_device_bytes = -1, peak_host_bytes = -1;
+};
+
+struct Comparison {
+    std::vector<std::string> legs;
+    std::vector<L1Entry> l1;
+    std::vector<L2Entry> l2;
+    std::vector<L3Entry> l3;
+    std::vector<L4Entry> l4;
+    std::vector<GradStats> grads;
+    std::vector<TimingRow> timing;
+    std::vector<ProbeResult> probes;
+    std::vector<std::string> failures;  // one line per level that failed its threshold
+    bool passed() const { return failures.empty(); }
+};
+
+// The median-s/update window: the paper's updates 101-500 (first 100 discarded) when the run is long
+// enough, else [n/5, n-1] (0-based, inclusive).
+std::pair<int64_t, int64_t> timing_window(int64_t updates);
+
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {});
+
+// Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
+std::vector<LegData> read_legs(const RunFileReader& reader);
+
+// Writes /comparisons/<a>~<b> (paired evals, paired losses, summary attributes).
+void write_comparisons(RunFileWriter& writer, const Comparison& c);
+
+}  // namespace tandem::experiments

@@ -1,0 +1,44 @@
+#pragma once
+// Preparing a run folder (docs/run-folder.md): every shared artifact is written ONCE by the runner,
+// and every leg reads these files and nothing else.
+//   experiment.json (resolved spec + sha256), tokenizer/ (copy of the tokenizer folder),
+//   corpus/ (records, accounting, split, selection, eval prefix), plan.json, base/, init/.
+#include "tandem/engine/config.h"
+#include "tandem/experiments/experiment.h"
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::experiments {
+
+struct PrepareOptions {
+    std::optional<std::filesystem::path> assets;  // --assets (tokenizer and corpora); default lookup otherwise
+    std::function<void(const std::string&)> log;  // one line per step (may be empty)
+};
+
+struct PreparedRun {
+    std::filesystem::path folder;
+    std::string run_id;          // the folder's name
+    int64_t total_updates = 0;   // updates in plan.json
+    int64_t train_records = 0, heldout_records = 0, eval_examples = 0;
+    nlohmann::json summary;      // what was prepared, also written to prepare.json
+};
+
+// A new run folder name: <experiment>-<YYYYmmdd-HHMMSS> (UTC); a suffix -2, -3 ... when taken.
+std::filesystem::path new_run_folder(const std::filesystem::path& out_dir, const std::string& experiment);
+
+// Writes every shared artifact into `folder` (created). Throws tandem::Error naming the step.
+PreparedRun prepare_run(const ExperimentSpec& spec, const std::filesystem::path& folder, const PrepareOptions& opt);
+
+// The model and adapter configuration an experiment asks for (named, inline or a checkpoint's).
+engine::Qwen3Config model_config_of(const ExperimentSpec& spec);
+engine::LoraConfig lora_config_of(const ExperimentSpec& spec);
+
+// Reads back what prepare_run wrote (for --resume and the report).
+PreparedRun read_prepared_run(const std::filesystem::path& folder);
+
+}  // namespace tandem::experiments

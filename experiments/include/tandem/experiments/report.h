@@ -1,0 +1,35 @@
+#pragma once
+// `tandem report`: the comparison (compare.h) as tables — text, Markdown, CSV and LaTeX (booktabs).
+// Every table exports to every format; LaTeX escapes & % $ # _ { } ~ ^ \ so the output compiles.
+#include "tandem/experiments/compare.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace tandem::experiments {
+
+struct Table {
+    std::string id;       // "l1", "l2", "l3", "l4", "grad_norm", "timing", "probes"
+    std::string title;
+    std::vector<std::string> columns;
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> notes;  // printed under the table
+};
+
+std::vector<Table> report_tables(const Comparison& c, const Thresholds& t = {});
+
+enum class ReportFormat { Text, Markdown, Csv, Latex };
+ReportFormat parse_report_format(const std::string& name);  // text|md|csv|tex; throws naming the value
+
+std::string render_table(const Table& t, ReportFormat f);
+// The whole report: a header, every table, and the verdict (failures, or "all checks passed").
+std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t = {});
+
+std::string latex_escape(const std::string& s);
+std::string csv_escape(const std::string& s);
+
+// Reads run.h5 of a run folder (or a run.h5 path) and compares its legs with the spec stored there.
+Comparison compare_run_file(const std::filesystem::path& run, std::string* title = nullptr);
+
+}  // namespace tandem::experiments

@@ -1,0 +1,415 @@
+// L1–L4 comparison, grad-norm distributions, timing and memory rows (docs/report.md).
+#include "tandem/experiments/compare.h"
+
+#include "tandem/data/token_diff.h"
+#include "tandem/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace tandem::experiments {
+using nlohmann::json;
+
+double mean(const std::vector<double>& x) {
+    if (x.empty()) return std::nan("");
+    double s = 0;
+    for (double v : x) s += v;
+    return s / static_cast<double>(x.size());
+}
+
+double population_std(const std::vector<double>& x) {
+    if (x.empty()) return std::nan("");
+    double m = mean(x), s = 0;
+    for (double v : x) s += (v - m) * (v - m);
+    return std::sqrt(s / static_cast<double>(x.size()));
+}
+
+double percentile(std::vector<double> x, double q) {
+    if (x.empty()) return std::nan("");
+    std::sort(x.begin(), x.end());
+    double pos = q / 100.0 * static_cast<double>(x.size() - 1);
+    size_t lo = static_cast<size_t>(std::floor(pos));
+    size_t hi = std::min(lo + 1, x.size() - 1);
+    double frac = pos - static_cast<double>(lo);
+    return x[lo] + (x[hi] - x[lo]) * frac;
+}
+
+int64_t sign_changes(const std::vector<double>& diffs) {
+    int64_t n = 0;
+    int last = 0;
+    for (double d : diffs) {
+        int s = d > 0 ? 1 : (d < 0 ? -1 : 0);
+        if (s == 0) continue;
+        if (last != 0 && s != last) ++n;
+        last = s;
+    }
+    return n;
+}
+
+DiffStats diff_stats(const std::vector<PairedPoint>& points) {
+    DiffStats s;
+    s.n = static_cast<int64_t>(points.size());
+    if (points.empty()) return s;
+    std::vector<double> d, ad;
+    double sum_abs_b = 0;
+    for (const auto& p : points) {
+        d.push_back(p.diff);
+        ad.push_back(std::fabs(p.diff));
+        sum_abs_b += std::fabs(p.b);
+        if (std::fabs(p.diff) > s.max_abs || s.max_abs_update < 0) {
+            s.max_abs = std::fabs(p.diff);
+            s.max_abs_update = p.update;
+        }
+    }
+    s.mean_signed = mean(d);
+    s.mean_abs = mean(ad);
+    s.std = population_std(d);
+    s.sign_changes = sign_changes(d);
+    double mean_abs_b = sum_abs_b / static_cast<double>(points.size());
+    s.mean_abs_rel = mean_abs_b > 0 ? s.mean_abs / mean_abs_b : std::nan("");
+    return s;
+}
+
+std::vector<PairedPoint> pair_evals(const std::vector<EvalRow>& a, const std::vector<EvalRow>& b) {
+    std::map<int64_t, double> mb;
+    for (const auto& e : b) mb[e.update] = e.heldout_ce;
+    std::vector<PairedPoint> out;
+    for (const auto& e : a)
+        if (auto it = mb.find(e.update); it != mb.end()) out.push_back({e.update, e.heldout_ce, it->second, e.heldout_ce - it->second});
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.update < y.update; });
+    return out;
+}
+
+std::vector<PairedPoint> pair_losses(const std::vector<StepRow>& a, const std::vector<StepRow>& b) {
+    std::map<int64_t, double> mb;
+    for (const auto& s : b) mb[s.update] = s.loss;
+    std::vector<PairedPoint> out;
+    for (const auto& s : a)
+        if (auto it = mb.find(s.update); it != mb.end()) out.push_back({s.update, s.loss, it->second, s.loss - it->second});
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.update < y.update; });
+    return out;
+}
+
+std::pair<int64_t, int64_t> timing_window(int64_t updates) {
+    if (updates <= 0) return {-1, -1};
+    if (updates > 200) return {100, std::min<int64_t>(updates - 1, 499)};
+    return {updates / 5, updates - 1};
+}
+
+namespace {
+
+L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t) {
+    L1Entry e;
+    e.leg_a = a.name;
+    e.leg_b = b.name;
+    e.ce_a = a.trace.l1_ce;
+    e.ce_b = b.trace.l1_ce;
+    if (e.ce_a && e.ce_b && std::isfinite(*e.ce_a) && std::isfinite(*e.ce_b)) {
+        e.abs_diff = std::fabs(*e.ce_a - *e.ce_b);
+        e.rel_diff = *e.ce_b != 0 ? e.abs_diff / std::fabs(*e.ce_b) : e.abs_diff;
+        e.pass = e.rel_diff <= t.l1_rel;
+    }
+    return e;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+    std::string o = "[";
+    for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
+    return o + "]";
+}
+
+L2Entry compare_l2(const LegData& a, const LegData& b) {
+    L2Entry e;
+    e.leg_a = a.name;
+    e.leg_b = b.name;
+    if (!a.trace.has_l2 || !b.trace.has_l2) {
+        e.mismatches.push_back(std::string("no L2 digests from ") + (a.trace.has_l2 ? b.name : a.name));
+        return e;
+    }
+    std::map<std::string, const TensorDigest*> mb;
+    for (const auto& d : b.trace.l2) mb[d.name] = &d;
+    std::set<std::string> seen;
+    for (const auto& d : a.trace.l2) {
+        seen.insert(d.name);
+        auto it = mb.find(d.name);
+        if (it == mb.end()) {
+            e.mismatches.push_back(d.name + ": only in " + a.name);
+            continue;
+        }
+        ++e.compared;
+        const TensorDigest& o = *it->second;
+        if (d.shape != o.shape)
+            e.mismatches.push_back(d.name + ": shape " + shape_text(d.shape) + " vs " + shape_text(o.shape));
+        else if (d.sha256 != o.sha256) {
+            std::ostringstream w;
+            w.precision(9);
+            w << d.name << ": bytes differ (sum " << d.sum << " vs " << o.sum << ", max|x| " << d.maxabs << " vs " << o.maxabs << ")";
+            e.mismatches.push_back(w.str());
+        } else
+            ++e.equal;
+    }
+    for (const auto& d : b.trace.l2)
+        if (!seen.count(d.name)) e.mismatches.push_back(d.name + ": only in " + b.name);
+    e.pass = e.mismatches.empty() && e.compared > 0;
+    return e;
+}
+
+L3Entry compare_l3(const LegData& a, const LegData& b) {
+    L3Entry e;
+    e.leg_a = a.name;
+    e.leg_b = b.name;
+    if (!a.trace.has_l3 || !b.trace.has_l3) {
+        e.what = "missing";
+        e.detail = std::string("no L3 records from ") + (a.trace.has_l3 ? b.name : a.name);
+        return e;
+    }
+    std::map<int64_t, const L3Record*> mb;
+    for (const auto& r : b.trace.l3) mb[r.index] = &r;
+    for (const auto& r : a.trace.l3) {
+        auto it = mb.find(r.index);
+        std::string what, detail;
+        std::optional<size_t> tok;
+        if (it == mb.end()) {
+            what = "missing";
+            detail = "record " + r.id + " only in " + a.name;
+        } else {
+            ++e.compared;
+            const L3Record& o = *it->second;
+            data::TokenSequence sa, sb;
+            sa.label = a.name;
+            sa.ids = r.ids;
+            sb.label = b.name;
+            sb.ids = o.ids;
+            data::TokenDiff d = data::diff_tokens(sa, sb, 8);
+            if (!d.identical) {
+                what = "ids";
+                tok = d.first_mismatch;
+                detail = "token ids differ at position " + std::to_string(*d.first_mismatch) + " (lengths " +
+                         std::to_string(d.length_a) + " vs " + std::to_string(d.length_b) + ")";
+            } else if (r.boundary != o.boundary) {
+                what = "boundary";
+                tok = static_cast<size_t>(std::max<int64_t>(0, std::min(r.boundary, o.boundary)));
+                detail = "supervision boundary " + std::to_string(r.boundary) + " vs " + std::to_string(o.boundary);
+            } else if (r.supervised_count != o.supervised_count) {
+                what = "supervised_count";
+                detail = "supervised tokens " + std::to_string(r.supervised_count) + " vs " + std::to_string(o.supervised_count);
+            } else if (r.full_length != o.full_length || r.truncated_at != o.truncated_at) {
+                what = "truncation";
+                detail = "untruncated length " + std::to_string(r.full_length) + " vs " + std::to_string(o.full_length);
+            } else if (!r.text.empty() && !o.text.empty() && r.text != o.text) {
+                what = "text";
+                size_t i = 0;
+                while (i < r.text.size() && i < o.text.size() && r.text[i] == o.text[i]) ++i;
+                detail = "rendered text differs at byte " + std::to_string(i);
+            } else {
+                ++e.identical;
+                continue;
+            }
+            if (!e.first_index) {
+                if (tok) {
+                    e.first_token = static_cast<int64_t>(*tok);
+                    size_t lo = *tok >= 8 ? *tok - 8 : 0;
+                    e.window_begin = static_cast<int64_t>(lo);
+                    for (size_t i = lo; i < std::min(r.ids.size(), *tok + 8); ++i) e.window_a.push_back(r.ids[i]);
+                    for (size_t i = lo; i < std::min(o.ids.size(), *tok + 8); ++i) e.window_b.push_back(o.ids[i]);
+                }
+            }
+        }
+        if (!e.first_index) {
+            e.first_index = r.index;
+            e.first_id = r.id;
+            e.what = what;
+            e.detail = detail;
+        }
+    }
+    e.pass = e.compared > 0 && e.identical == e.compared && !e.first_index;
+    return e;
+}
+
+GradStats grad_stats(const LegData& l, double clip) {
+    GradStats g;
+    g.leg = l.name;
+    std::vector<double> x;
+    for (const auto& s : l.trace.steps)
+        if (std::isfinite(s.grad_norm)) x.push_back(s.grad_norm);
+    g.n = static_cast<int64_t>(x.size());
+    if (x.empty()) return g;
+    g.median = percentile(x, 50);
+    g.p99 = percentile(x, 99);
+    g.max = *std::max_element(x.begin(), x.end());
+    g.frac_above_clip = static_cast<double>(std::count_if(x.begin(), x.end(), [&](double v) { return v > clip; })) /
+                        static_cast<double>(x.size());
+    return g;
+}
+
+TimingRow timing_row(const LegData& l) {
+    TimingRow r;
+    r.leg = l.name;
+    r.implementation = l.implementation;
+    r.device = l.device;
+    r.status = l.status;
+    const LegTrace& t = l.trace;
+    r.setup_s = t.setup_s;
+    r.model_load_s = t.model_load_s;
+    r.tokenize_s = t.tokenize_s;
+    r.updates = static_cast<int64_t>(t.steps.size());
+    auto [first, last] = timing_window(r.updates);
+    r.window_first = first;
+    r.window_last = last;
+    std::vector<double> w;
+    double tokens = 0, wall = 0;
+    for (const auto& s : t.steps) {
+        if (s.update >= first && s.update <= last) w.push_back(s.wall_s);
+        tokens += static_cast<double>(s.tokens);
+        wall += s.wall_s;
+    }
+    if (!w.empty()) r.median_update_s = percentile(w, 50);
+    if (wall > 0) r.tokens_per_s = tokens / wall;
+    r.peak_device_bytes = t.peak_device_bytes;
+    r.peak_host_bytes = t.peak_host_bytes;
+    return r;
+}
+
+bool masks_line_up(const ExperimentSpec& spec, const std::string& a, const std::string& b) {
+    bool dropout_matches = spec.lora_dropout == 0.0 ||
+                           (spec.leg_setting(a, "dropout_masks") == "shared" && spec.leg_setting(b, "dropout_masks") == "shared");
+    return dropout_matches && spec.leg_setting(a, "plan") == "shared" && spec.leg_setting(b, "plan") == "shared";
+}
+
+}  // namespace
+
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t) {
+    Comparison c;
+    for (const auto& l : legs) {
+        c.legs.push_back(l.name);
+        c.grads.push_back(grad_stats(l, spec.clip));
+        c.timing.push_back(timing_row(l));
+    }
+    for (size_t i = 0; i < legs.size(); ++i)
+        for (size_t j = i + 1; j < legs.size(); ++j) {
+            const LegData& a = legs[i];
+            const LegData& b = legs[j];
+            L1Entry l1 = compare_l1(a, b, t);
+            if (!l1.pass) {
+                std::ostringstream w;
+                w.precision(3);
+                w << "L1 " << a.name << "~" << b.name << ": relative difference "
+                  << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
+                c.failures.push_back(w.str());
+            }
+            c.l1.push_back(l1);
+            L2Entry l2 = compare_l2(a, b);
+            if (!l2.pass)
+                c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
+                                     " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
+            c.l2.push_back(l2);
+            L3Entry l3 = compare_l3(a, b);
+            if (!l3.pass)
+                c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
+            c.l3.push_back(l3);
+
+            L4Entry l4;
+            l4.leg_a = a.name;
+            l4.leg_b = b.name;
+            l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
+            l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
+            l4.eval = diff_stats(l4.eval_points);
+            l4.loss = diff_stats(l4.loss_points);
+            if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
+            if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
+            l4.gated = masks_line_up(spec, a.name, b.name);
+            if (l4.gated) {
+                l4.pass = l4.eval.n > 0 && std::isfinite(l4.eval.mean_abs_rel) && l4.eval.mean_abs_rel <= t.l4_mean_abs_rel;
+                if (!l4.pass)
+                    c.failures.push_back("L4 " + a.name + "~" + b.name + ": mean |difference| of held-out CE " +
+                                         std::to_string(l4.eval.mean_abs_rel) + " relative over " + std::to_string(l4.eval.n) +
+                                         " paired evaluations > " + std::to_string(t.l4_mean_abs_rel));
+            } else {
+                l4.note = "native dropout masks or plan: reported, not gated (compare with a same-stack seed envelope)";
+            }
+            c.l4.push_back(std::move(l4));
+        }
+    return c;
+}
+
+std::vector<LegData> read_legs(const RunFileReader& reader) {
+    std::vector<LegData> out;
+    auto str = [](const Attributes& a, const char* k) -> std::string {
+        auto it = a.find(k);
+        if (it == a.end()) return "";
+        if (auto s = std::get_if<std::string>(&it->second)) return *s;
+        return "";
+    };
+    auto i64 = [](const Attributes& a, const char* k, int64_t def) -> int64_t {
+        auto it = a.find(k);
+        if (it == a.end()) return def;
+        if (auto v = std::get_if<std::int64_t>(&it->second)) return *v;
+        return def;
+    };
+    for (const auto& name : reader.legs()) {
+        LegData l;
+        l.name = name;
+        Attributes attrs = reader.leg_attributes(name);
+        l.implementation = str(attrs, "implementation");
+        l.device = str(attrs, "device");
+        l.status = str(attrs, "status");
+        l.exit_status = i64(attrs, "exit_status", 0);
+        LegTrace& t = l.trace;
+        t.steps = reader.steps(name);
+        t.evals = reader.eval(name);
+        if (auto j = reader.check(name, CheckLevel::L1)) l1_from_json(t, json::parse(*j));
+        if (auto j = reader.check(name, CheckLevel::L2)) l2_from_json(t, json::parse(*j));
+        if (auto j = reader.check(name, CheckLevel::L3)) l3_from_json(t, json::parse(*j));
+        if (auto tm = reader.timing(name)) {
+            t.model_load_s = tm->model_load_s;
+            t.tokenize_s = tm->tokenize_s;
+            t.total_s = tm->total_s;
+            if (auto it = tm->extra.find("setup_s"); it != tm->extra.end())
+                if (auto v = std::get_if<double>(&it->second)) t.setup_s = *v;
+        }
+        if (auto m = reader.memory(name)) {
+            t.peak_device_bytes = m->peak_device_bytes;
+            t.peak_host_bytes = m->peak_host_bytes;
+        }
+        std::string err = str(attrs, "error");
+        if (!err.empty()) t.error = err;
+        t.done = l.status == "finished";
+        out.push_back(std::move(l));
+    }
+    return out;
+}
+
+void write_comparisons(RunFileWriter& writer, const Comparison& c) {
+    for (const auto& e : c.l4) {
+        ComparisonSeries ev;
+        ev.series = "heldout_ce";
+        ev.points = e.eval_points;
+        ev.summary = {{"mean_signed_diff", e.eval.mean_signed}, {"mean_abs_diff", e.eval.mean_abs},
+                      {"std_diff", e.eval.std}, {"max_abs_diff", e.eval.max_abs},
+                      {"max_abs_diff_update", e.eval.max_abs_update}, {"sign_changes", e.eval.sign_changes},
+                      {"mean_abs_rel", e.eval.mean_abs_rel}, {"paired", e.eval.n}};
+        writer.write_comparison(e.leg_a, e.leg_b, ev);
+        ComparisonSeries lo;
+        lo.series = "loss";
+        lo.points = e.loss_points;
+        lo.summary = {{"mean_signed_diff", e.loss.mean_signed}, {"mean_abs_diff", e.loss.mean_abs},
+                      {"std_diff", e.loss.std}, {"max_abs_diff", e.loss.max_abs},
+                      {"max_abs_diff_update", e.loss.max_abs_update}, {"sign_changes", e.loss.sign_changes},
+                      {"paired", e.loss.n}};
+        writer.write_comparison(e.leg_a, e.leg_b, lo);
+    }
+    for (size_t i = 0; i < c.l1.size(); ++i) {
+        const auto& l1 = c.l1[i];
+        Attributes a{{"l1_rel_diff", l1.rel_diff}, {"l1_pass", int64_t{l1.pass}},
+                     {"l2_pass", int64_t{c.l2[i].pass}}, {"l2_mismatches", static_cast<int64_t>(c.l2[i].mismatches.size())},
+                     {"l3_pass", int64_t{c.l3[i].pass}}, {"l3_compared", c.l3[i].compared},
+                     {"l3_identical", c.l3[i].identical}, {"l4_gated", int64_t{c.l4[i].gated}},
+                     {"l4_pass", int64_t{c.l4[i].pass}}};
+        writer.set_comparison_attributes(l1.leg_a, l1.leg_b, a);
+    }
+}
+
+}  // namespace tandem::experiments

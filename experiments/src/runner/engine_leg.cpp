@@ -1,0 +1,350 @@
+// The engine leg: tandem's tokenizer + template + supervision + the C++ engine, speaking the leg
+// protocol. Mirrors experiments/legs/reference_leg.py step for step (docs/leg-protocol.md).
+#include "tandem/experiments/engine_leg.h"
+
+#include "tandem/atomic_file.h"
+#include "tandem/data/batch_plan.h"
+#include "tandem/data/corpus.h"
+#include "tandem/data/supervision.h"
+#include "tandem/data/tokenizer.h"
+#include "tandem/engine/io.h"
+#include "tandem/engine/safetensors.h"
+#include "tandem/engine/trainer.h"
+#include "tandem/error.h"
+#include "tandem/experiments/experiment.h"
+#include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/prepare.h"
+#include "tandem/sha256.h"
+#include "tandem/version.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <set>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kCheckpointFormat = 1;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t peak_rss_bytes() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+json read_json(const fs::path& p) {
+    try {
+        return json::parse(read_file(p));
+    } catch (const json::parse_error& e) {
+        throw Error(p.string() + ": not valid JSON: " + e.what());
+    }
+}
+
+json finite_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+struct Encoded {
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> supervised;
+    data::TokenizedRecord full;
+};
+
+// Right padding to the longest sequence of the micro-batch (the same rule as the reference leg, so
+// shared dropout masks, which are indexed over the padded [batch*seq, in] input, line up).
+engine::MicroBatch make_micro_batch(const std::vector<const Encoded*>& seqs, int32_t pad_id) {
+    engine::MicroBatch mb;
+    mb.batch = static_cast<int64_t>(seqs.size());
+    for (const auto* s : seqs) mb.seq = std::max<int64_t>(mb.seq, static_cast<int64_t>(s->ids.size()));
+    mb.ids.assign(static_cast<size_t>(mb.batch * mb.seq), pad_id);
+    mb.supervised.assign(static_cast<size_t>(mb.batch * mb.seq), 0);
+    for (size_t b = 0; b < seqs.size(); ++b) {
+        const auto& s = *seqs[b];
+        std::copy(s.ids.begin(), s.ids.end(), mb.ids.begin() + static_cast<int64_t>(b) * mb.seq);
+        // Token 0 is never a label (nothing predicts it): transformers' shift drops it too.
+        for (size_t t = 1; t < s.supervised.size(); ++t) mb.supervised[b * mb.seq + t] = s.supervised[t];
+        mb.lengths.push_back(static_cast<int32_t>(s.ids.size()));
+    }
+    return mb;
+}
+
+// ---- checkpoints: ckpt-<update:06d>.tmp/ + manifest.json last + rename ----------------------------
+
+fs::path write_checkpoint(const fs::path& leg_dir, int64_t update, const std::string& spec_sha,
+                          const engine::TrainerState& st) {
+    char name[32];
+    std::snprintf(name, sizeof name, "ckpt-%06lld", static_cast<long long>(update));
+    fs::path final_dir = leg_dir / name;
+    fs::path tmp = leg_dir / (std::string(name) + ".tmp");
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    engine::write_safetensors(tmp / "adapter_model.safetensors", st.adapter);
+    engine::write_safetensors(tmp / "adam_m.safetensors", st.adam_m);
+    engine::write_safetensors(tmp / "adam_v.safetensors", st.adam_v);
+    json state{{"step", st.step}, {"native_rng_counter", std::to_string(st.native_rng_counter)},
+               {"seed", std::to_string(st.seed)}};
+    write_file_atomic(tmp / "state.json", state.dump(1) + "\n");
+    json files = json::object();
+    for (const char* f : {"adapter_model.safetensors", "adam_m.safetensors", "adam_v.safetensors", "state.json"})
+        files[f] = {{"size", fs::file_size(tmp / f)}, {"sha256", sha256_file_hex(tmp / f)}};
+    json manifest{{"format", kCheckpointFormat}, {"update", update}, {"spec_sha256", spec_sha}, {"files", files},
+                  {"tandem_version", TANDEM_VERSION}};
+    write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
+    fs::remove_all(final_dir);
+    rename_durably(tmp, final_dir);
+    return final_dir;
+}
+
+// Why a checkpoint folder cannot be used, or "" when it verifies.
+std::string verify_checkpoint(const fs::path& dir, const std::string& spec_sha, json* manifest_out) {
+    fs::path mp = dir / "manifest.json";
+    if (!fs::exists(mp)) return "no manifest.json";
+    json m;
+    try {
+        m = json::parse(read_file(mp));
+    } catch (const std::exception& e) {
+        return std::string("manifest.json unreadable: ") + e.what();
+    }
+    if (m.value("format", 0) != kCheckpointFormat) return "unknown manifest format";
+    if (m.value("spec_sha256", std::string()) != spec_sha) return "written for a different experiment spec";
+    for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
+        fs::path f = dir / it.key();
+        if (!fs::exists(f)) return "file " + it.key() + " missing";
+        if (fs::file_size(f) != it.value()["size"].get<uintmax_t>() ||
+            sha256_file_hex(f) != it.value()["sha256"].get<std::string>())
+            return "file " + it.key() + " does not match its manifest entry";
+    }
+    *manifest_out = m;
+    return "";
+}
+
+std::optional<std::pair<fs::path, json>> newest_valid_checkpoint(const fs::path& leg_dir, const std::string& spec_sha) {
+    if (!fs::is_directory(leg_dir)) return std::nullopt;
+    static const std::regex pattern("^ckpt-[0-9]{6}$");
+    std::vector<fs::path> found;
+    for (const auto& e : fs::directory_iterator(leg_dir))
+        if (e.is_directory() && std::regex_match(e.path().filename().string(), pattern)) found.push_back(e.path());
+    std::sort(found.rbegin(), found.rend());
+    for (const auto& dir : found) {
+        json m;
+        std::string why = verify_checkpoint(dir, spec_sha, &m);
+        if (why.empty()) return std::make_pair(dir, m);
+        std::fprintf(stderr, "engine leg: skipping checkpoint %s: %s\n", dir.c_str(), why.c_str());
+    }
+    return std::nullopt;
+}
+
+engine::TrainerState read_checkpoint(const fs::path& dir) {
+    engine::TrainerState st;
+    st.adapter = engine::read_safetensors(dir / "adapter_model.safetensors");
+    st.adam_m = engine::read_safetensors(dir / "adam_m.safetensors");
+    st.adam_v = engine::read_safetensors(dir / "adam_v.safetensors");
+    json s = read_json(dir / "state.json");
+    st.step = s.at("step").get<int64_t>();
+    st.native_rng_counter = std::stoull(s.at("native_rng_counter").get<std::string>());
+    st.seed = std::stoull(s.at("seed").get<std::string>());
+    return st;
+}
+
+int run(const EngineLegOptions& opt, EventWriter& out) {
+    const auto t_start = std::chrono::steady_clock::now();
+    const fs::path run_dir = fs::absolute(opt.run);
+    ExperimentSpec spec = load_run_spec(run_dir);
+    const std::string spec_sha = spec.sha256();
+    if (opt.device != "cpu")
+        throw Error("engine leg: device '" + opt.device + "' is not supported by this build's engine leg (cpu only)");
+
+    out.emit("hello", {{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
+                       {"stack", "tandem engine (C++20, OpenBLAS)"},
+                       {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", opt.device},
+                       {"device_name", "cpu"}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
+                       {"spec_sha256", spec_sha}, {"resume", opt.resume}});
+
+    const fs::path leg_dir = run_dir / "legs" / opt.leg;
+    fs::create_directories(leg_dir);
+    std::optional<std::pair<fs::path, json>> resume_from;
+    if (opt.resume) {
+        resume_from = newest_valid_checkpoint(leg_dir, spec_sha);
+        if (!resume_from) std::fprintf(stderr, "engine leg: no valid checkpoint: starting from the beginning\n");
+    }
+
+    // Model: base weights + the shared initial adapter.
+    auto t0 = std::chrono::steady_clock::now();
+    engine::HfCheckpoint base = engine::load_hf_checkpoint(run_dir / "base");
+    engine::LoraConfig lora = lora_config_of(spec);
+    engine::LoraAdapter init = engine::load_peft_adapter(run_dir / "init", base.config);
+    std::vector<TensorDigest> digests;
+    if (!resume_from) {
+        // L2 over the tensors as loaded (names sorted, as the files name them): base, then adapter.
+        for (const auto& [name, t] : base.tensors)
+            digests.push_back(digest_tensor(name, "base", t.shape, t.ptr(), t.data.size()));
+    }
+
+    // Data: tandem's own rendering and tokenization of every record this leg needs.
+    auto t1 = std::chrono::steady_clock::now();
+    const std::string template_name = spec.leg_setting(opt.leg, "template");
+    const data::TemplateKind kind = data::parse_template_kind(template_name);
+    data::Tokenizer tokenizer = data::Tokenizer::load(run_dir / "tokenizer");
+    const int32_t pad_id = tokenizer.token_id("<|endoftext|>").value_or(0);
+    std::vector<data::Record> records = data::read_records(run_dir / "corpus" / "records.jsonl");
+    data::BatchPlan plan = data::read_plan(run_dir / "plan.json");
+    json prefix_json = read_json(run_dir / "corpus" / "eval_prefix.json");
+    std::vector<size_t> eval_indices = prefix_json.at("indices").get<std::vector<size_t>>();
+    const size_t l3_count = std::min(static_cast<size_t>(spec.l3_records), records.size());
+    const std::string plan_mode = spec.leg_setting(opt.leg, "plan");
+
+    std::map<size_t, Encoded> encoded;
+    auto encode = [&](size_t i) -> const Encoded& {
+        auto it = encoded.find(i);
+        if (it != encoded.end()) return it->second;
+        if (i >= records.size()) throw Error("record index " + std::to_string(i) + " out of range in the run folder");
+        Encoded e;
+        e.full = data::tokenize_record(tokenizer, kind, records[i].messages, static_cast<size_t>(spec.max_len));
+        e.ids = e.full.ids;
+        e.supervised = e.full.supervised;
+        return encoded.emplace(i, std::move(e)).first->second;
+    };
+    if (plan_mode == "native") {
+        // The engine's own sampler: tandem's batch-plan algorithm over the lengths this leg measured.
+        data::Split split = data::read_split(run_dir / "corpus" / "split.json");
+        std::vector<size_t> lengths;
+        for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
+        data::PlanOptions po;
+        po.seed = spec.seed;
+        po.micro_batch = static_cast<size_t>(spec.micro_batch);
+        po.accumulation = static_cast<size_t>(spec.accumulation);
+        po.max_len = static_cast<size_t>(spec.max_len);
+        po.epochs = static_cast<size_t>(spec.epochs);
+        size_t total = plan.updates.size();
+        plan = data::make_batch_plan(split.train, lengths, po);
+        if (plan.updates.size() > total) plan.updates.resize(total);
+    }
+    for (size_t i : eval_indices) encode(i);
+    for (size_t i = 0; i < l3_count; ++i) encode(i);
+    for (const auto& u : plan.updates)
+        for (const auto& mb : u)
+            for (size_t i : mb) encode(i);
+    const double tokenize_s = seconds_since(t1);
+
+    const int64_t total_updates = static_cast<int64_t>(plan.updates.size());
+    engine::TrainOptions to;
+    to.lr = spec.lr;
+    to.adamw.beta1 = spec.beta1;
+    to.adamw.beta2 = spec.beta2;
+    to.adamw.eps = spec.eps;
+    to.adamw.weight_decay = spec.weight_decay;
+    to.total_updates = total_updates;
+    to.warmup_ratio = spec.warmup_fraction;
+    to.max_grad_norm = spec.clip;
+    to.dropout_mode = spec.leg_setting(opt.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
+                                                                              : engine::DropoutMode::Native;
+    to.seed = spec.seed;
+    to.threads = opt.threads;
+    const engine::Qwen3Config config = base.config;
+    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to);
+    trainer.load_adapter(init.tensors);
+    const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
+
+    std::vector<engine::MicroBatch> eval_batches;
+    for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
+        std::vector<const Encoded*> seqs;
+        for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
+            seqs.push_back(&encoded.at(eval_indices[k]));
+        eval_batches.push_back(make_micro_batch(seqs, pad_id));
+    }
+
+    int64_t start_update = 0;
+    if (resume_from) {
+        trainer.restore(read_checkpoint(resume_from->first));
+        start_update = resume_from->second.at("update").get<int64_t>();
+        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->first, run_dir).string()}});
+    } else {
+        json tensors = json::array();
+        for (const auto& [name, t] : trainer.adapter_tensors())
+            digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
+        LegTrace l2;
+        l2.l2 = digests;
+        out.emit("l2", l2_to_json(l2));
+
+        json l3 = json::array();
+        for (size_t i = 0; i < l3_count; ++i) {
+            const Encoded& e = encoded.at(i);
+            json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
+                   {"boundary", static_cast<int64_t>(e.full.boundary)},
+                   {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
+                   {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
+            r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
+            l3.push_back(std::move(r));
+        }
+        out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
+
+        engine::EvalResult ev = trainer.evaluate(eval_batches);
+        out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
+                        {"examples", eval_indices.size()}});
+        out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+    }
+    out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
+                        {"setup_s", seconds_since(t_start)}});
+
+    double train_s = 0;
+    for (int64_t u = start_update; u < total_updates; ++u) {
+        std::vector<engine::MicroBatch> mbs;
+        int64_t input_tokens = 0;
+        for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
+            std::vector<const Encoded*> seqs;
+            for (size_t i : mb) {
+                seqs.push_back(&encoded.at(i));
+                input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
+            }
+            mbs.push_back(make_micro_batch(seqs, pad_id));
+        }
+        auto tu = std::chrono::steady_clock::now();
+        engine::UpdateMetrics m = trainer.train_update(mbs);
+        double wall = seconds_since(tu);
+        train_s += wall;
+        out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
+                          {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
+                          {"wall_s", wall}});
+        const int64_t done = u + 1;
+        if (done % spec.eval_interval == 0 || done == total_updates) {
+            engine::EvalResult ev = trainer.evaluate(eval_batches);
+            out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+        }
+        if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
+            fs::path p = write_checkpoint(leg_dir, done, spec_sha, trainer.state());
+            out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
+        }
+    }
+    engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
+    out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
+    out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", nullptr}});
+    out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
+    return 0;
+}
+
+}  // namespace
+
+int run_engine_leg(const EngineLegOptions& options) {
+    EventWriter out(stdout);
+    try {
+        return run(options, out);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "engine leg: error: %s\n", e.what());
+        out.emit("error", {{"message", e.what()}});
+        return 1;
+    }
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,198 @@
+// Preparing the run folder's shared artifacts (docs/run-folder.md).
+#include "tandem/experiments/prepare.h"
+
+#include "tandem/assets.h"
+#include "tandem/atomic_file.h"
+#include "tandem/data/batch_plan.h"
+#include "tandem/data/corpus.h"
+#include "tandem/data/tokenizer.h"
+#include "tandem/engine/config.h"
+#include "tandem/engine/generate.h"
+#include "tandem/engine/io.h"
+#include "tandem/error.h"
+
+#include <chrono>
+#include <ctime>
+#include <map>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void say(const PrepareOptions& opt, const std::string& line) {
+    if (opt.log) opt.log(line);
+}
+
+std::string utc_stamp() {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+    return buf;
+}
+
+void copy_file_into(const fs::path& from, const fs::path& dir) {
+    std::error_code ec;
+    fs::copy_file(from, dir / from.filename(), fs::copy_options::overwrite_existing, ec);
+    if (ec) throw Error("copying " + from.string() + " into " + dir.string() + ": " + ec.message());
+}
+
+}  // namespace
+
+engine::Qwen3Config model_config_of(const ExperimentSpec& spec) {
+    if (!spec.model_base.empty()) return engine::read_hf_config(spec.model_base);
+    if (spec.model_config == "inline") {
+        // Inline fields override the Qwen3-0.6B architecture's config.json (SPEC §1).
+        json full = engine::Qwen3Config::named("qwen3-0.6b").to_json();
+        for (auto it = spec.model_inline.begin(); it != spec.model_inline.end(); ++it) full[it.key()] = it.value();
+        return engine::Qwen3Config::from_json(full, "experiment field model.config");
+    }
+    return engine::Qwen3Config::named(spec.model_config);
+}
+
+engine::LoraConfig lora_config_of(const ExperimentSpec& spec) {
+    engine::LoraConfig l;
+    l.rank = spec.lora_rank;
+    l.alpha = spec.lora_alpha;
+    l.use_rslora = spec.lora_use_rslora;
+    l.dropout = spec.lora_dropout;
+    l.targets = spec.lora_targets;
+    return l;
+}
+
+fs::path new_run_folder(const fs::path& out_dir, const std::string& experiment) {
+    fs::path base = out_dir / (experiment + "-" + utc_stamp());
+    fs::path p = base;
+    for (int i = 2; fs::exists(p); ++i) p = base.string() + "-" + std::to_string(i);
+    return p;
+}
+
+PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, const PrepareOptions& opt) {
+    PreparedRun run;
+    run.folder = fs::absolute(folder);
+    run.run_id = run.folder.filename().string();
+    fs::create_directories(run.folder);
+
+    // 1. The resolved spec and its hash.
+    json spec_json = spec.to_json();
+    write_file_atomic(run.folder / "experiment.json",
+                      json{{"spec", spec_json}, {"spec_sha256", spec.sha256()}}.dump(2) + "\n");
+
+    // 2. The tokenizer every leg uses (copied, so the run folder is self-contained).
+    AssetRoot assets = require_asset_root(opt.assets);
+    fs::path tok_dir = run.folder / "tokenizer";
+    fs::create_directories(tok_dir);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) copy_file_into(tokenizer_dir(assets) / f, tok_dir);
+    say(opt, "tokenizer: " + tokenizer_dir(assets).string());
+
+    // 3. Corpus: the full build (accounting over every source row), then the experiment's selection.
+    auto t0 = std::chrono::steady_clock::now();
+    data::Tokenizer tokenizer = data::Tokenizer::load(tok_dir);
+    data::CorpusOptions copt;
+    copt.seed = spec.seed;
+    copt.heldout_fraction = spec.heldout_fraction;
+    copt.max_len = static_cast<size_t>(spec.max_len);
+    copt.template_kind = data::TemplateKind::Qwen3;
+    data::CorpusBuild build = data::build_corpus(corpora_dir(assets), tokenizer, copt);
+    const size_t built = build.records.size();
+    std::vector<data::Record> selected;
+    std::map<std::string, int64_t> per_source;
+    for (const auto& src : spec.sources) {
+        for (const auto& r : build.records) {
+            if (r.source != src) continue;
+            if (spec.max_records_per_source > 0 && per_source[src] >= spec.max_records_per_source) break;
+            data::Record copy = r;
+            copy.index = selected.size();
+            selected.push_back(std::move(copy));
+            ++per_source[src];
+        }
+    }
+    if (selected.empty()) throw Error("corpus: the experiment's selection (corpus.sources) holds no record");
+    build.split = data::split_records(selected, spec.seed, spec.heldout_fraction);
+    for (size_t i : build.split.train) selected[i].split = "train";
+    for (size_t i : build.split.heldout) selected[i].split = "heldout";
+    build.records = std::move(selected);
+    fs::path corpus_dir = run.folder / "corpus";
+    data::write_corpus(build, corpus_dir);
+    json selection{{"built_records", built}, {"sources", spec.sources},
+                   {"max_records_per_source", spec.max_records_per_source},
+                   {"selected_per_source", per_source}, {"selected", build.records.size()},
+                   {"note", "accounting.* cover every source row; records.jsonl holds the experiment's selection, "
+                            "re-indexed, with the split recomputed from (seed, record id)"}};
+    write_file_atomic(corpus_dir / "selection.json", selection.dump(2) + "\n");
+    auto prefix = data::eval_prefix(build.split, static_cast<size_t>(spec.eval_prefix));
+    write_file_atomic(corpus_dir / "eval_prefix.json", json{{"size", prefix.size()}, {"indices", prefix}}.dump() + "\n");
+    double corpus_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    say(opt, "corpus: " + std::to_string(build.records.size()) + " records (" + std::to_string(build.split.train.size()) +
+                 " train, " + std::to_string(build.split.heldout.size()) + " held out) of " + std::to_string(built) +
+                 " converted");
+
+    // 4. The shared batch plan, cut to max_updates.
+    std::vector<size_t> lengths;
+    for (size_t i : build.split.train) lengths.push_back(build.records[i].length);
+    data::PlanOptions popt;
+    popt.seed = spec.seed;
+    popt.micro_batch = static_cast<size_t>(spec.micro_batch);
+    popt.accumulation = static_cast<size_t>(spec.accumulation);
+    popt.max_len = static_cast<size_t>(spec.max_len);
+    popt.epochs = static_cast<size_t>(spec.epochs);
+    data::BatchPlan plan = data::make_batch_plan(build.split.train, lengths, popt);
+    if (spec.max_updates > 0 && plan.updates.size() > static_cast<size_t>(spec.max_updates))
+        plan.updates.resize(static_cast<size_t>(spec.max_updates));
+    if (plan.updates.empty()) throw Error("batch plan: no update (train split empty?)");
+    data::write_plan(plan, run.folder / "plan.json");
+    say(opt, "plan: " + std::to_string(plan.updates.size()) + " updates");
+
+    // 5. Base weights: the given checkpoint (linked), or generated from the seed.
+    auto t1 = std::chrono::steady_clock::now();
+    fs::path base_dir = run.folder / "base";
+    engine::Qwen3Config config = model_config_of(spec);
+    std::string base_source;
+    if (!spec.model_base.empty()) {
+        fs::create_directories(base_dir);
+        for (const auto& e : fs::directory_iterator(spec.model_base)) {
+            if (!e.is_regular_file()) continue;
+            std::error_code ec;
+            fs::create_symlink(fs::absolute(e.path()), base_dir / e.path().filename(), ec);
+            if (ec) copy_file_into(e.path(), base_dir);
+        }
+        base_source = fs::absolute(spec.model_base).string();
+    } else {
+        engine::write_generated_base(base_dir, config, spec.seed);
+        base_source = std::string("generated (") + engine::kGeneratorName + ", seed " + std::to_string(spec.seed) + ")";
+    }
+    // 6. The initial adapter, in peft's layout.
+    engine::write_initial_adapter(run.folder / "init", config, lora_config_of(spec), spec.seed, "");
+    double weights_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    say(opt, "base: " + base_source + "; initial adapter written");
+
+    run.total_updates = static_cast<int64_t>(plan.updates.size());
+    run.train_records = static_cast<int64_t>(build.split.train.size());
+    run.heldout_records = static_cast<int64_t>(build.split.heldout.size());
+    run.eval_examples = static_cast<int64_t>(prefix.size());
+    run.summary = json{{"run_id", run.run_id}, {"total_updates", run.total_updates},
+                       {"train_records", run.train_records}, {"heldout_records", run.heldout_records},
+                       {"eval_examples", run.eval_examples}, {"base", base_source},
+                       {"corpus_s", corpus_s}, {"weights_s", weights_s}};
+    write_file_atomic(run.folder / "prepare.json", run.summary.dump(2) + "\n");
+    return run;
+}
+
+PreparedRun read_prepared_run(const fs::path& folder) {
+    PreparedRun run;
+    run.folder = fs::absolute(folder);
+    run.run_id = run.folder.filename().string();
+    fs::path p = run.folder / "prepare.json";
+    if (!fs::exists(p)) throw Error(run.folder.string() + ": not a prepared run folder (no prepare.json)");
+    run.summary = json::parse(read_file(p));
+    run.total_updates = run.summary.value("total_updates", int64_t{0});
+    run.train_records = run.summary.value("train_records", int64_t{0});
+    run.heldout_records = run.summary.value("heldout_records", int64_t{0});
+    run.eval_examples = run.summary.value("eval_examples", int64_t{0});
+    return run;
+}
+
+}  // namespace tandem::experiments

@@ -2,8 +2,8 @@
 //   pass 1: block (segment s, slice k) sums squares of a fixed kSlice-element slice in double, with
 //           a fixed in-block reduction order -> partials[s * slices + k];
 //   pass 2: one block; thread i takes segments i, i+blockDim, ... and sums each segment's slices in
-//           order (sqrt per segment, as the CPU's per-tensor norms), squares and sums its segments,
-//           then a fixed block reduction -> norm = sqrt(sum of per-segment norm^2);
+//           order, then its segments, then a fixed block reduction -> norm = sqrt(total) (the CPU's
+//           global_grad_norm: a double sum of squares per tensor, summed over tensors);
 //   coef = min(1, float(max_norm) / (float(norm) + 1e-6f)) in float32, stored on the device so the
 //   clip kernel reads it without a host round trip.
 // No atomics anywhere: the same gradients give the same bits.
@@ -39,8 +39,7 @@ __global__ void norm_finish_kernel(double* __restrict__ norm, float* __restrict_
     for (int64_t s = threadIdx.x; s < n_segments; s += blockDim.x) {
         double seg = 0.0;
         for (int64_t k = 0; k < slices; ++k) seg += partials[s * slices + k];
-        const double seg_norm = sqrt(seg);
-        acc += seg_norm * seg_norm;
+        acc += seg;
     }
     acc = detail::block_sum(acc, shared);
     if (threadIdx.x == 0) {

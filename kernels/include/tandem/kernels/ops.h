@@ -134,13 +134,13 @@ void lora_linear_backward(cublasHandle_t h, cudaStream_t stream, float* dx, floa
 // ----------------------------------------------------------------------------------------------
 // LM head + cross-entropy (cross_entropy.cu), chunked over tokens: at most token_chunk x V logits
 // exist at once (workspace). Per token n: loss_n = logsumexp(h[n] . emb^T) - logit[targets[n]].
-// losses[N] (device, per-token loss), dh[N,C] (=, nullable) = grad_scale * (softmax - onehot) @ emb.
-// workspace: token_chunk * V floats.
-void lm_head_cross_entropy(cublasHandle_t h, cudaStream_t stream, float* losses, float* dh, float* workspace,
+// losses[N] (device, per-token loss in double), dh[N,C] (=, nullable) = grad_scale * (softmax - onehot) @ emb.
+// workspace: token_chunk * V floats. token_chunk <= 0 means all N rows at once.
+void lm_head_cross_entropy(cublasHandle_t h, cudaStream_t stream, double* losses, float* dh, float* workspace,
                            const float* hidden, const float* emb, const int32_t* targets, int64_t N, int64_t C,
                            int64_t V, float grad_scale, int64_t token_chunk);
 // acc[0] += sum_n losses[n] in double, one block, fixed order (deterministic).
-void sum_losses(double* acc, const float* losses, int64_t n, cudaStream_t stream);
+void sum_losses(double* acc, const double* losses, int64_t n, cudaStream_t stream);
 
 // ----------------------------------------------------------------------------------------------
 // Optimizer (adamw.cu, global_norm.cu). Scalars are computed on the host exactly as the CPU's
@@ -160,7 +160,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 // Global L2 norm over segments [offset, count] of grad (host arrays of n_segments pairs are uploaded
 // by the caller into seg_offsets/seg_counts, device int64). Deterministic two-pass reduction in double:
 // pass 1 — each block sums squares of a fixed slice of one segment; pass 2 — one block sums the slices
-// per segment (sqrt per segment as the CPU does), then over segments. Writes norm[0] (double, device)
+// per segment, then over segments, then sqrt. Writes norm[0] (double, device)
 // and coef[0] = min(1, float(max_norm) / (float(norm) + 1e-6f)) (float, device).
 // partials: workspace of global_norm_partials(total) doubles.
 int64_t global_norm_partials(int64_t max_segment_count, int64_t n_segments);

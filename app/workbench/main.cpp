@@ -1,0 +1,130 @@
+// tandem-workbench — the desktop window. Wiring only: options, then views::MainWindow.
+//
+// --version and --help are answered before any window system is touched (a QCoreApplication
+// parses them), so they work without a display (packaging checks, CI).
+#include "tandem/version.h"
+#include "tandem/views/launcher_view.h"
+#include "tandem/views/main_window.h"
+#include "tandem/views/trajectory_view.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QStandardPaths>
+#include <QTimer>
+
+#include <cstdio>
+#include <memory>
+
+namespace {
+
+struct Options {
+    QString run;
+    QString catalog;
+    QString experiment;
+    QString runs_dir;
+    QString tandem;
+    QString screenshot_dir;
+    QString page;
+    QSize size{1280, 800};
+};
+
+void describe(QCommandLineParser& parser) {
+    parser.setApplicationDescription(QStringLiteral(
+        "tandem workbench: launch legs, watch their trajectories overlay live, diff tokens, export figures and tables."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addPositionalArgument(QStringLiteral("run"), QStringLiteral("A run folder or run.h5 file to open."), QStringLiteral("[run]"));
+    parser.addOption({QStringLiteral("catalog"), QStringLiteral("The catalog (tandem.db) whose runs to list."), QStringLiteral("file")});
+    parser.addOption({QStringLiteral("experiment"), QStringLiteral("Experiment file preselected in the launcher."), QStringLiteral("file")});
+    parser.addOption({QStringLiteral("runs-dir"), QStringLiteral("Where launched runs go (default: runs/ next to the catalog)."), QStringLiteral("dir")});
+    parser.addOption({QStringLiteral("tandem"), QStringLiteral("The tandem CLI the launcher runs (default: next to this binary, else PATH)."), QStringLiteral("file")});
+    parser.addOption({QStringLiteral("page"), QStringLiteral("Page to show first: runs, launch, trajectories, token-diff, tables."), QStringLiteral("name")});
+    parser.addOption({QStringLiteral("screenshot-dir"),
+                      QStringLiteral("Open the run, save a PNG of every page into dir, and quit (for docs/screenshots)."), QStringLiteral("dir")});
+    parser.addOption({QStringLiteral("size"), QStringLiteral("Window size WxH (default 1280x800)."), QStringLiteral("WxH")});
+}
+
+Options read_options(QCommandLineParser& parser) {
+    Options o;
+    if (!parser.positionalArguments().isEmpty()) o.run = parser.positionalArguments().first();
+    o.catalog = parser.value(QStringLiteral("catalog"));
+    o.experiment = parser.value(QStringLiteral("experiment"));
+    o.runs_dir = parser.value(QStringLiteral("runs-dir"));
+    o.tandem = parser.value(QStringLiteral("tandem"));
+    o.page = parser.value(QStringLiteral("page"));
+    o.screenshot_dir = parser.value(QStringLiteral("screenshot-dir"));
+    if (parser.isSet(QStringLiteral("size"))) {
+        const auto parts = parser.value(QStringLiteral("size")).split(QLatin1Char('x'));
+        if (parts.size() == 2) o.size = QSize(parts[0].toInt(), parts[1].toInt());
+    }
+    return o;
+}
+
+void set_identity() {
+    QCoreApplication::setOrganizationName(QStringLiteral("tandem"));
+    QCoreApplication::setApplicationName(QStringLiteral("tandem-workbench"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(TANDEM_VERSION));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Q_INIT_RESOURCE(views);  // the icon, from the static tandem_views library
+    Options options;
+    {
+        // Parse with a window-system-free application: --help/--version print and exit here.
+        QCoreApplication core(argc, argv);
+        set_identity();
+        QCommandLineParser parser;
+        describe(parser);
+        parser.process(core);  // exits on --help, --version and unknown options
+        options = read_options(parser);
+    }
+
+    QApplication app(argc, argv);
+    set_identity();
+    app.setWindowIcon(QIcon(QStringLiteral(":/tandem/icon.svg")));
+
+    tandem::views::MainWindow window;
+    window.resize(options.size);
+    auto* launcher = window.launcher();
+    QString tandem_cli = options.tandem;
+    if (tandem_cli.isEmpty()) {
+        const auto beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("tandem"));
+        tandem_cli = QFileInfo::exists(beside) ? beside : QStandardPaths::findExecutable(QStringLiteral("tandem"));
+    }
+    launcher->set_tandem_binary(tandem_cli);
+    launcher->set_legs({{QStringLiteral("engine"), QStringLiteral("cpu")}, {QStringLiteral("reference"), QStringLiteral("cpu")}});
+    if (!options.catalog.isEmpty()) window.open_catalog(options.catalog);
+    if (!options.runs_dir.isEmpty()) launcher->set_runs_dir(options.runs_dir);
+    if (!options.experiment.isEmpty()) launcher->set_experiment(options.experiment);
+    if (!options.run.isEmpty()) window.open_run(options.run);
+
+    const QStringList pages{QStringLiteral("runs"), QStringLiteral("launch"), QStringLiteral("trajectories"),
+                            QStringLiteral("token-diff"), QStringLiteral("tables")};
+    if (const auto page = pages.indexOf(options.page); page >= 0) window.show_page(static_cast<tandem::views::MainWindow::Page>(page));
+    window.show();
+
+    if (!options.screenshot_dir.isEmpty()) {
+        // Wait for the run's first snapshot (or give up after 20 s), then grab every page and quit.
+        auto shoot = [&window, dir = options.screenshot_dir] {
+            const auto files = window.save_screenshots(dir);
+            for (const auto& f : files) std::printf("%s\n", qPrintable(f));
+            QCoreApplication::exit(files.size() == 5 ? 0 : 1);
+        };
+        if (options.run.isEmpty()) {
+            QTimer::singleShot(500, &window, shoot);
+        } else {
+            QObject::connect(&window, &tandem::views::MainWindow::run_snapshot_shown, &window,
+                             [shoot] { QTimer::singleShot(800, shoot); }, Qt::SingleShotConnection);
+            QTimer::singleShot(20000, &window, [] {
+                std::fprintf(stderr, "tandem-workbench: the run did not load within 20 s\n");
+                QCoreApplication::exit(1);
+            });
+        }
+    }
+    return app.exec();
+}

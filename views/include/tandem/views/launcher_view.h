@@ -1,0 +1,82 @@
+#pragma once
+// The launch page: pick an experiment file, the legs and a device for each, start. The legs run
+// through the same runner as the CLI: the page starts `tandem run …` as a child process (a crash
+// of the runner or a leg cannot take the window down) and follows the run folder it creates —
+// per-leg progress, and for a failed leg its last events and stderr. Stop sends SIGTERM to the
+// runner (it interrupts its legs, which keep their checkpoints); Resume runs `tandem run --resume`
+// on the same folder.
+#include "tandem/views/leg_progress.h"
+
+#include <QProcess>
+#include <QStringList>
+#include <QWidget>
+
+QT_BEGIN_NAMESPACE
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QTableWidget;
+QT_END_NAMESPACE
+
+namespace tandem::views {
+
+struct LegChoice {
+    QString leg;     // leg name (as in the experiment file / the run folder)
+    QString device;  // "cpu", "cuda:0", ...
+};
+
+// The command line the launcher runs (kept in one place so the GUI and docs/cli.md agree).
+QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
+                          const QString& catalog);
+QStringList resume_arguments(const QString& run_folder, const QString& catalog);
+
+class LauncherView : public QWidget {
+    Q_OBJECT
+public:
+    explicit LauncherView(QWidget* parent = nullptr);
+    ~LauncherView() override;
+
+    void set_tandem_binary(const QString& path) { tandem_ = path; }
+    void set_runs_dir(const QString& dir);
+    void set_catalog(const QString& path) { catalog_ = path; }
+    void set_experiment(const QString& path);
+    // The legs offered (name + default device); each row has a checkbox and a device chooser.
+    void set_legs(const std::vector<LegChoice>& legs);
+    std::vector<LegChoice> chosen_legs() const;
+
+    bool running() const;
+    QString run_folder() const { return run_folder_; }
+
+public Q_SLOTS:
+    void start();
+    void stop();
+    void resume();
+
+Q_SIGNALS:
+    void run_folder_found(const QString& folder);  // the runner created the run's folder
+    void run_finished(int exit_code);
+
+private:
+    void launch(const QStringList& arguments);
+    void on_output();
+    void on_progress(std::shared_ptr<const RunProgress> progress);
+    void find_run_folder();
+
+    QString tandem_;
+    QString runs_dir_;
+    QString catalog_;
+    QString run_folder_;
+    QStringList folders_before_;
+    QProcess* process_ = nullptr;
+    LegProgressFollower* follower_ = nullptr;
+    QLineEdit* experiment_ = nullptr;
+    QTableWidget* legs_ = nullptr;
+    QPushButton* start_ = nullptr;
+    QPushButton* stop_ = nullptr;
+    QPushButton* resume_ = nullptr;
+    QLabel* state_ = nullptr;
+    QPlainTextEdit* log_ = nullptr;
+};
+
+}  // namespace tandem::views

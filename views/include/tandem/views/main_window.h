@@ -1,0 +1,82 @@
+#pragma once
+// The workbench window: pages Runs, Launch, Trajectories, Token diff, Tables; menus and shortcuts
+// for the main actions; window layout, recent runs and the catalog remembered in QSettings;
+// run files dropped on the window are opened.
+#include "tandem/views/run_snapshot.h"
+
+#include <QMainWindow>
+
+#include <memory>
+
+QT_BEGIN_NAMESPACE
+class QLabel;
+class QMenu;
+class QTabWidget;
+QT_END_NAMESPACE
+
+namespace tandem::views {
+
+class LauncherView;
+class RunFollower;
+class RunsBrowser;
+class TablesView;
+class TokenDiffView;
+class TrajectoryView;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage };
+
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    void open_catalog(const QString& path);
+    // Opens a run file or folder: follows it (live while legs write), fills every page.
+    void open_run(const QString& path);
+    QString current_run() const { return run_path_; }
+
+    void show_page(Page page);
+    // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png.
+    QStringList save_screenshots(const QString& dir);
+
+    RunsBrowser* runs_browser() const { return runs_; }
+    LauncherView* launcher() const { return launcher_; }
+    TrajectoryView* trajectories() const { return trajectories_; }
+    TokenDiffView* token_diff() const { return token_diff_; }
+    TablesView* tables() const { return tables_; }
+
+Q_SIGNALS:
+    // Emitted after a snapshot of the current run reached the views (tests wait on it).
+    void run_snapshot_shown();
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
+private:
+    void build_menus();
+    void on_snapshot(std::shared_ptr<const RunSnapshot> snapshot);
+    void load_static_pages(const QString& run_file);
+    void remember_recent(const QString& path);
+    void rebuild_recent_menu();
+    void export_figure_dialog();
+    void export_table_dialog();
+    void export_curves_dialog(bool visible_only);
+
+    QTabWidget* pages_ = nullptr;
+    RunsBrowser* runs_ = nullptr;
+    LauncherView* launcher_ = nullptr;
+    TrajectoryView* trajectories_ = nullptr;
+    TokenDiffView* token_diff_ = nullptr;
+    TablesView* tables_ = nullptr;
+    RunFollower* follower_ = nullptr;
+    QMenu* recent_menu_ = nullptr;
+    QLabel* status_ = nullptr;
+    QString run_path_;
+    std::size_t last_point_count_ = 0;
+    bool static_pages_loaded_ = false;
+};
+
+}  // namespace tandem::views

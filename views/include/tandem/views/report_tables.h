@@ -1,0 +1,17 @@
+#pragma once
+// The Tables page's content: the report's tables for one run file.
+#include "tandem/views/string_table.h"
+
+#include <filesystem>
+#include <vector>
+
+namespace tandem::views {
+
+struct ReportTables {
+    std::vector<StringTable> tables;
+    std::string note;  // where the numbers come from
+};
+
+ReportTables load_report_tables(const std::filesystem::path& run_file);
+
+}  // namespace tandem::views

@@ -1,0 +1,47 @@
+#pragma once
+// The runs page: the catalog's runs and legs in a sortable, filterable table; open a run (double
+// click, Enter, the menu, or a file dropped on the window) and delete one after confirmation.
+#include "tandem/views/runs_model.h"
+
+#include <QWidget>
+
+QT_BEGIN_NAMESPACE
+class QLabel;
+class QLineEdit;
+class QTableView;
+QT_END_NAMESPACE
+
+namespace tandem::views {
+
+class RunsBrowser : public QWidget {
+    Q_OBJECT
+public:
+    explicit RunsBrowser(QWidget* parent = nullptr);
+
+    // Reads the catalog again (a missing file shows an empty list and says so).
+    void set_catalog(const QString& path);
+    const QString& catalog() const { return catalog_; }
+    void reload();
+
+    RunsModel* model() const { return model_; }
+    RunsFilterProxy* proxy() const { return proxy_; }
+    QTableView* table() const { return table_; }
+    QString selected_run_file() const;
+    QString selected_run_id() const;
+
+    // Asks for confirmation (unless `confirm` is false), then deletes the selected run's catalog rows.
+    void delete_selected(bool confirm = true);
+
+Q_SIGNALS:
+    void open_run_requested(const QString& run_file);
+
+private:
+    QString catalog_;
+    RunsModel* model_ = nullptr;
+    RunsFilterProxy* proxy_ = nullptr;
+    QTableView* table_ = nullptr;
+    QLineEdit* filter_ = nullptr;
+    QLabel* status_ = nullptr;
+};
+
+}  // namespace tandem::views

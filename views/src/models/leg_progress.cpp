@@ -1,0 +1,128 @@
+#include "tandem/views/leg_progress.h"
+
+#include "tandem/experiments/leg_protocol.h"
+
+#include <QTimer>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace tandem::views {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::int64_t plan_updates(const fs::path& run_folder) {
+    std::ifstream in(run_folder / "plan.json");
+    if (!in) return 0;
+    try {
+        const auto j = nlohmann::json::parse(in);
+        return static_cast<std::int64_t>(j.at("updates").size());
+    } catch (const std::exception&) {
+        return 0;  // being written; the next poll reads it
+    }
+}
+
+std::vector<std::string> last_lines(const fs::path& file, std::size_t n) {
+    std::ifstream in(file);
+    std::deque<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+        lines.push_back(std::move(line));
+        if (lines.size() > n) lines.pop_front();
+    }
+    return {lines.begin(), lines.end()};
+}
+
+std::string tail(const fs::path& file, std::size_t bytes) {
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    if (!in) return {};
+    const auto size = static_cast<std::size_t>(in.tellg());
+    const auto start = size > bytes ? size - bytes : 0;
+    in.seekg(static_cast<std::streamoff>(start));
+    std::string out(size - start, '\0');
+    in.read(out.data(), static_cast<std::streamsize>(out.size()));
+    return out;
+}
+
+}  // namespace
+
+RunProgress read_run_progress(const fs::path& run_folder) {
+    RunProgress result;
+    std::error_code ec;
+    const auto legs_dir = run_folder / "legs";
+    if (!fs::is_directory(legs_dir, ec)) return result;
+    const auto total = plan_updates(run_folder);
+    std::vector<fs::path> legs;
+    for (const auto& entry : fs::directory_iterator(legs_dir, ec))
+        if (entry.is_directory()) legs.push_back(entry.path());
+    std::sort(legs.begin(), legs.end());
+    for (const auto& dir : legs) {
+        LegProgress p;
+        p.leg = dir.filename().string();
+        const auto trace = experiments::read_events_file(dir / "events.jsonl");
+        p.implementation = trace.implementation();
+        p.updates_done = trace.steps.empty() ? 0 : trace.steps.back().update + 1;
+        p.updates_total = total;
+        p.done = trace.done;
+        if (trace.error) p.error = *trace.error;
+        p.last_events = last_lines(dir / "events.jsonl", 8);
+        p.stderr_tail = tail(dir / "stderr.log", 4096);
+        result.push_back(std::move(p));
+    }
+    return result;
+}
+
+class LegProgressWorker : public QObject {
+    Q_OBJECT
+public:
+    void start(const QString& folder, int interval_ms) {
+        folder_ = folder;
+        if (!timer_) {
+            timer_ = new QTimer(this);
+            connect(timer_, &QTimer::timeout, this, &LegProgressWorker::poll);
+        }
+        timer_->start(interval_ms);
+        poll();
+    }
+    void halt() {
+        if (timer_) timer_->stop();
+    }
+Q_SIGNALS:
+    void progress(std::shared_ptr<const tandem::views::RunProgress> progress);
+
+private:
+    void poll() { Q_EMIT progress(std::make_shared<RunProgress>(read_run_progress(folder_.toStdString()))); }
+    QString folder_;
+    QTimer* timer_ = nullptr;
+};
+
+LegProgressFollower::LegProgressFollower(QObject* parent) : QObject(parent) {
+    qRegisterMetaType<std::shared_ptr<const RunProgress>>();
+    worker_ = new LegProgressWorker;
+    worker_->moveToThread(&thread_);
+    connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
+    connect(worker_, &LegProgressWorker::progress, this, &LegProgressFollower::progress, Qt::QueuedConnection);
+    thread_.setObjectName(QStringLiteral("leg progress"));
+    thread_.start();
+}
+
+LegProgressFollower::~LegProgressFollower() {
+    QMetaObject::invokeMethod(worker_, [w = worker_] { w->halt(); }, Qt::BlockingQueuedConnection);
+    thread_.quit();
+    thread_.wait();
+}
+
+void LegProgressFollower::follow(const QString& run_folder, int interval_ms) {
+    QMetaObject::invokeMethod(worker_, [w = worker_, run_folder, interval_ms] { w->start(run_folder, interval_ms); }, Qt::QueuedConnection);
+}
+
+void LegProgressFollower::stop() {
+    QMetaObject::invokeMethod(worker_, [w = worker_] { w->halt(); }, Qt::QueuedConnection);
+}
+
+}  // namespace tandem::views
+
+#include "leg_progress.moc"

@@ -1,0 +1,239 @@
+#include "tandem/views/launcher_view.h"
+
+#include <QComboBox>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+namespace tandem::views {
+
+namespace {
+enum LegColumn { ColLeg, ColDevice, ColProgress, ColState, ColCount };
+}
+
+QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
+                          const QString& catalog) {
+    QStringList args{QStringLiteral("run"), experiment};
+    for (const auto& leg : legs) args << QStringLiteral("--leg") << leg.leg + QLatin1Char('=') + leg.device;
+    if (!runs_dir.isEmpty()) args << QStringLiteral("--runs-dir") << runs_dir;
+    if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
+    return args;
+}
+
+QStringList resume_arguments(const QString& run_folder, const QString& catalog) {
+    QStringList args{QStringLiteral("run"), QStringLiteral("--resume"), run_folder};
+    if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
+    return args;
+}
+
+LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
+    auto* layout = new QVBoxLayout(this);
+    auto* row = new QHBoxLayout;
+    experiment_ = new QLineEdit(this);
+    experiment_->setObjectName(QStringLiteral("experiment"));
+    experiment_->setPlaceholderText(tr("Experiment file (.json)"));
+    auto* browse = new QPushButton(tr("&Browse…"), this);
+    row->addWidget(new QLabel(tr("Experiment:"), this));
+    row->addWidget(experiment_, 1);
+    row->addWidget(browse);
+    layout->addLayout(row);
+
+    legs_ = new QTableWidget(0, ColCount, this);
+    legs_->setObjectName(QStringLiteral("legs"));
+    legs_->setHorizontalHeaderLabels({tr("Leg"), tr("Device"), tr("Progress"), tr("State")});
+    legs_->horizontalHeader()->setStretchLastSection(true);
+    legs_->verticalHeader()->hide();
+    legs_->setSelectionMode(QAbstractItemView::NoSelection);
+
+    auto* buttons = new QHBoxLayout;
+    start_ = new QPushButton(tr("&Start"), this);
+    stop_ = new QPushButton(tr("S&top"), this);
+    resume_ = new QPushButton(tr("&Resume"), this);
+    start_->setObjectName(QStringLiteral("start"));
+    stop_->setEnabled(false);
+    resume_->setEnabled(false);
+    buttons->addWidget(start_);
+    buttons->addWidget(stop_);
+    buttons->addWidget(resume_);
+    state_ = new QLabel(this);
+    buttons->addWidget(state_, 1);
+    layout->addLayout(buttons);
+
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->addWidget(legs_);
+    log_ = new QPlainTextEdit(splitter);
+    log_->setObjectName(QStringLiteral("log"));
+    log_->setReadOnly(true);
+    log_->setMaximumBlockCount(5000);
+    log_->setPlaceholderText(tr("Runner output, and for a failed leg its last events and stderr."));
+    splitter->addWidget(log_);
+    layout->addWidget(splitter, 1);
+
+    process_ = new QProcess(this);
+    process_->setProcessChannelMode(QProcess::MergedChannels);
+    follower_ = new LegProgressFollower(this);
+
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const auto file = QFileDialog::getOpenFileName(this, tr("Experiment file"), experiment_->text(), tr("Experiments (*.json)"));
+        if (!file.isEmpty()) set_experiment(file);
+    });
+    connect(start_, &QPushButton::clicked, this, &LauncherView::start);
+    connect(stop_, &QPushButton::clicked, this, &LauncherView::stop);
+    connect(resume_, &QPushButton::clicked, this, &LauncherView::resume);
+    connect(process_, &QProcess::readyRead, this, &LauncherView::on_output);
+    connect(process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+        find_run_folder();
+        const int exit_code = status == QProcess::NormalExit ? code : -1;
+        state_->setText(exit_code == 0 ? tr("Finished.") : tr("Runner exited with %1.").arg(exit_code));
+        start_->setEnabled(true);
+        stop_->setEnabled(false);
+        resume_->setEnabled(!run_folder_.isEmpty() && exit_code != 0);
+        // One last read so the table shows the final state.
+        if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(read_run_progress(run_folder_.toStdString())));
+        follower_->stop();
+        Q_EMIT run_finished(exit_code);
+    });
+    connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
+        if (error == QProcess::FailedToStart) {
+            state_->setText(tr("Could not start %1: %2").arg(tandem_, process_->errorString()));
+            start_->setEnabled(true);
+            stop_->setEnabled(false);
+            Q_EMIT run_finished(-1);
+        }
+    });
+    connect(follower_, &LegProgressFollower::progress, this, &LauncherView::on_progress);
+}
+
+LauncherView::~LauncherView() {
+    if (process_->state() != QProcess::NotRunning) {
+        process_->terminate();
+        if (!process_->waitForFinished(5000)) process_->kill();
+        process_->waitForFinished(2000);
+    }
+}
+
+void LauncherView::set_runs_dir(const QString& dir) { runs_dir_ = dir; }
+
+void LauncherView::set_experiment(const QString& path) { experiment_->setText(path); }
+
+void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
+    legs_->setRowCount(0);
+    for (const auto& leg : legs) {
+        const int r = legs_->rowCount();
+        legs_->insertRow(r);
+        auto* name = new QTableWidgetItem(leg.leg);
+        name->setFlags(Qt::ItemIsEnabled | Qt::ItemIsUserCheckable);
+        name->setCheckState(Qt::Checked);
+        legs_->setItem(r, ColLeg, name);
+        auto* device = new QComboBox(legs_);
+        device->setEditable(true);  // any cuda:N the machine has
+        device->addItems({QStringLiteral("cpu"), QStringLiteral("cuda:0"), QStringLiteral("cuda:1")});
+        device->setCurrentText(leg.device);
+        legs_->setCellWidget(r, ColDevice, device);
+        auto* bar = new QProgressBar(legs_);
+        bar->setRange(0, 0);
+        bar->setValue(0);
+        bar->setFormat(QStringLiteral("%v / %m"));
+        legs_->setCellWidget(r, ColProgress, bar);
+        legs_->setItem(r, ColState, new QTableWidgetItem(tr("not started")));
+    }
+    legs_->resizeColumnsToContents();
+}
+
+std::vector<LegChoice> LauncherView::chosen_legs() const {
+    std::vector<LegChoice> out;
+    for (int r = 0; r < legs_->rowCount(); ++r) {
+        if (legs_->item(r, ColLeg)->checkState() != Qt::Checked) continue;
+        out.push_back({legs_->item(r, ColLeg)->text(), static_cast<QComboBox*>(legs_->cellWidget(r, ColDevice))->currentText()});
+    }
+    return out;
+}
+
+bool LauncherView::running() const { return process_->state() != QProcess::NotRunning; }
+
+void LauncherView::launch(const QStringList& arguments) {
+    if (running()) return;
+    log_->appendPlainText(QStringLiteral("$ %1 %2").arg(tandem_, arguments.join(QLatin1Char(' '))));
+    folders_before_ = QDir(runs_dir_).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+    start_->setEnabled(false);
+    stop_->setEnabled(true);
+    resume_->setEnabled(false);
+    state_->setText(tr("Running…"));
+    if (!runs_dir_.isEmpty()) QDir().mkpath(runs_dir_);
+    process_->start(tandem_, arguments);
+}
+
+void LauncherView::start() {
+    const auto legs = chosen_legs();
+    if (experiment_->text().isEmpty() || legs.empty()) {
+        state_->setText(tr("Choose an experiment file and at least one leg."));
+        return;
+    }
+    run_folder_.clear();
+    launch(run_arguments(experiment_->text(), legs, runs_dir_, catalog_));
+}
+
+void LauncherView::stop() {
+    if (!running()) return;
+    state_->setText(tr("Stopping (legs keep their checkpoints)…"));
+    process_->terminate();  // SIGTERM: the runner interrupts its legs and records them as interrupted
+}
+
+void LauncherView::resume() {
+    if (run_folder_.isEmpty()) return;
+    launch(resume_arguments(run_folder_, catalog_));
+}
+
+void LauncherView::on_output() {
+    log_->appendPlainText(QString::fromUtf8(process_->readAll()).trimmed());
+    if (run_folder_.isEmpty()) find_run_folder();
+}
+
+void LauncherView::find_run_folder() {
+    if (!run_folder_.isEmpty() || runs_dir_.isEmpty()) return;
+    // The runner names the folder <experiment>-<timestamp>: the new folder in runs_dir is ours.
+    const auto now = QDir(runs_dir_).entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Time);
+    for (const auto& name : now) {
+        if (folders_before_.contains(name)) continue;
+        run_folder_ = QDir(runs_dir_).absoluteFilePath(name);
+        follower_->follow(run_folder_);
+        Q_EMIT run_folder_found(run_folder_);
+        return;
+    }
+}
+
+void LauncherView::on_progress(std::shared_ptr<const RunProgress> progress) {
+    for (const auto& leg : *progress) {
+        int row = -1;
+        for (int r = 0; r < legs_->rowCount(); ++r)
+            if (legs_->item(r, ColLeg)->text() == QString::fromStdString(leg.leg)) row = r;
+        if (row < 0) continue;
+        auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(row, ColProgress));
+        bar->setRange(0, static_cast<int>(std::max<std::int64_t>(leg.updates_total, leg.updates_done)));
+        bar->setValue(static_cast<int>(leg.updates_done));
+        QString state = leg.done ? tr("done") : (running() ? tr("running") : tr("stopped"));
+        if (!leg.error.empty()) state = tr("failed: %1").arg(QString::fromStdString(leg.error));
+        auto* item = legs_->item(row, ColState);
+        if (item->text() != state && !leg.error.empty()) {
+            // A crash: show what the leg said last, without touching the other legs.
+            log_->appendPlainText(tr("── leg %1 failed ── last events:").arg(QString::fromStdString(leg.leg)));
+            for (const auto& line : leg.last_events) log_->appendPlainText(QString::fromStdString(line));
+            log_->appendPlainText(tr("── stderr (tail) ──"));
+            log_->appendPlainText(QString::fromStdString(leg.stderr_tail));
+        }
+        item->setText(state);
+        item->setForeground(leg.error.empty() ? palette().text().color() : QColor(213, 94, 0));
+    }
+}
+
+}  // namespace tandem::views

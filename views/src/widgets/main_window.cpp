@@ -1,0 +1,356 @@
+#include "tandem/views/main_window.h"
+
+#include "tandem/assets.h"
+#include "tandem/data/chat_template.h"
+#include "tandem/data/corpus.h"
+#include "tandem/data/tokenizer.h"
+#include "tandem/views/export.h"
+#include "tandem/views/export_dialog.h"
+#include "tandem/views/launcher_view.h"
+#include "tandem/views/report_tables.h"
+#include "tandem/views/run_follower.h"
+#include "tandem/views/run_source.h"
+#include "tandem/views/runs_browser.h"
+#include "tandem/views/tables_view.h"
+#include "tandem/views/token_diff_view.h"
+#include "tandem/views/trajectory_view.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QThread>
+
+#include "tandem/atomic_file.h"
+
+namespace tandem::views {
+
+namespace {
+constexpr int kMaxRecent = 10;
+const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png"};
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+    setWindowTitle(tr("tandem workbench"));
+    setWindowIcon(QIcon(QStringLiteral(":/tandem/icon.svg")));
+    setAcceptDrops(true);
+    pages_ = new QTabWidget(this);
+    pages_->setObjectName(QStringLiteral("pages"));
+    runs_ = new RunsBrowser(pages_);
+    launcher_ = new LauncherView(pages_);
+    trajectories_ = new TrajectoryView(pages_);
+    token_diff_ = new TokenDiffView(pages_);
+    tables_ = new TablesView(pages_);
+    pages_->addTab(runs_, tr("&Runs"));
+    pages_->addTab(launcher_, tr("&Launch"));
+    pages_->addTab(trajectories_, tr("Tra&jectories"));
+    pages_->addTab(token_diff_, tr("Token &diff"));
+    pages_->addTab(tables_, tr("Ta&bles"));
+    setCentralWidget(pages_);
+    status_ = new QLabel(this);
+    statusBar()->addWidget(status_, 1);
+
+    follower_ = new RunFollower(this);
+    connect(follower_, &RunFollower::snapshot_ready, this, &MainWindow::on_snapshot);
+    connect(follower_, &RunFollower::load_failed, this, [this](const QString& m) { status_->setText(m); });
+    connect(runs_, &RunsBrowser::open_run_requested, this, &MainWindow::open_run);
+    connect(launcher_, &LauncherView::run_folder_found, this, [this](const QString& folder) {
+        open_run(folder);
+        show_page(TrajectoriesPage);
+    });
+    connect(launcher_, &LauncherView::run_finished, this, [this](int) {
+        runs_->reload();
+        if (!run_path_.isEmpty()) load_static_pages(run_path_);
+    });
+
+    build_menus();
+    QSettings settings;
+    restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+    pages_->setCurrentIndex(settings.value(QStringLiteral("window/page"), 0).toInt());
+    if (auto catalog = settings.value(QStringLiteral("catalog")).toString(); !catalog.isEmpty()) open_catalog(catalog);
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::build_menus() {
+    auto* file = menuBar()->addMenu(tr("&File"));
+    auto add = [this](QMenu* menu, const QString& text, const QKeySequence& key, auto slot) {
+        auto* action = menu->addAction(text);
+        action->setShortcut(key);
+        connect(action, &QAction::triggered, this, slot);
+        return action;
+    };
+    add(file, tr("&Open run…"), QKeySequence::Open, [this] {
+        const auto path = QFileDialog::getOpenFileName(this, tr("Open run file"), run_path_, tr("Run files (run.h5 *.h5)"));
+        if (!path.isEmpty()) open_run(path);
+    });
+    add(file, tr("Open run &folder…"), QKeySequence(tr("Ctrl+Shift+O")), [this] {
+        const auto path = QFileDialog::getExistingDirectory(this, tr("Open run folder"), run_path_);
+        if (!path.isEmpty()) open_run(path);
+    });
+    add(file, tr("Open &catalog…"), QKeySequence(tr("Ctrl+K")), [this] {
+        const auto path = QFileDialog::getOpenFileName(this, tr("Open catalog"), runs_->catalog(), tr("Catalog (*.db)"));
+        if (!path.isEmpty()) open_catalog(path);
+    });
+    recent_menu_ = file->addMenu(tr("&Recent runs"));
+    rebuild_recent_menu();
+    file->addSeparator();
+    add(file, tr("&Export figure…"), QKeySequence(tr("Ctrl+E")), &MainWindow::export_figure_dialog);
+    add(file, tr("Export &table…"), QKeySequence(tr("Ctrl+T")), &MainWindow::export_table_dialog);
+    add(file, tr("Export curves (all) as CS&V…"), QKeySequence(tr("Ctrl+Shift+E")), [this] { export_curves_dialog(false); });
+    add(file, tr("Export curves (&visible range) as CSV…"), QKeySequence(), [this] { export_curves_dialog(true); });
+    file->addSeparator();
+    add(file, tr("&Quit"), QKeySequence::Quit, &QWidget::close);
+
+    auto* view = menuBar()->addMenu(tr("&View"));
+    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles")};
+    for (int i = 0; i < 5; ++i)
+        add(view, names[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), [this, i] { show_page(static_cast<Page>(i)); });
+    view->addSeparator();
+    auto* log = add(view, tr("&Log y axis"), QKeySequence(tr("Ctrl+L")), [this](bool on) { trajectories_->set_log_y(on); });
+    log->setCheckable(true);
+    add(view, tr("&Fit all updates"), QKeySequence(tr("Ctrl+0")), [this] { trajectories_->set_x_range(std::nullopt); });
+    add(view, tr("Reload &catalog"), QKeySequence::Refresh, [this] { runs_->reload(); });
+
+    auto* run = menuBar()->addMenu(tr("&Run"));
+    add(run, tr("&Start legs"), QKeySequence(tr("Ctrl+R")), [this] {
+        show_page(LaunchPage);
+        launcher_->start();
+    });
+    add(run, tr("S&top"), QKeySequence(tr("Ctrl+.")), [this] { launcher_->stop(); });
+    add(run, tr("&Resume"), QKeySequence(tr("Ctrl+Shift+R")), [this] { launcher_->resume(); });
+    add(run, tr("&Delete selected run…"), QKeySequence::Delete, [this] { runs_->delete_selected(true); });
+
+    auto* help = menuBar()->addMenu(tr("&Help"));
+    add(help, tr("&About"), QKeySequence(), [this] {
+        QMessageBox::about(this, tr("About tandem workbench"),
+                           tr("<b>tandem workbench %1</b><p>Shows whether independently implemented training stacks "
+                              "compute the same fine-tuning run. The views draw what experiments/ computed.</p>")
+                               .arg(QApplication::applicationVersion()));
+    });
+}
+
+void MainWindow::show_page(Page page) { pages_->setCurrentIndex(static_cast<int>(page)); }
+
+void MainWindow::open_catalog(const QString& path) {
+    runs_->set_catalog(path);
+    launcher_->set_catalog(path);
+    // Runs launched from here go next to the catalog, as `tandem run` puts them by default.
+    launcher_->set_runs_dir(QFileInfo(path).absoluteDir().filePath(QStringLiteral("runs")));
+    QSettings().setValue(QStringLiteral("catalog"), path);
+}
+
+void MainWindow::open_run(const QString& path) {
+    run_path_ = QFileInfo(path).absoluteFilePath();
+    last_point_count_ = 0;
+    static_pages_loaded_ = false;
+    trajectories_->set_snapshot({});
+    follower_->follow(run_path_);
+    remember_recent(run_path_);
+    status_->setText(tr("Opening %1…").arg(run_path_));
+    setWindowTitle(tr("tandem workbench — %1").arg(QFileInfo(run_path_).fileName() == QStringLiteral("run.h5")
+                                                       ? QFileInfo(run_path_).dir().dirName()
+                                                       : QFileInfo(run_path_).fileName()));
+}
+
+void MainWindow::on_snapshot(std::shared_ptr<const RunSnapshot> snapshot) {
+    Q_ASSERT(QThread::currentThread() == thread());
+    last_point_count_ = snapshot->point_count();
+    trajectories_->set_snapshot(*snapshot);
+    status_->setText(tr("%1: %2 legs, %3 points").arg(QString::fromStdString(snapshot->path)).arg(snapshot->legs.size()).arg(last_point_count_));
+    if (!static_pages_loaded_) {
+        static_pages_loaded_ = true;
+        load_static_pages(QString::fromStdString(snapshot->path));
+    }
+    Q_EMIT run_snapshot_shown();
+}
+
+void MainWindow::load_static_pages(const QString& run_file) {
+    // Tables: the report's numbers.
+    try {
+        auto report = load_report_tables(run_file.toStdString());
+        tables_->set_tables(std::move(report.tables), QString::fromStdString(report.note));
+    } catch (const std::exception& e) {
+        tables_->set_tables({}, QString::fromUtf8(e.what()));
+    }
+    // Token diff: every leg's L3 records, plus tandem's own rendering with both templates when the
+    // run folder's corpus and the tokenizer are at hand.
+    std::vector<std::vector<LegTokenRecord>> legs;
+    try {
+        legs = load_token_records(run_file.toStdString());
+    } catch (const std::exception& e) {
+        status_->setText(QString::fromUtf8(e.what()));
+    }
+    std::shared_ptr<data::Tokenizer> tokenizer;
+    try {
+        if (auto root = find_asset_root()) tokenizer = std::make_shared<data::Tokenizer>(data::Tokenizer::load(tokenizer_dir(*root)));
+    } catch (const std::exception&) {
+        tokenizer.reset();  // pieces fall back to ⟨id⟩
+    }
+    std::vector<std::pair<std::int64_t, std::string>> records;
+    if (!legs.empty())
+        for (const auto& r : legs.front()) records.emplace_back(r.index, r.id);
+    std::vector<SideSource> sources;
+    auto shared_legs = std::make_shared<std::vector<std::vector<LegTokenRecord>>>(std::move(legs));
+    for (std::size_t l = 0; l < shared_legs->size(); ++l) {
+        if ((*shared_legs)[l].empty()) continue;
+        sources.push_back({(*shared_legs)[l].front().label, [shared_legs, l, tokenizer](std::int64_t index) -> std::optional<TokenSide> {
+                               for (const auto& r : (*shared_legs)[l])
+                                   if (r.index == index) return side_from_leg_record(r, tokenizer.get());
+                               return std::nullopt;
+                           }});
+    }
+    const auto folder = QFileInfo(run_file).isDir() ? QDir(run_file) : QFileInfo(run_file).absoluteDir();
+    const auto records_file = folder.filePath(QStringLiteral("corpus/records.jsonl")).toStdString();
+    if (tokenizer && std::filesystem::exists(records_file)) {
+        auto corpus = std::make_shared<std::vector<data::Record>>();
+        std::size_t max_len = 0;
+        try {
+            *corpus = data::read_records(records_file);
+            if (!shared_legs->empty() && !shared_legs->front().empty()) {
+                // The legs' max_len: a truncated record tells it; otherwise no truncation applies.
+                for (const auto& r : shared_legs->front())
+                    if (r.truncated_at) max_len = static_cast<std::size_t>(*r.truncated_at);
+            }
+        } catch (const std::exception&) {
+            corpus->clear();
+        }
+        if (records.empty())
+            for (std::size_t i = 0; i < std::min<std::size_t>(corpus->size(), 64); ++i) records.emplace_back((*corpus)[i].index, (*corpus)[i].id);
+        for (auto [kind, name] : {std::pair{data::TemplateKind::Qwen3, "template qwen3 (tandem)"},
+                                  std::pair{data::TemplateKind::ChatML, "template chatml (tandem)"}}) {
+            if (corpus->empty()) break;
+            sources.push_back({name, [corpus, tokenizer, kind, name, max_len](std::int64_t index) -> std::optional<TokenSide> {
+                                   if (index < 0 || static_cast<std::size_t>(index) >= corpus->size()) return std::nullopt;
+                                   return side_from_template(*tokenizer, kind, name, (*corpus)[static_cast<std::size_t>(index)].messages, max_len);
+                               }});
+        }
+    }
+    token_diff_->set_sources(std::move(records), std::move(sources));
+}
+
+void MainWindow::remember_recent(const QString& path) {
+    QSettings settings;
+    auto recent = settings.value(QStringLiteral("recent_runs")).toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > kMaxRecent) recent.removeLast();
+    settings.setValue(QStringLiteral("recent_runs"), recent);
+    rebuild_recent_menu();
+}
+
+void MainWindow::rebuild_recent_menu() {
+    recent_menu_->clear();
+    const auto recent = QSettings().value(QStringLiteral("recent_runs")).toStringList();
+    for (int i = 0; i < recent.size(); ++i) {
+        auto* action = recent_menu_->addAction(QStringLiteral("&%1 %2").arg(i + 1).arg(recent[i]));
+        connect(action, &QAction::triggered, this, [this, path = recent[i]] { open_run(path); });
+    }
+    recent_menu_->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::export_figure_dialog() {
+    const QStringList panels{tr("held-out loss"), tr("grad norm"), tr("residual")};
+    FigureExportDialog dialog(panels, 0, this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    try {
+        auto options = trajectories_->panel_options(dialog.panel());
+        export_figure(trajectories_->snapshot(), options, dialog.size(), *figure_format_for(dialog.path()), dialog.path().toStdString());
+        status_->setText(tr("Wrote %1").arg(dialog.path()));
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Export figure"), QString::fromUtf8(e.what()));
+    }
+}
+
+void MainWindow::export_table_dialog() {
+    const int index = tables_->current_index();
+    if (index < 0) {
+        QMessageBox::information(this, tr("Export table"), tr("Open a run first: the Tables page is empty."));
+        return;
+    }
+    const auto path = QFileDialog::getSaveFileName(this, tr("Export table"), QStringLiteral("table.tex"),
+                                                   tr("LaTeX booktabs (*.tex);;CSV (*.csv);;Markdown (*.md)"));
+    if (path.isEmpty()) return;
+    const auto format = table_format_for(path);
+    if (!format) {
+        QMessageBox::warning(this, tr("Export table"), tr("The file name must end in .tex, .csv or .md."));
+        return;
+    }
+    try {
+        export_table(tables_->tables()[static_cast<std::size_t>(index)], *format, path.toStdString());
+        status_->setText(tr("Wrote %1").arg(path));
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Export table"), QString::fromUtf8(e.what()));
+    }
+}
+
+void MainWindow::export_curves_dialog(bool visible_only) {
+    const auto path = QFileDialog::getSaveFileName(this, tr("Export curves"), QStringLiteral("curves.csv"), tr("CSV (*.csv)"));
+    if (path.isEmpty()) return;
+    try {
+        write_file_atomic(path.toStdString(),
+                          curves_csv(trajectories_->snapshot(), visible_only ? trajectories_->visible_x_range() : std::nullopt));
+        status_->setText(tr("Wrote %1").arg(path));
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Export curves"), QString::fromUtf8(e.what()));
+    }
+}
+
+QStringList MainWindow::save_screenshots(const QString& dir) {
+    QDir().mkpath(dir);
+    QStringList written;
+    const int current = pages_->currentIndex();
+    for (int i = 0; i < pages_->count(); ++i) {
+        pages_->setCurrentIndex(i);
+        if (i == TrajectoriesPage) trajectories_->redraw_now();
+        QApplication::processEvents();
+        const auto file = QDir(dir).filePath(QString::fromLatin1(kPageFiles[i]));
+        if (grab().save(file, "PNG")) written << file;
+    }
+    pages_->setCurrentIndex(current);
+    return written;
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+    QSettings settings;
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("window/state"), saveState());
+    settings.setValue(QStringLiteral("window/page"), pages_->currentIndex());
+    if (launcher_->running() &&
+        QMessageBox::question(this, tr("Quit"), tr("Legs are running. Stop them and quit?"), QMessageBox::Yes | QMessageBox::Cancel) !=
+            QMessageBox::Yes) {
+        event->ignore();
+        return;
+    }
+    event->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    if (event->mimeData()->hasUrls()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+    for (const auto& url : event->mimeData()->urls()) {
+        if (!url.isLocalFile()) continue;
+        const QString path = url.toLocalFile();
+        if (path.endsWith(QStringLiteral(".db"))) open_catalog(path);
+        else open_run(path);
+        event->acceptProposedAction();
+        return;
+    }
+}
+
+}  // namespace tandem::views

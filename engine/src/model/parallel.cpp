@@ -60,7 +60,10 @@ public:
 private:
     void start(int n) {
         quit_ = false;
-        for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { loop(i); });
+        // Each worker starts from the generation current NOW: a job posted before the thread first
+        // runs must still be seen as new (reading generation_ inside the thread would lose it).
+        const uint64_t gen = generation_;
+        for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, gen] { loop(i, gen); });
     }
     void stop() {
         {
@@ -72,12 +75,7 @@ private:
         for (auto& w : workers_) w.join();
         workers_.clear();
     }
-    void loop(int index) {
-        uint64_t seen = 0;
-        {
-            std::lock_guard<std::mutex> lk(m_);
-            seen = generation_;
-        }
+    void loop(int index, uint64_t seen) {
         for (;;) {
             const std::function<void(int)>* job = nullptr;
             {

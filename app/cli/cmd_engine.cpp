@@ -118,7 +118,8 @@ void run_inspect(const InspectOptions& o) {
                 static_cast<long long>(c.head_dim), static_cast<long long>(c.intermediate_size),
                 thousands(c.vocab_size).c_str(), c.tie_word_embeddings ? "tied" : "untied");
     const auto row = [](const char* name, const std::string& value, const char* note) {
-        std::printf("  %-10s %15s  %s\n", name, value.c_str(), note);
+        if (*note) std::printf("  %-10s %15s  %s\n", name, value.c_str(), note);
+        else std::printf("  %-10s %15s\n", name, value.c_str());
     };
     row("embedding", thousands(p.embedding), "embed_tokens");
     row("attention", thousands(p.attention), "q/k/v/o projections");

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 TOOL = os.environ.get("TANDEM_ENGINE_IO_TOOL") or str(
     Path(os.environ.get("TANDEM_BINARY_DIR", "build")) / "tests/engine_io/engine_io_tool")
-TANDEM = os.environ.get("TANDEM_BIN")
+TANDEM = os.environ.get("TANDEM_BIN") or str(Path(os.environ.get("TANDEM_BINARY_DIR", "build")) / "app/tandem")
 
 SMALL = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 1000, "hidden_size": 64,
          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -150,10 +150,37 @@ def test_generated_base_loads_in_transformers(tmp_path, tied):
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr() if tied else True
     ours = sum(t.numel() for t in file.values())
     assert model.num_parameters() == ours
-    if TANDEM:
-        out = subprocess.run([TANDEM, "inspect", "--model", str(d)], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        assert f"{model.num_parameters():,}" in out.stdout, out.stdout
+    out = json.loads(tandem("inspect", "--model", d, "--json"))
+    assert out["parameters"]["total"] == model.num_parameters()
+    assert out["parameters"]["lm_head"] == (0 if tied else 1000 * 64)
+    assert f"{model.num_parameters():,}" in tandem("inspect", "--model", d)
+
+
+def tandem(*args):
+    assert Path(TANDEM).exists(), f"tandem not built at {TANDEM}"
+    r = subprocess.run([TANDEM, *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_inspect_prints_the_spec_counts_for_qwen3_06b():
+    # SPEC §1: 596,049,920 parameters; rsLoRA r 16 on all seven projections: 10,092,544 (1.693%).
+    out = tandem("inspect", "--config", "qwen3-0.6b", "--lora-rank", "16", "--lora-alpha", "32")
+    assert "596,049,920" in out and "10,092,544" in out and "1.693%" in out, out
+    # Same numbers from transformers' and peft's own counting of a meta-device model (no weights).
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(cfg)
+    base_total = model.num_parameters()
+    assert base_total == 596049920
+    pm = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, use_rslora=True, target_modules=TARGETS))
+    trainable, _ = pm.get_nb_trainable_parameters()
+    assert trainable == 10092544
+    j = json.loads(tandem("inspect", "--config", "qwen3-0.6b", "--lora-rank", "16", "--json"))
+    assert j["parameters"]["total"] == base_total and j["trainable"] == trainable
 
 
 def test_hf_bf16_sharded_checkpoint_loads_exactly(tmp_path):

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "tandem/engine/generate.h"
+#include "tandem/engine/ops.h"
+#include "tandem/kernels/ops.h"
 #include "tandem/engine_cuda/cuda_trainer.h"
 #include "tandem/error.h"
 
@@ -39,6 +41,7 @@ struct Args {
     int64_t prompt = 64;  // unsupervised prefix of each sequence
     double peak_tflops = 67.0;
     int64_t ce_chunk = 256;
+    bool kernels_only = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -59,6 +62,7 @@ Args parse(int argc, char** argv) {
         else if (k == "--prompt") a.prompt = std::stoll(next());
         else if (k == "--peak-tflops") a.peak_tflops = std::stod(next());
         else if (k == "--ce-chunk") a.ce_chunk = std::stoll(next());
+        else if (k == "--kernels") a.kernels_only = true;
         else throw Error("tandem_cuda_bench: unknown argument " + k);
     }
     return a;
@@ -95,6 +99,90 @@ double update_flops(const Qwen3Config& c, const LoraConfig& l, const Args& a) {
     return tok * L * per_token_layer + sup * 2 * C * V * 2;
 }
 
+// --kernels: the per-kernel benchmark hook (docs/engine-cuda.md "cuDNN"): each device op at the
+// Qwen3-0.6B shapes of one micro-batch (B 2, T 512), best of 20 after 3 warm-ups, timed with CUDA
+// events, with its FLOP or byte count, so a GPU session can compare our kernels against cuDNN /
+// cuBLAS alternatives and against the SGEMM rate that bounds the whole step.
+int run_kernels(const Args& a) {
+    namespace k = tandem::kernels;
+    const Qwen3Config c = Qwen3Config::named(a.config);
+    const int64_t B = a.micro, T = a.seq, N = B * T, C = c.hidden_size, H = c.num_attention_heads,
+                  KV = c.num_key_value_heads, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+    CUDA_CHECK(cudaSetDevice(a.device));
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreate(&st));
+    k::DeviceAllocator alloc(a.device);
+    k::BlasHandle blas(st);
+    auto buf = [&](int64_t n) {
+        k::DeviceBuffer<float> b(alloc, size_t(n), k::MemoryCategory::Workspace);
+        CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), st));
+        k::fill(b.get(), 0.01f, n, st);
+        return b;
+    };
+    auto q = buf(N * H * D), kk = buf(N * KV * D), v = buf(N * KV * D), o = buf(N * H * D), lse = buf(B * H * T),
+         dq = buf(N * H * D), dk = buf(N * KV * D), dv = buf(N * KV * D), delta = buf(B * H * T), x = buf(N * C),
+         y = buf(N * C), w = buf(C), rstd = buf(N), wg = buf(I * C), g = buf(N * I), emb = buf(V * C),
+         ce_ws = buf(a.ce_chunk * V), dh = buf(N * C);
+    std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(T)), targets(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) targets[size_t(i)] = int32_t((i * 7919) % V);
+    k::DeviceBuffer<int32_t> lens_d(alloc, size_t(B), k::MemoryCategory::Workspace),
+        tgt_d(alloc, size_t(N), k::MemoryCategory::Workspace);
+    CUDA_CHECK(cudaMemcpy(lens_d.get(), lens.data(), sizeof(int32_t) * lens.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(tgt_d.get(), targets.data(), sizeof(int32_t) * targets.size(), cudaMemcpyHostToDevice));
+    k::DeviceBuffer<double> losses(alloc, size_t(N), k::MemoryCategory::Workspace);
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    auto time = [&](auto&& fn) {
+        float best = 1e30f;
+        for (int rep = 0; rep < 23; ++rep) {
+            CUDA_CHECK(cudaEventRecord(e0, st));
+            fn();
+            CUDA_CHECK(cudaEventRecord(e1, st));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            if (rep >= 3) best = std::min(best, ms);
+        }
+        return double(best) * 1e-3;
+    };
+    const double keys = double(T + 1) / 2, attn_f = 4.0 * double(N) * keys * double(D) * double(H);
+    std::printf("{\"leg\":\"engine-kernels\",\"config\":\"%s\",\"B\":%lld,\"T\":%lld,\"kernels\":[", a.config.c_str(),
+                (long long)B, (long long)T);
+    auto report = [&](const char* name, double s, double flops, double bytes, bool first = false) {
+        std::printf("%s{\"name\":\"%s\",\"seconds\":%.6e,\"tflops\":%.3f,\"gbps\":%.1f}", first ? "" : ",", name, s,
+                    flops / s / 1e12, bytes / s / 1e9);
+    };
+    report("sgemm_gate_proj_fwd [N,C]x[I,C]^T", time([&] { k::linear_forward(blas.get(), g.get(), x.get(), wg.get(), N, C, I); }),
+           2.0 * double(N * C * I), 0, true);
+    report("attention_forward", time([&] {
+               k::attention_forward(o.get(), lse.get(), q.get(), kk.get(), v.get(), lens_d.get(), B, T, H, KV, D, st);
+           }), attn_f, 0);
+    report("attention_backward", time([&] {
+               k::attention_backward(dq.get(), dk.get(), dv.get(), delta.get(), o.get(), o.get(), q.get(), kk.get(),
+                                     v.get(), lse.get(), lens_d.get(), B, T, H, KV, D, st);
+           }), 2.5 * attn_f, 0);
+    report("rmsnorm_forward [N,C]", time([&] { k::rmsnorm_forward(y.get(), rstd.get(), x.get(), w.get(), N, C, 1e-6, st); }),
+           0, 2.0 * 4 * double(N * C));
+    report("rmsnorm_backward [N,C]", time([&] {
+               k::rmsnorm_backward(y.get(), nullptr, x.get(), x.get(), w.get(), rstd.get(), N, C, st, true);
+           }), 0, 4.0 * 4 * double(N * C));
+    report("qk_norm_forward [N*H,D]", time([&] {
+               k::rmsnorm_forward(q.get(), lse.get(), q.get(), w.get(), N * H, D, 1e-6, st);
+           }), 0, 2.0 * 4 * double(N * H * D));
+    report("swiglu_forward [N,I]", time([&] { k::swiglu_forward(g.get(), g.get(), g.get(), N * I, st); }), 0,
+           3.0 * 4 * double(N * I));
+    report("lm_head_ce_fwd_bwd [N,C]x[V,C]", time([&] {
+               k::lm_head_cross_entropy(blas.get(), st, losses.get(), dh.get(), ce_ws.get(), x.get(), emb.get(),
+                                        tgt_d.get(), N, C, V, 1e-3f, a.ce_chunk);
+           }), 4.0 * double(N * C * V), 0);
+    std::printf("]}\n");
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaStreamDestroy(st));
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,6 +193,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "tandem_cuda_bench: no CUDA device: %s\n", why.c_str());
             return 1;
         }
+        if (a.kernels_only) return run_kernels(a);
         const Qwen3Config cfg = Qwen3Config::named(a.config);
         LoraConfig lora;  // SPEC §1 defaults: r 16, alpha 32, rsLoRA, dropout 0.05, all seven projections
         TrainOptions opts;

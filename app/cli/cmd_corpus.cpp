@@ -1,5 +1,6 @@
 // tandem subcommands: corpus build, tokens show, tokens diff (issue 3; docs/data-corpus.md).
 //   corpus build --sources DIR --out DIR [--seed N] [--max-len N] [--heldout-fraction F]
+//   corpus plan  --corpus DIR --out FILE [--seed N] [--micro-batch N] [--accumulation N] [--epochs N]
 //   tokens show  --corpus DIR (--id ID | --index N | --all) [--max-len N] [--template qwen3|chatml] [--json]
 //   tokens diff  --corpus DIR (--id ID | --index N) [--max-len N] [--template T]
 //                (--reference | --ids-b FILE | --template-b T | --max-len-b N) [--window W]
@@ -8,6 +9,7 @@
 
 #include "tandem/assets.h"
 #include "tandem/atomic_file.h"
+#include "tandem/data/batch_plan.h"
 #include "tandem/data/corpus.h"
 #include "tandem/data/supervision.h"
 #include "tandem/data/token_diff.h"
@@ -372,6 +374,42 @@ void add_corpus_commands(CLI::App& app, int& exit_code) {
         std::fputs(td::accounting_summary(result).c_str(), stdout);
         std::printf("\nwrote %s/{records.jsonl, accounting.json, accounting.txt, split.json, not_converted.jsonl}\n",
                     b->out.c_str());
+        exit_code = kOk;
+    });
+
+    // ---- corpus plan
+    auto* plan = corpus->add_subcommand("plan", "Write the length-bucketed batch plan (plan.json) for a built corpus");
+    struct PlanArgs {
+        std::string corpus, out;
+        td::PlanOptions options;
+    };
+    auto p = std::make_shared<PlanArgs>();
+    plan->add_option("--corpus", p->corpus, "corpus folder (or a run folder holding corpus/)")->required();
+    plan->add_option("--out", p->out, "plan file to write")->required();
+    plan->add_option("--seed", p->options.seed, "plan seed")->capture_default_str();
+    plan->add_option("--micro-batch", p->options.micro_batch, "sequences per micro-batch")->capture_default_str();
+    plan->add_option("--accumulation", p->options.accumulation, "micro-batches per update")->capture_default_str();
+    plan->add_option("--epochs", p->options.epochs, "epochs")->capture_default_str();
+    plan->add_option("--bucket-updates", p->options.bucket_updates, "updates' worth of records per length bucket")->capture_default_str();
+    plan->callback([p, &exit_code] {
+        const fs::path corpus = corpus_folder(p->corpus);
+        const auto records = td::read_records(corpus / "records.jsonl");
+        const td::Split split = td::read_split(corpus / "split.json");
+        std::vector<size_t> lengths;
+        for (size_t idx : split.train) {
+            if (idx >= records.size())
+                throw Error((corpus / "split.json").string() + ": field \"train\": index " + std::to_string(idx) + " is out of range");
+            if (records[idx].length == 0)
+                throw Error((corpus / "records.jsonl").string() + ": record " + records[idx].id + ": field \"tokens.length\": missing or 0");
+            lengths.push_back(records[idx].length);
+        }
+        td::PlanOptions opt = p->options;
+        opt.max_len = corpus_max_len(corpus);
+        const td::BatchPlan result = td::make_batch_plan(split.train, lengths, opt);
+        td::write_plan(result, p->out);
+        std::printf("plan: %zu train records, %zu updates of %zu x %zu (seed %llu) -> %s\n", split.train.size(),
+                    result.updates.size(), opt.micro_batch, opt.accumulation, static_cast<unsigned long long>(opt.seed),
+                    p->out.c_str());
         exit_code = kOk;
     });
 

@@ -1,0 +1,460 @@
+// tandem's own byte-level BPE tokenizer for Qwen3's tokenizer.json (see tokenizer.h and
+// docs/data-text.md). Independent of HuggingFace's code; tests/text compares it with
+// HuggingFace tokenizers on every corpus text and on adversarial strings.
+#include "tandem/data/tokenizer.h"
+
+#include "pretokenize.h"
+#include "tandem/atomic_file.h"
+#include "tandem/error.h"
+#include "unicode.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <queue>
+#include <unordered_map>
+
+namespace tandem::data {
+namespace {
+
+using text::AlignedChar;
+
+// GPT-2's reversible byte -> printable character table: printable Latin-1 bytes map to
+// themselves, the other 68 bytes to U+0100 + n in byte order.
+std::array<char32_t, 256> make_byte_to_char() {
+    std::array<char32_t, 256> table{};
+    auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+    int n = 0;
+    for (int b = 0; b < 256; ++b) table[b] = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+    return table;
+}
+const std::array<char32_t, 256> kByteToChar = make_byte_to_char();
+
+// Maps a vocab string in byte-level form back to bytes; false if a character is outside the alphabet.
+bool byte_level_to_bytes(const std::string& token, std::string& out) {
+    std::vector<char32_t> cps;
+    std::vector<uint32_t> offs;
+    text::decode_utf8(token, cps, offs);
+    out.clear();
+    for (char32_t c : cps) {
+        int b = -1;
+        if (c < 256 && kByteToChar[c] == c)
+            b = static_cast<int>(c);
+        else if (c >= 256 && c < 256 + 68)
+            for (int k = 0; k < 256; ++k)
+                if (kByteToChar[k] == c) b = k;
+        if (b < 0) return false;
+        out.push_back(static_cast<char>(b));
+    }
+    return true;
+}
+
+uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+
+struct MergeInfo {
+    int32_t rank;
+    int32_t new_id;
+};
+
+// One BPE token inside a pre-token word: its id and how many bytes of the word it covers.
+struct WordPiece {
+    int32_t id;
+    uint32_t bytes;
+};
+
+std::atomic<uint64_t> g_next_tokenizer_serial{1};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+    std::filesystem::path dir;
+    uint64_t serial = g_next_tokenizer_serial.fetch_add(1);
+    std::unordered_map<std::string, int32_t> vocab;  // byte-level string -> id (model vocab + added)
+    std::vector<std::string> id_to_token;            // id -> byte-level string / added content
+    std::vector<std::string> id_to_bytes;            // id -> decoded bytes
+    std::array<int32_t, 256> byte_id{};              // single byte -> id
+    std::unordered_map<uint64_t, MergeInfo> merges;  // (left id, right id) -> rank, merged id
+    std::vector<AddedToken> added;
+    std::array<std::vector<int>, 256> added_by_first_byte;  // indices into `added`, longest first
+    std::array<bool, 256> added_first{};
+    std::string chat_template;
+
+    void bpe_word(std::string_view word, std::vector<WordPiece>& out) const;
+    const std::vector<WordPiece>& cached_word(std::string_view word) const;
+    void encode_segment(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const;
+    void encode(std::string_view text, std::vector<Token>& out) const;
+};
+
+namespace {
+
+// Symbols of a word being merged: a doubly linked list over the initial byte symbols.
+struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+    uint32_t bytes;  // 0 once merged into its left neighbour
+};
+struct Candidate {
+    int32_t rank;
+    int32_t pos;
+    int32_t new_id;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
+}  // namespace
+
+// Merges by rank: always the lowest-ranked adjacent pair, the leftmost one on ties (a min-heap of
+// candidates, stale entries skipped when popped) — the same order as HuggingFace's BPE.
+void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<WordPiece>& out) const {
+    thread_local std::vector<Symbol> symbols;
+    thread_local std::vector<Candidate> heap_storage;
+    symbols.clear();
+    const int32_t n = static_cast<int32_t>(word.size());
+    for (int32_t i = 0; i < n; ++i)
+        symbols.push_back({byte_id[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, 1});
+    heap_storage.clear();
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(std::greater<Candidate>{},
+                                                                                          std::move(heap_storage));
+    auto consider = [&](int32_t left) {
+        int32_t right = symbols[left].next;
+        if (right < 0) return;
+        auto it = merges.find(pair_key(symbols[left].id, symbols[right].id));
+        if (it != merges.end()) heap.push({it->second.rank, left, it->second.new_id});
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) consider(i);
+    while (!heap.empty()) {
+        Candidate top = heap.top();
+        heap.pop();
+        Symbol& left = symbols[top.pos];
+        if (left.bytes == 0 || left.next < 0) continue;
+        Symbol& right = symbols[left.next];
+        auto it = merges.find(pair_key(left.id, right.id));
+        if (it == merges.end() || it->second.new_id != top.new_id) continue;  // stale entry
+        left.id = top.new_id;
+        left.bytes += right.bytes;
+        right.bytes = 0;
+        left.next = right.next;
+        if (left.next >= 0) symbols[left.next].prev = top.pos;
+        if (left.prev >= 0) consider(left.prev);
+        consider(top.pos);
+    }
+    for (int32_t i = 0; i >= 0 && i < n; i = symbols[i].next) out.push_back({symbols[i].id, symbols[i].bytes});
+}
+
+// Words repeat a lot (" the", " patient"): a per-thread cache of each word's merged pieces.
+const std::vector<WordPiece>& Tokenizer::Impl::cached_word(std::string_view word) const {
+    struct Cache {
+        uint64_t owner = 0;
+        std::unordered_map<std::string, std::vector<WordPiece>> words;
+    };
+    thread_local Cache cache;
+    thread_local std::string key;
+    thread_local std::vector<WordPiece> uncached;
+    constexpr size_t kMaxCachedWordBytes = 128;
+    constexpr size_t kMaxCachedWords = 200000;
+    if (word.size() > kMaxCachedWordBytes) {
+        uncached.clear();
+        bpe_word(word, uncached);
+        return uncached;
+    }
+    if (cache.owner != serial) {
+        cache.words.clear();
+        cache.owner = serial;
+    }
+    key.assign(word);
+    auto it = cache.words.find(key);
+    if (it != cache.words.end()) return it->second;
+    if (cache.words.size() >= kMaxCachedWords) cache.words.clear();
+    std::vector<WordPiece> pieces;
+    bpe_word(word, pieces);
+    return cache.words.emplace(key, std::move(pieces)).first->second;
+}
+
+// One stretch of text between added tokens: NFC, split, byte-level BPE, offsets.
+void Tokenizer::Impl::encode_segment(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const {
+    if (begin == end) return;
+    thread_local std::vector<char32_t> cps;
+    thread_local std::vector<uint32_t> offsets;
+    thread_local std::vector<AlignedChar> chars;
+    thread_local std::vector<std::pair<size_t, size_t>> pieces;
+    thread_local std::string word;
+    thread_local std::vector<uint32_t> byte_to_char;
+    text::decode_utf8(text.substr(begin, end - begin), cps, offsets);
+    for (auto& o : offsets) o += static_cast<uint32_t>(begin);
+    chars.clear();
+    text::nfc_aligned(cps.data(), offsets.data(), cps.size(), chars);
+    pieces.clear();
+    text::split_pretokens(chars.data(), chars.size(), pieces);
+    for (const auto& [pb, pe] : pieces) {
+        word.clear();
+        byte_to_char.clear();
+        for (size_t c = pb; c < pe; ++c) {
+            size_t before = word.size();
+            text::append_utf8(word, chars[c].cp);
+            byte_to_char.insert(byte_to_char.end(), word.size() - before, static_cast<uint32_t>(c));
+        }
+        const std::vector<WordPiece>& wp = cached_word(word);
+        size_t at = 0;
+        for (const WordPiece& p : wp) {
+            uint32_t c0 = byte_to_char[at], c1 = byte_to_char[at + p.bytes - 1];
+            uint32_t b = chars[c0].orig_begin, e = chars[c0].orig_end;
+            for (uint32_t c = c0 + 1; c <= c1; ++c) {
+                b = std::min(b, chars[c].orig_begin);
+                e = std::max(e, chars[c].orig_end);
+            }
+            out.push_back({p.id, b, e});
+            at += p.bytes;
+        }
+    }
+}
+
+// Added tokens first (leftmost, longest at a position), then the text between them.
+void Tokenizer::Impl::encode(std::string_view text, std::vector<Token>& out) const {
+    size_t segment_begin = 0;
+    size_t i = 0;
+    const size_t n = text.size();
+    while (i < n) {
+        unsigned char c = static_cast<unsigned char>(text[i]);
+        if (!added_first[c]) {
+            ++i;
+            continue;
+        }
+        const AddedToken* hit = nullptr;
+        for (int idx : added_by_first_byte[c]) {
+            const std::string& s = added[static_cast<size_t>(idx)].content;
+            if (s.size() <= n - i && std::memcmp(text.data() + i, s.data(), s.size()) == 0) {
+                hit = &added[static_cast<size_t>(idx)];
+                break;
+            }
+        }
+        if (!hit) {
+            ++i;
+            continue;
+        }
+        encode_segment(text, segment_begin, i, out);
+        out.push_back({hit->id, i, i + hit->content.size()});
+        i += hit->content.size();
+        segment_begin = i;
+    }
+    encode_segment(text, segment_begin, n, out);
+}
+
+namespace {
+
+const nlohmann::json& require(const nlohmann::json& j, const char* key, const std::string& where) {
+    auto it = j.find(key);
+    if (it == j.end()) throw Error(where + ": missing field '" + key + "'");
+    return *it;
+}
+
+void check_string_field(const nlohmann::json& j, const char* key, const std::string& expected, const std::string& where) {
+    const auto& v = require(j, key, where);
+    if (!v.is_string() || v.get<std::string>() != expected)
+        throw Error(where + ": field '" + key + "' is " + v.dump() + ", tandem's tokenizer supports only \"" + expected + "\"");
+}
+
+void check_bool_field(const nlohmann::json& j, const char* key, bool expected, const std::string& where) {
+    auto it = j.find(key);
+    if (it == j.end()) return;
+    if (!it->is_boolean() || it->get<bool>() != expected)
+        throw Error(where + ": field '" + key + "' is " + it->dump() + ", tandem's tokenizer supports only " +
+                    (expected ? "true" : "false"));
+}
+
+// tandem implements exactly the pipeline Qwen2/Qwen3 tokenizers use; anything else is refused
+// loudly rather than tokenised differently.
+void check_pipeline(const nlohmann::json& j, const std::string& file) {
+    const auto& norm = require(j, "normalizer", file);
+    if (!norm.is_object()) throw Error(file + ": field 'normalizer' must be {\"type\": \"NFC\"}");
+    check_string_field(norm, "type", "NFC", file + " normalizer");
+
+    const auto& pre = require(j, "pre_tokenizer", file);
+    check_string_field(pre, "type", "Sequence", file + " pre_tokenizer");
+    const auto& steps = require(pre, "pretokenizers", file + " pre_tokenizer");
+    if (!steps.is_array() || steps.size() != 2)
+        throw Error(file + ": pre_tokenizer.pretokenizers must be [Split, ByteLevel]");
+    const std::string split_where = file + " pre_tokenizer.pretokenizers[0]";
+    check_string_field(steps[0], "type", "Split", split_where);
+    const auto& pattern = require(steps[0], "pattern", split_where);
+    if (!pattern.is_object() || !pattern.contains("Regex") || pattern["Regex"] != std::string(text::kQwenSplitPattern))
+        throw Error(split_where + ": pattern " + pattern.dump() + " is not the Qwen2/Qwen3 split regex tandem implements");
+    check_string_field(steps[0], "behavior", "Isolated", split_where);
+    check_bool_field(steps[0], "invert", false, split_where);
+    const std::string bl_where = file + " pre_tokenizer.pretokenizers[1]";
+    check_string_field(steps[1], "type", "ByteLevel", bl_where);
+    check_bool_field(steps[1], "add_prefix_space", false, bl_where);
+    check_bool_field(steps[1], "use_regex", false, bl_where);
+
+    const auto& model = require(j, "model", file);
+    check_string_field(model, "type", "BPE", file + " model");
+    check_bool_field(model, "byte_fallback", false, file + " model");
+    check_bool_field(model, "ignore_merges", false, file + " model");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+        auto it = model.find(key);
+        if (it != model.end() && !it->is_null() && *it != "")
+            throw Error(file + " model: field '" + key + "' is " + it->dump() + ", tandem supports only \"\"");
+    }
+    auto dropout = model.find("dropout");
+    if (dropout != model.end() && !dropout->is_null() && dropout->get<double>() != 0.0)
+        throw Error(file + " model: BPE dropout " + dropout->dump() + " is not supported");
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
+    auto impl = std::make_unique<Impl>();
+    impl->dir = dir;
+    const std::filesystem::path file = dir / "tokenizer.json";
+    const std::string where = file.string();
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(read_file(file));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(where + ": not valid JSON (" + e.what() + ")");
+    }
+    check_pipeline(j, where);
+    const auto& model = j["model"];
+
+    const auto& vocab = require(model, "vocab", where + " model");
+    if (!vocab.is_object()) throw Error(where + ": model.vocab must be an object");
+    impl->vocab.reserve(vocab.size() * 2);
+    int32_t max_id = -1;
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        int32_t id = it.value().get<int32_t>();
+        impl->vocab.emplace(it.key(), id);
+        max_id = std::max(max_id, id);
+    }
+    const auto& added = require(j, "added_tokens", where);
+    for (const auto& a : added) {
+        AddedToken t{a.at("id").get<int32_t>(), a.at("content").get<std::string>(), a.value("special", false)};
+        const std::string aw = where + " added token " + a.at("content").dump();
+        check_bool_field(a, "lstrip", false, aw);
+        check_bool_field(a, "rstrip", false, aw);
+        check_bool_field(a, "single_word", false, aw);
+        check_bool_field(a, "normalized", false, aw);
+        if (t.content.empty()) throw Error(aw + ": empty content");
+        impl->vocab[t.content] = t.id;
+        max_id = std::max(max_id, t.id);
+        impl->added.push_back(std::move(t));
+    }
+    impl->id_to_token.assign(static_cast<size_t>(max_id + 1), std::string());
+    impl->id_to_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
+    for (const auto& [s, id] : impl->vocab) impl->id_to_token[static_cast<size_t>(id)] = s;
+    std::string bytes;
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        int32_t id = it.value().get<int32_t>();
+        if (!byte_level_to_bytes(it.key(), bytes))
+            throw Error(where + ": vocab entry " + nlohmann::json(it.key()).dump() + " is not in the byte-level alphabet");
+        impl->id_to_bytes[static_cast<size_t>(id)] = bytes;
+    }
+    for (const auto& t : impl->added) impl->id_to_bytes[static_cast<size_t>(t.id)] = t.content;
+
+    for (int b = 0; b < 256; ++b) {
+        std::string s;
+        text::append_utf8(s, kByteToChar[b]);
+        auto it = impl->vocab.find(s);
+        if (it == impl->vocab.end()) throw Error(where + ": byte-level symbol for byte " + std::to_string(b) + " missing from vocab");
+        impl->byte_id[b] = it->second;
+    }
+
+    const auto& merges = require(model, "merges", where + " model");
+    impl->merges.reserve(merges.size() * 2);
+    int32_t rank = 0;
+    std::string left, right;
+    for (const auto& m : merges) {
+        if (m.is_array() && m.size() == 2) {
+            left = m[0].get<std::string>();
+            right = m[1].get<std::string>();
+        } else if (m.is_string()) {
+            const std::string& s = m.get_ref<const std::string&>();
+            size_t sp = s.find(' ', 1);
+            if (sp == std::string::npos) throw Error(where + ": merge " + m.dump() + " is not \"left right\"");
+            left = s.substr(0, sp);
+            right = s.substr(sp + 1);
+        } else {
+            throw Error(where + ": merge #" + std::to_string(rank) + " is neither a pair nor a string");
+        }
+        auto li = impl->vocab.find(left), ri = impl->vocab.find(right), mi = impl->vocab.find(left + right);
+        if (li == impl->vocab.end() || ri == impl->vocab.end() || mi == impl->vocab.end())
+            throw Error(where + ": merge #" + std::to_string(rank) + " " + m.dump() + " uses a token missing from the vocab");
+        impl->merges.emplace(pair_key(li->second, ri->second), MergeInfo{rank, mi->second});  // first (lowest) rank wins
+        ++rank;
+    }
+
+    for (size_t k = 0; k < impl->added.size(); ++k) {
+        unsigned char first = static_cast<unsigned char>(impl->added[k].content[0]);
+        impl->added_first[first] = true;
+        impl->added_by_first_byte[first].push_back(static_cast<int>(k));
+    }
+    for (auto& list : impl->added_by_first_byte)
+        std::stable_sort(list.begin(), list.end(), [&](int a, int b) {
+            return impl->added[static_cast<size_t>(a)].content.size() > impl->added[static_cast<size_t>(b)].content.size();
+        });
+
+    const std::filesystem::path config = dir / "tokenizer_config.json";
+    if (std::filesystem::exists(config)) {
+        try {
+            auto c = nlohmann::json::parse(read_file(config));
+            auto it = c.find("chat_template");
+            if (it != c.end() && it->is_string()) impl->chat_template = it->get<std::string>();
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
+        }
+    }
+    return Tokenizer(std::move(impl));
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::vector<Token> Tokenizer::encode_with_offsets(std::string_view text) const {
+    std::vector<Token> out;
+    out.reserve(text.size() / 3 + 4);
+    impl_->encode(text, out);
+    return out;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+    thread_local std::vector<Token> tokens;
+    tokens.clear();
+    impl_->encode(text, tokens);
+    std::vector<int32_t> ids;
+    ids.reserve(tokens.size());
+    for (const Token& t : tokens) ids.push_back(t.id);
+    return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+    std::string out;
+    for (int32_t id : ids) {
+        if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_bytes.size())
+            throw Error("decode: token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                        std::to_string(impl_->id_to_bytes.size()) + ")");
+        out += impl_->id_to_bytes[static_cast<size_t>(id)];
+    }
+    return out;
+}
+
+std::string Tokenizer::token_text(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size())
+        throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
+    return impl_->id_to_token[static_cast<size_t>(id)];
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
+    auto it = impl_->vocab.find(std::string(token));
+    if (it == impl_->vocab.end()) return std::nullopt;
+    return it->second;
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
+const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+const std::string& Tokenizer::chat_template_source() const { return impl_->chat_template; }
+const std::filesystem::path& Tokenizer::directory() const { return impl_->dir; }
+
+}  // namespace tandem::data

@@ -2,18 +2,25 @@
 #include "tandem/experiments/run_file.h"
 
 #include "hdf5_util.h"
+#include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/version.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace tandem::experiments {
 
@@ -119,30 +126,39 @@ void validate_direction(const std::string& name) {
         throw Error("invalid probe direction '" + name + "' (expected memcpy, h2d, d2h or d2d)");
 }
 
-hid_t open_file_for_writing(const std::filesystem::path& path) {
-    h5::silence_library_errors();
-    const std::string name = path.string();
-    std::error_code ec;
-    if (std::filesystem::exists(path, ec)) {
-        const htri_t is_hdf5 = H5Fis_hdf5(name.c_str());
-        if (is_hdf5 == 0) {
-            H5Eclear2(H5E_DEFAULT);
-            throw Error(name + ": exists and is not an HDF5 file (left untouched)");
+// File access without HDF5's own flock: the writer locks its hidden copy itself, and the published
+// file is never opened for writing.
+Handle unlocked_file_access() {
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    H5Pset_file_locking(fapl, false, true);
+    return fapl;
+}
+
+void copy_bytes(const std::filesystem::path& from, int to_fd, const std::string& name) {
+    const int from_fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+    if (from_fd < 0) throw Error(name + ": cannot read run file (" + std::strerror(errno) + ")");
+    std::vector<char> buffer(1 << 20);
+    for (;;) {
+        const ssize_t n = ::read(from_fd, buffer.data(), buffer.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            const int error = errno;
+            ::close(from_fd);
+            throw Error(name + ": cannot read run file (" + std::strerror(error) + ")");
         }
-        hid_t file = H5Fopen(name.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-        if (file < 0) h5::fail(name, "cannot open run file for writing");
-        return file;
+        if (n == 0) break;
+        for (ssize_t done = 0; done < n;) {
+            const ssize_t w = ::write(to_fd, buffer.data() + done, static_cast<std::size_t>(n - done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) {
+                const int error = errno;
+                ::close(from_fd);
+                throw Error(name + ": cannot write the working copy (" + std::strerror(error) + ")");
+            }
+            done += w;
+        }
     }
-    // Default (earliest) format bounds: readable by every HDF5 tool, and no superblock status flags,
-    // so a file left by a killed writer still opens (docs/hdf5-layout.md "Crash safety").
-    hid_t file = H5Fcreate(name.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
-    if (file < 0) h5::fail(name, "cannot create run file");
-    Handle root = h5::open_group(name, file, "/");
-    h5::write_attribute(name, root, "format", std::string(kFormatName));
-    h5::write_attribute(name, root, "format_version", kFormatVersion);
-    h5::write_attribute(name, root, "created_by", std::string("tandem ") + TANDEM_VERSION);
-    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) h5::fail(name, "cannot flush run file");
-    return file;
+    ::close(from_fd);
 }
 
 bool is_lock_conflict(const std::string& detail) {
@@ -177,108 +193,219 @@ void validate_leg_name(const std::string& leg) {
 // =================================================================================================
 // Writer
 
-RunFileWriter::RunFileWriter(const std::filesystem::path& path) : path_(path) {
-    file_ = open_file_for_writing(path);
-}
-
-RunFileWriter::~RunFileWriter() { close(); }
-
-RunFileWriter::RunFileWriter(RunFileWriter&& other) noexcept : path_(std::move(other.path_)), file_(other.file_) {
-    other.file_ = -1;
-}
-
-RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
-    if (this != &other) {
-        close();
-        path_ = std::move(other.path_);
-        file_ = other.file_;
-        other.file_ = -1;
+RunFileWriter::RunFileWriter(const std::filesystem::path& path)
+    : path_(path), temp_path_(path.parent_path() / ("." + path.filename().string() + ".writing")) {
+    h5::silence_library_errors();
+    const std::string name = path.string();
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+        if (!std::filesystem::is_regular_file(path, ec)) throw Error(name + ": not a regular file");
+        if (H5Fis_hdf5(name.c_str()) <= 0) {
+            H5Eclear2(H5E_DEFAULT);
+            throw Error(name + ": exists and is not an HDF5 file (left untouched)");
+        }
+    } else {
+        const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+        if (!std::filesystem::is_directory(parent, ec))
+            throw Error(name + ": cannot create run file, folder " + parent.string() + " does not exist");
     }
-    return *this;
+    ensure_open();
 }
 
-void RunFileWriter::close() noexcept {
+// Opens a session: lock the hidden copy, fill it with the published file (or create a new file).
+void RunFileWriter::ensure_open() {
+    if (file_ >= 0) return;
+    const std::string name = path_.string();
+    lock_fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) throw Error(name + ": cannot write run file (" + temp_path_.string() + ": " + std::strerror(errno) + ")");
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+        ::close(lock_fd_);
+        lock_fd_ = -1;
+        throw Error(name + ": another process is writing this run file (lock on " + temp_path_.string() + ")");
+    }
+    // A copy left by a killed writer is stale: start over from the published file.
+    failed_ = false;
+    try {
+        if (::ftruncate(lock_fd_, 0) != 0) throw Error(name + ": cannot reset " + temp_path_.string());
+        Handle fapl = unlocked_file_access();
+        std::error_code ec;
+        if (std::filesystem::exists(path_, ec)) {
+            copy_bytes(path_, lock_fd_, name);
+            file_ = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
+            if (file_ < 0) h5::fail(name, "cannot open run file for writing");
+        } else {
+            // Default (earliest) format bounds: readable by every HDF5 tool.
+            file_ = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+            if (file_ < 0) h5::fail(name, "cannot create run file");
+            Handle root = h5::open_group(name, file_, "/");
+            h5::write_attribute(name, root, "format", std::string(kFormatName));
+            h5::write_attribute(name, root, "format_version", kFormatVersion);
+            h5::write_attribute(name, root, "created_by", std::string("tandem ") + TANDEM_VERSION);
+        }
+    } catch (...) {
+        discard();
+        throw;
+    }
+}
+
+template <class F>
+void RunFileWriter::guarded(F&& write) {
+    ensure_open();
+    try {
+        write();
+    } catch (...) {
+        failed_ = true;  // the copy may hold half of this call: never publish it
+        throw;
+    }
+}
+
+void RunFileWriter::commit() {
+    if (file_ < 0) return;
+    const std::string name = path_.string();
+    if (failed_) throw Error(name + ": not committing a write session in which a write failed");
+    const herr_t flushed = H5Fflush(file_, H5F_SCOPE_GLOBAL);
+    const herr_t closed = H5Fclose(file_);
+    file_ = -1;
+    if (flushed < 0 || closed < 0) {
+        const std::string detail = h5::take_error_detail();
+        discard();
+        throw Error(name + ": cannot finish run file (" + detail + ")");
+    }
+    if (::fsync(lock_fd_) != 0) {
+        const int error = errno;
+        discard();
+        throw Error(name + ": cannot fsync " + temp_path_.string() + " (" + std::strerror(error) + ")");
+    }
+    try {
+        rename_durably(temp_path_, path_);  // rename + fsync of the folder
+    } catch (...) {
+        discard();
+        throw;
+    }
+    ::close(lock_fd_);  // releases the lock; the descriptor now names the published file
+    lock_fd_ = -1;
+}
+
+void RunFileWriter::discard() noexcept {
     if (file_ >= 0) {
-        H5Fflush(file_, H5F_SCOPE_GLOBAL);
         H5Fclose(file_);
         H5Eclear2(H5E_DEFAULT);
         file_ = -1;
     }
+    if (lock_fd_ >= 0) {
+        ::unlink(temp_path_.c_str());  // still locked by us, so it is ours to remove
+        ::close(lock_fd_);
+        lock_fd_ = -1;
+    }
 }
 
-void RunFileWriter::flush() {
-    if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) h5::fail(path_.string(), "cannot flush run file");
+RunFileWriter::~RunFileWriter() {
+    try {
+        if (file_ >= 0 && !failed_) commit();
+    } catch (...) {
+    }
+    discard();
+}
+
+RunFileWriter::RunFileWriter(RunFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      temp_path_(std::move(other.temp_path_)),
+      file_(std::exchange(other.file_, -1)),
+      lock_fd_(std::exchange(other.lock_fd_, -1)),
+      failed_(other.failed_) {}
+
+RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
+    if (this != &other) {
+        try {
+            if (file_ >= 0 && !failed_) commit();
+        } catch (...) {
+        }
+        discard();
+        path_ = std::move(other.path_);
+        temp_path_ = std::move(other.temp_path_);
+        file_ = std::exchange(other.file_, -1);
+        lock_fd_ = std::exchange(other.lock_fd_, -1);
+        failed_ = other.failed_;
+    }
+    return *this;
 }
 
 void RunFileWriter::write_host(const HostInfo& host) {
-    const std::string f = path_.string();
-    Handle group = h5::require_group(f, file_, "/host");
-    h5::write_attributes(f, group,
-                         {{"cpu_model", host.cpu_model},
-                          {"logical_cores", host.logical_cores},
-                          {"physical_cores", host.physical_cores},
-                          {"memory_total_bytes", host.memory_total_bytes},
-                          {"memory_available_bytes", host.memory_available_bytes},
-                          {"llc_bytes", host.llc_bytes},
-                          {"os", host.os},
-                          {"kernel", host.kernel},
-                          {"machine", host.machine},
-                          {"hostname", host.hostname},
-                          {"tandem_version", host.tandem_version},
-                          {"built_with_cuda", std::int64_t{host.built_with_cuda ? 1 : 0}}});
-    flush();
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, "/host");
+        h5::write_attributes(f, group,
+                             {{"cpu_model", host.cpu_model},
+                              {"logical_cores", host.logical_cores},
+                              {"physical_cores", host.physical_cores},
+                              {"memory_total_bytes", host.memory_total_bytes},
+                              {"memory_available_bytes", host.memory_available_bytes},
+                              {"llc_bytes", host.llc_bytes},
+                              {"os", host.os},
+                              {"kernel", host.kernel},
+                              {"machine", host.machine},
+                              {"hostname", host.hostname},
+                              {"tandem_version", host.tandem_version},
+                              {"built_with_cuda", std::int64_t{host.built_with_cuda ? 1 : 0}}});
+    });
 }
 
 void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
-    const std::string f = path_.string();
-    Handle group = h5::require_group(f, file_, "/experiment");
-    h5::write_attributes(f, group,
-                         {{"name", experiment.name},
-                          {"spec_json", experiment.spec_json},
-                          {"spec_sha256", experiment.spec_sha256},
-                          {"tandem_version", experiment.tandem_version.empty() ? std::string(TANDEM_VERSION)
-                                                                               : experiment.tandem_version},
-                          {"run_id", experiment.run_id}});
-    flush();
+    if (experiment.spec_json.size() > 60000)
+        throw Error(path_.string() + ": experiment spec JSON is " + std::to_string(experiment.spec_json.size()) +
+                    " bytes; /experiment holds at most 60000 as an attribute");
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, "/experiment");
+        h5::write_attributes(f, group,
+                             {{"name", experiment.name},
+                              {"spec_json", experiment.spec_json},
+                              {"spec_sha256", experiment.spec_sha256},
+                              {"tandem_version", experiment.tandem_version.empty() ? std::string(TANDEM_VERSION)
+                                                                                   : experiment.tandem_version},
+                              {"run_id", experiment.run_id}});
+    });
 }
 
 void RunFileWriter::write_probe(const ProbeResult& probe) {
-    const std::string f = path_.string();
     validate_probe_device(probe.device);
     std::string names;
     for (const auto& d : probe.directions) {
         validate_direction(d.name);
         names += (names.empty() ? "" : ",") + d.name;
     }
-    // Replace a previous probe of the same device as a whole, so no stale direction survives.
-    h5::require_group(f, file_, "/probes");
-    h5::remove_link(f, file_, "/probes/" + probe.device);
-    Handle group = h5::require_group(f, file_, "/probes/" + probe.device);
-    Attributes attributes{{"device", probe.device},
-                          {"device_name", probe.device_name},
-                          {"bytes", probe.bytes},
-                          {"repeats", std::int64_t{probe.repeats}},
-                          {"warmup", std::int64_t{probe.warmup}},
-                          {"method", probe.method},
-                          {"timestamp", probe.timestamp},
-                          {"pcie_link", probe.pcie_link},
-                          {"pcie_source", probe.pcie_source},
-                          {"directions", names}};
-    for (const auto& d : probe.directions) {
-        attributes["gbps_" + d.name] = d.gbps;
-        attributes["best_s_" + d.name] = d.best_seconds;
-        attributes["median_s_" + d.name] = d.median_seconds;
-        attributes["bytes_counted_" + d.name] = d.bytes_counted;
-    }
-    h5::write_attributes(f, group, attributes);
-    flush();
+    guarded([&] {
+        const std::string f = path_.string();
+        // Replace a previous probe of the same device as a whole, so no stale direction survives.
+        h5::require_group(f, file_, "/probes");
+        h5::remove_link(f, file_, "/probes/" + probe.device);
+        Handle group = h5::require_group(f, file_, "/probes/" + probe.device);
+        Attributes attributes{{"device", probe.device},
+                              {"device_name", probe.device_name},
+                              {"bytes", probe.bytes},
+                              {"repeats", std::int64_t{probe.repeats}},
+                              {"warmup", std::int64_t{probe.warmup}},
+                              {"method", probe.method},
+                              {"timestamp", probe.timestamp},
+                              {"pcie_link", probe.pcie_link},
+                              {"pcie_source", probe.pcie_source},
+                              {"directions", names}};
+        for (const auto& d : probe.directions) {
+            attributes["gbps_" + d.name] = d.gbps;
+            attributes["best_s_" + d.name] = d.best_seconds;
+            attributes["median_s_" + d.name] = d.median_seconds;
+            attributes["bytes_counted_" + d.name] = d.bytes_counted;
+        }
+        h5::write_attributes(f, group, attributes);
+    });
 }
 
 void RunFileWriter::create_leg(const std::string& leg, const Attributes& attributes) {
     validate_leg_name(leg);
-    Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
-    h5::write_attributes(path_.string(), group, attributes);
-    flush();
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
+        h5::write_attributes(path_.string(), group, attributes);
+    });
 }
 
 void RunFileWriter::set_leg_attributes(const std::string& leg, const Attributes& attributes) {
@@ -287,85 +414,92 @@ void RunFileWriter::set_leg_attributes(const std::string& leg, const Attributes&
 
 void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) {
     validate_leg_name(leg);
-    const std::string f = path_.string();
-    Handle group = h5::require_group(f, file_, leg_path(leg));
-    Handle dataset;
-    if (h5::exists(group, "steps")) {
-        dataset = Handle(H5Dopen2(group, "steps", H5P_DEFAULT), H5Dclose);
-        if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/steps");
-    } else {
-        dataset = h5::create_table(f, group, "steps", step_type(true), kStepChunkRows);
-    }
-    h5::append_rows(f, dataset, step_type(false), rows.data(), rows.size());
-    flush();
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, leg_path(leg));
+        Handle dataset;
+        if (h5::exists(group, "steps")) {
+            dataset = Handle(H5Dopen2(group, "steps", H5P_DEFAULT), H5Dclose);
+            if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/steps");
+        } else {
+            dataset = h5::create_table(f, group, "steps", step_type(true), kStepChunkRows);
+        }
+        h5::append_rows(f, dataset, step_type(false), rows.data(), rows.size());
+    });
 }
 
 void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
     validate_leg_name(leg);
-    const std::string f = path_.string();
-    Handle group = h5::require_group(f, file_, leg_path(leg));
-    Handle dataset;
-    if (h5::exists(group, "eval")) {
-        dataset = Handle(H5Dopen2(group, "eval", H5P_DEFAULT), H5Dclose);
-        if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/eval");
-    } else {
-        dataset = h5::create_table(f, group, "eval", eval_type(true), kEvalChunkRows);
-    }
-    h5::append_rows(f, dataset, eval_type(false), rows.data(), rows.size());
-    flush();
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, leg_path(leg));
+        Handle dataset;
+        if (h5::exists(group, "eval")) {
+            dataset = Handle(H5Dopen2(group, "eval", H5P_DEFAULT), H5Dclose);
+            if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/eval");
+        } else {
+            dataset = h5::create_table(f, group, "eval", eval_type(true), kEvalChunkRows);
+        }
+        h5::append_rows(f, dataset, eval_type(false), rows.data(), rows.size());
+    });
 }
 
 void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing) {
     validate_leg_name(leg);
-    Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/timing");
-    Attributes attributes = timing.extra;
-    attributes["model_load_s"] = timing.model_load_s;
-    attributes["tokenize_s"] = timing.tokenize_s;
-    attributes["median_update_s"] = timing.median_update_s;
-    attributes["window_first"] = timing.window_first;
-    attributes["window_last"] = timing.window_last;
-    attributes["tokens_per_s"] = timing.tokens_per_s;
-    attributes["total_s"] = timing.total_s;
-    h5::write_attributes(path_.string(), group, attributes);
-    flush();
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/timing");
+        Attributes attributes = timing.extra;
+        attributes["model_load_s"] = timing.model_load_s;
+        attributes["tokenize_s"] = timing.tokenize_s;
+        attributes["median_update_s"] = timing.median_update_s;
+        attributes["window_first"] = timing.window_first;
+        attributes["window_last"] = timing.window_last;
+        attributes["tokens_per_s"] = timing.tokens_per_s;
+        attributes["total_s"] = timing.total_s;
+        h5::write_attributes(path_.string(), group, attributes);
+    });
 }
 
 void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory) {
     validate_leg_name(leg);
-    Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/memory");
-    Attributes attributes = memory.extra;
-    attributes["peak_device_bytes"] = memory.peak_device_bytes;
-    attributes["peak_host_bytes"] = memory.peak_host_bytes;
-    h5::write_attributes(path_.string(), group, attributes);
-    flush();
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/memory");
+        Attributes attributes = memory.extra;
+        attributes["peak_device_bytes"] = memory.peak_device_bytes;
+        attributes["peak_host_bytes"] = memory.peak_host_bytes;
+        h5::write_attributes(path_.string(), group, attributes);
+    });
 }
 
 void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const std::string& json) {
     validate_leg_name(leg);
-    Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/checks");
-    h5::write_string_dataset(path_.string(), group, check_level_name(level), json);
-    flush();
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/checks");
+        h5::write_string_dataset(path_.string(), group, check_level_name(level), json);
+    });
 }
 
 void RunFileWriter::write_comparison(const std::string& leg_a, const std::string& leg_b,
                                      const ComparisonSeries& series) {
     validate_comparison_pair(leg_a, leg_b);
     validate_series_name(series.series);
-    const std::string f = path_.string();
-    Handle group = h5::require_group(f, file_, comparison_path(leg_a, leg_b));
-    h5::remove_link(f, group, series.series);
-    Handle dataset = h5::create_table(f, group, series.series, paired_type(true), 256);
-    h5::append_rows(f, dataset, paired_type(false), series.points.data(), series.points.size());
-    h5::write_attributes(f, dataset, series.summary);
-    flush();
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, comparison_path(leg_a, leg_b));
+        h5::remove_link(f, group, series.series);
+        Handle dataset = h5::create_table(f, group, series.series, paired_type(true), 256);
+        h5::append_rows(f, dataset, paired_type(false), series.points.data(), series.points.size());
+        h5::write_attributes(f, dataset, series.summary);
+    });
 }
 
 void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const std::string& leg_b,
                                               const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
-    Handle group = h5::require_group(path_.string(), file_, comparison_path(leg_a, leg_b));
-    h5::write_attributes(path_.string(), group, attributes);
-    flush();
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, comparison_path(leg_a, leg_b));
+        h5::write_attributes(path_.string(), group, attributes);
+    });
 }
 
 // =================================================================================================

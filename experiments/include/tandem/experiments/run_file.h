@@ -3,13 +3,14 @@
 // later piece extends, and one reader (RunFileReader) for the report and the GUI.
 // The layout is documented precisely in docs/hdf5-layout.md; this header is its C++ face.
 //
-// Crash model (docs/hdf5-layout.md "Crash safety"): no SWMR. Files use the earliest HDF5 file
-// format (readable by every h5py / h5dump, and no superblock "open for write" flag that would make
-// a file left by a killed writer refuse to open). Every public write call ends with H5Fflush, so a
-// crash loses at most the call in progress. Recommended use for the runner: open a writer per event
-// batch (open → append → destructor closes); the file is then closed — and readable by the GUI,
-// h5py and h5dump — between batches. Keeping one writer open for a whole run also works (each call
-// flushes), but readers are refused (file lock) while it is open.
+// Crash model (docs/hdf5-layout.md "Crash safety"): a writer never modifies the published file in
+// place. RunFileWriter copies it to a hidden sibling (`.<name>.writing`), writes there, and commit()
+// (or the destructor) closes, fsyncs and renames the copy over the published file, then fsyncs the
+// folder. A writer killed at any moment leaves the previous complete file; readers (the GUI, h5py,
+// h5dump) never see a half-written file and are never blocked by a writer. A copy costs O(file
+// size) per commit, so commit per event batch (the runner: open a writer per batch), not per row.
+// One writer per file at a time (an flock on the hidden copy; a second writer gets an error).
+// Files use the earliest HDF5 file format, readable by every h5py / h5dump.
 //
 // Every function throws tandem::Error with a one-line message naming the file and object at fault.
 #include "tandem/experiments/host_info.h"
@@ -123,10 +124,12 @@ const char* check_level_name(CheckLevel level);  // "l1", "l2", "l3"
 
 class RunFileWriter {
 public:
-    // Opens `path` for writing, creating it (and nothing else: the folder must exist) when absent.
-    // An existing file that is not HDF5 is refused and left untouched.
+    // Starts a write session on `path`, which is created (the folder must exist) on first commit
+    // when absent. An existing file that is not HDF5 is refused and left untouched.
     explicit RunFileWriter(const std::filesystem::path& path);
-    ~RunFileWriter();  // flushes and closes; never throws
+    // Commits what was written unless a write call threw (then the session's changes are dropped
+    // and the published file stays as it was). Never throws.
+    ~RunFileWriter();
     RunFileWriter(const RunFileWriter&) = delete;
     RunFileWriter& operator=(const RunFileWriter&) = delete;
     RunFileWriter(RunFileWriter&&) noexcept;
@@ -155,12 +158,21 @@ public:
     void write_comparison(const std::string& leg_a, const std::string& leg_b, const ComparisonSeries& series);
     void set_comparison_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes);
 
-    void flush();  // every call above already flushes; for callers that want to be explicit
+    // Publishes everything written so far (atomic rename, fsynced). The writer stays usable: the
+    // next write call starts a new copy. flush() is the same as commit().
+    void commit();
+    void flush() { commit(); }
 
 private:
-    void close() noexcept;
+    void ensure_open();
+    void discard() noexcept;
+    template <class F>
+    void guarded(F&& write);
     std::filesystem::path path_;
-    std::int64_t file_ = -1;  // hid_t
+    std::filesystem::path temp_path_;
+    std::int64_t file_ = -1;  // hid_t of the hidden copy, -1 between sessions
+    int lock_fd_ = -1;        // flock on the hidden copy while a session is open
+    bool failed_ = false;     // a write threw: the session must not be committed
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -168,7 +180,9 @@ private:
 
 class RunFileReader {
 public:
-    // Opens read-only. A writer holding the file (file lock) is waited for up to `wait_s` seconds.
+    // Opens read-only. Another HDF5 program holding the file locked is waited for up to `wait_s`
+    // seconds (tandem's own writer never locks the published file). A reader sees the file as it
+    // was when opened; reopen to see later commits.
     explicit RunFileReader(const std::filesystem::path& path, double wait_s = 5.0);
     ~RunFileReader();
     RunFileReader(const RunFileReader&) = delete;

@@ -1,0 +1,238 @@
+// Catalog: created from empty, migrated from version 1 (a file made with the frozen v1 DDL below),
+// refuses files that are not SQLite or are newer, and keeps runs/legs consistent.
+#include "tandem/error.h"
+#include "tandem/experiments/catalog.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+namespace ex = tandem::experiments;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+    fs::path d = fs::temp_directory_path() / ("tandem-test-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+}
+
+std::string bytes_of(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// Runs SQL through the raw C API (the test's own connection, independent of Catalog).
+void raw_exec(const fs::path& file, const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(file.c_str(), &db), SQLITE_OK);
+    char* error = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+    sqlite3_close(db);
+}
+
+std::string pragma(sqlite3* db, const std::string& name) {
+    sqlite3_stmt* s = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, ("PRAGMA " + name).c_str(), -1, &s, nullptr), SQLITE_OK);
+    std::string out;
+    if (sqlite3_step(s) == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    return out;
+}
+
+// The schema of version 1 exactly as released. Frozen here on purpose: the migration must keep
+// working from files made by that release, whatever catalog.cpp says today.
+const char* kVersion1Ddl = R"(
+CREATE TABLE probes (
+  id          INTEGER PRIMARY KEY,
+  device      TEXT NOT NULL,
+  device_name TEXT NOT NULL DEFAULT '',
+  method      TEXT NOT NULL DEFAULT '',
+  bytes       INTEGER NOT NULL CHECK (bytes > 0),
+  repeats     INTEGER NOT NULL CHECK (repeats > 0),
+  gbps_memcpy REAL,
+  gbps_h2d    REAL,
+  gbps_d2h    REAL,
+  gbps_d2d    REAL,
+  pcie_link   TEXT NOT NULL DEFAULT '',
+  run_file    TEXT NOT NULL DEFAULT '',
+  measured_at TEXT NOT NULL,
+  hostname    TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX probes_by_device ON probes (device, measured_at);
+PRAGMA user_version = 1;
+)";
+
+ex::ProbeResult cpu_probe(double gbps) {
+    ex::ProbeResult p;
+    p.device = "cpu";
+    p.device_name = "Test CPU";
+    p.bytes = 268435456;
+    p.repeats = 10;
+    p.method = "memcpy";
+    p.directions.push_back({"memcpy", 2 * 268435456LL, 2 * 268435456.0 / gbps / 1e9, 0.1, gbps});
+    p.timestamp = "2026-11-29T09:00:00Z";
+    return p;
+}
+
+}  // namespace
+
+TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
+    const fs::path file = fresh_dir("catalog-new") / "tandem.db";
+    ex::Catalog c(file);
+    EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
+    EXPECT_EQ(ex::kCatalogSchemaVersion, 2);
+    EXPECT_EQ(pragma(c.handle(), "journal_mode"), "wal");
+    EXPECT_EQ(pragma(c.handle(), "synchronous"), "2");  // FULL
+    EXPECT_EQ(pragma(c.handle(), "foreign_keys"), "1");
+    const auto id = c.add_probe(cpu_probe(12.5), "/tmp/x.h5", "host-a");
+    const auto probes = c.probes();
+    ASSERT_EQ(probes.size(), 1u);
+    EXPECT_EQ(probes[0].id, id);
+    EXPECT_EQ(probes[0].gbps_memcpy, 12.5);
+    EXPECT_FALSE(probes[0].gbps_h2d);
+    EXPECT_EQ(probes[0].run_file, "/tmp/x.h5");
+    EXPECT_EQ(probes[0].bytes, 268435456);
+}
+
+TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
+    const fs::path file = fresh_dir("catalog-empty") / "tandem.db";
+    { std::ofstream touch(file); }
+    ex::Catalog c(file);
+    EXPECT_EQ(c.schema_version(), 2);
+}
+
+TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
+    const fs::path file = fresh_dir("catalog-v1") / "tandem.db";
+    raw_exec(file, kVersion1Ddl);
+    raw_exec(file, "INSERT INTO probes (device, device_name, method, bytes, repeats, gbps_memcpy, measured_at, hostname) "
+                   "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
+    {
+        ex::Catalog c(file);
+        EXPECT_EQ(c.schema_version(), 2);
+        const auto probes = c.probes();
+        ASSERT_EQ(probes.size(), 1u);
+        EXPECT_EQ(probes[0].device_name, "Old CPU");
+        EXPECT_EQ(probes[0].gbps_memcpy, 9.75);
+        EXPECT_EQ(probes[0].hostname, "old-host");
+        // The version-2 tables are there and usable.
+        c.upsert_run({"r1", "exp", "", "/runs/r1", "/runs/r1/run.h5", "2026-11-29T09:00:00Z", std::nullopt, "running",
+                      "0.1.0", "h", std::nullopt, ""});
+        EXPECT_EQ(c.runs().size(), 1u);
+    }
+    // Opening again is a no-op (already current).
+    ex::Catalog again(file);
+    EXPECT_EQ(again.probes().size(), 1u);
+    EXPECT_EQ(again.runs().size(), 1u);
+}
+
+TEST(Catalog, RefusesAFileThatIsNotSqliteAndLeavesItsBytes) {
+    const fs::path file = fresh_dir("catalog-text") / "tandem.db";
+    { std::ofstream(file) << "definitely not a database, just text that is long enough to have a header\n"; }
+    const std::string before = bytes_of(file);
+    try {
+        ex::Catalog c(file);
+        FAIL() << "opened a text file as a catalog";
+    } catch (const tandem::Error& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find(file.string()), std::string::npos) << message;
+        EXPECT_NE(message.find("not an SQLite database"), std::string::npos) << message;
+        EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line";
+    }
+    EXPECT_EQ(bytes_of(file), before);
+    EXPECT_FALSE(fs::exists(file.string() + "-wal"));
+}
+
+TEST(Catalog, RefusesASchemaNewerThanThisBuild) {
+    const fs::path file = fresh_dir("catalog-newer") / "tandem.db";
+    raw_exec(file, "CREATE TABLE future (x); PRAGMA user_version = 99;");
+    try {
+        ex::Catalog c(file);
+        FAIL();
+    } catch (const tandem::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Catalog, RefusesAMissingFolder) {
+    const fs::path file = fresh_dir("catalog-missing") / "nope" / "tandem.db";
+    EXPECT_THROW(ex::Catalog c(file), tandem::Error);
+    EXPECT_FALSE(fs::exists(file.parent_path()));
+}
+
+TEST(Catalog, RunsAndLegsUpsertListAndDeleteTogether) {
+    const fs::path file = fresh_dir("catalog-runs") / "tandem.db";
+    ex::Catalog c(file);
+    ex::RunRecord run{"clinical-tiny-20261129-090000", "clinical-tiny", "abc", "/r", "/r/run.h5",
+                      "2026-11-29T09:00:00Z", std::nullopt, "running", "0.1.0", "host", 4242, ""};
+    c.upsert_run(run);
+    c.upsert_run({"older", "clinical-tiny", "abc", "/o", "/o/run.h5", "2026-11-28T09:00:00Z", "2026-11-28T10:00:00Z",
+                  "finished", "0.1.0", "host", std::nullopt, ""});
+    ex::LegRecord leg;
+    leg.run_id = run.id;
+    leg.name = "engine-cpu";
+    leg.implementation = "engine";
+    leg.device = "cpu";
+    leg.status = "running";
+    c.upsert_leg(leg);
+    leg.name = "reference-cpu";
+    leg.implementation = "reference";
+    c.upsert_leg(leg);
+    // Progress update of one leg: same key, new values.
+    leg.name = "engine-cpu";
+    leg.implementation = "engine";
+    leg.status = "finished";
+    leg.exit_status = 0;
+    leg.final_loss = 1.25;
+    leg.peak_host_bytes = 1LL << 33;
+    leg.last_eval_update = 500;
+    leg.last_eval_ce = 2.5;
+    c.upsert_leg(leg);
+
+    const auto runs = c.runs();
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0].id, run.id) << "newest first";
+    EXPECT_EQ(runs[0].runner_pid, 4242);
+    EXPECT_FALSE(runs[0].finished_at);
+    const auto legs = c.legs(run.id);
+    ASSERT_EQ(legs.size(), 2u);
+    EXPECT_EQ(legs[0].name, "engine-cpu");
+    EXPECT_EQ(legs[0].status, "finished");
+    EXPECT_EQ(legs[0].final_loss, 1.25);
+    EXPECT_EQ(legs[0].peak_host_bytes, 1LL << 33);
+    EXPECT_EQ(legs[0].exit_status, 0);
+    EXPECT_FALSE(legs[0].tokens_per_s);
+    EXPECT_EQ(legs[1].implementation, "reference");
+
+    c.set_run_status(run.id, "finished", "2026-11-29T10:00:00Z");
+    EXPECT_EQ(c.run(run.id)->status, "finished");
+    EXPECT_EQ(*c.run(run.id)->finished_at, "2026-11-29T10:00:00Z");
+    EXPECT_THROW(c.set_run_status("no-such-run", "finished", std::nullopt), tandem::Error);
+    EXPECT_THROW(c.set_run_status(run.id, "exploded", std::nullopt), tandem::Error) << "status CHECK constraint";
+
+    ex::LegRecord orphan;
+    orphan.run_id = "no-such-run";
+    orphan.name = "x";
+    EXPECT_THROW(c.upsert_leg(orphan), tandem::Error) << "foreign key not enforced";
+
+    EXPECT_TRUE(c.delete_run(run.id));
+    EXPECT_FALSE(c.delete_run(run.id));
+    EXPECT_TRUE(c.legs(run.id).empty()) << "legs survived their run";
+    EXPECT_EQ(c.runs().size(), 1u);
+}
+
+TEST(Catalog, TwoConnectionsSeeEachOthersCommits) {
+    const fs::path file = fresh_dir("catalog-two") / "tandem.db";
+    ex::Catalog writer(file);
+    ex::Catalog reader(file);
+    writer.add_probe(cpu_probe(10), "", "h");
+    EXPECT_EQ(reader.probes().size(), 1u);
+}

@@ -109,7 +109,17 @@ struct CudaTrainer::Impl {
     std::vector<Buf<float>> residual;  // L+1 buffers [N,C]: residual[l] enters layer l
     Buf<float> tmp, xd, dt, dx, dtmp, dln, dact, dgate, dup, datt, dq, dk, dv, dq_lin, dk_lin, delta;
     Buf<float> rope_cos, rope_sin;
-    Buf<int32_t> ids_d, lengths_d, rows_d, targets_d;
+    // Token ids, lengths, supervised row indices and targets of every micro-batch of one call,
+    // uploaded once per train_update / evaluate (one synchronous copy while the device is idle), so
+    // no host<->device synchronisation happens between micro-batches.
+    struct Staged {
+        const int32_t* ids = nullptr;      // [B*T]
+        const int32_t* lengths = nullptr;  // [B]
+        const int32_t* rows = nullptr;     // [n_sup] hidden row (b*T + t-1) of each label
+        const int32_t* targets = nullptr;  // [n_sup] label id
+        int64_t n_sup = 0;
+    };
+    Buf<int32_t> staged;
     Buf<float> xs, hs, hs_rstd, dh, dxs, ce_work;
     Buf<double> losses;
     int64_t cap_ce_chunk = 0;
@@ -132,10 +142,7 @@ struct CudaTrainer::Impl {
         norm_value.reset();
         loss_acc.reset();
         losses.reset();
-        ids_d.reset();
-        lengths_d.reset();
-        rows_d.reset();
-        targets_d.reset();
+        staged.reset();
         blas.reset();
         alloc.reset();
         if (stream) (void)cudaStreamDestroy(stream);
@@ -317,10 +324,6 @@ struct CudaTrainer::Impl {
         dq_lin = make<float>(Nn * HD, ws);
         dk_lin = make<float>(Nn * KD, ws);
         delta = make<float>(cap_BHT, ws);
-        ids_d = make<int32_t>(Nn, ws);
-        lengths_d = make<int32_t>(cap_rows, ws);
-        rows_d = make<int32_t>(Nn, ws);
-        targets_d = make<int32_t>(Nn, ws);
         xs = make<float>(Nn * C, ws);
         hs = make<float>(Nn * C, ws);
         hs_rstd = make<float>(Nn, ws);
@@ -357,18 +360,59 @@ struct CudaTrainer::Impl {
     // forward: the CPU model's forward(); fills acts and residual[L]. Dropout specs are kept per
     // (layer, projection) for the backward.
     std::vector<std::array<k::DropoutSpec, kProjections>> drop_specs;
+    const int32_t* lengths_d = nullptr;  // the current micro-batch's lengths (inside `staged`)
 
-    void forward(const MicroBatch& mb, const DropoutContext& dropout) {
+    // Uploads the inputs of all micro-batches (validated by the caller) in one copy.
+    std::vector<Staged> stage(const std::vector<MicroBatch>& mbs) {
+        std::vector<int32_t> host;
+        std::vector<std::array<size_t, 4>> offs;
+        std::vector<int64_t> n_sup;
+        for (const auto& mb : mbs) {
+            std::array<size_t, 4> o{};
+            o[0] = host.size();
+            host.insert(host.end(), mb.ids.begin(), mb.ids.end());
+            o[1] = host.size();
+            host.insert(host.end(), mb.lengths.begin(), mb.lengths.end());
+            o[2] = host.size();
+            std::vector<int32_t> targets;
+            for (int64_t b = 0; b < mb.batch; ++b)
+                for (int64_t t = 1; t < mb.seq; ++t)
+                    if (mb.supervised[size_t(b * mb.seq + t)]) {
+                        host.push_back(static_cast<int32_t>(b * mb.seq + t - 1));
+                        targets.push_back(mb.ids[size_t(b * mb.seq + t)]);
+                    }
+            o[3] = host.size();
+            host.insert(host.end(), targets.begin(), targets.end());
+            offs.push_back(o);
+            n_sup.push_back(static_cast<int64_t>(targets.size()));
+        }
+        if (host.size() > staged.size()) staged = make<int32_t>(static_cast<int64_t>(host.size()), MemoryCategory::Workspace);
+        if (!host.empty())
+            CUDA_CHECK(cudaMemcpyAsync(staged.get(), host.data(), sizeof(int32_t) * host.size(), cudaMemcpyHostToDevice,
+                                       stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` goes out of scope
+        std::vector<Staged> out;
+        for (size_t i = 0; i < mbs.size(); ++i) {
+            Staged st;
+            st.ids = staged.get() + offs[i][0];
+            st.lengths = staged.get() + offs[i][1];
+            st.rows = staged.get() + offs[i][2];
+            st.targets = staged.get() + offs[i][3];
+            st.n_sup = n_sup[i];
+            out.push_back(st);
+        }
+        return out;
+    }
+
+    void forward(const MicroBatch& mb, const Staged& in, const DropoutContext& dropout) {
         B = mb.batch;
         T = mb.seq;
         N = B * T;
         ensure_capacity(B, T);
-        CUDA_CHECK(cudaMemcpyAsync(ids_d.get(), mb.ids.data(), sizeof(int32_t) * size_t(N), cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(lengths_d.get(), mb.lengths.data(), sizeof(int32_t) * size_t(B),
-                                   cudaMemcpyHostToDevice, stream));
+        lengths_d = in.lengths;
         cublasHandle_t h = blas->get();
         drop_specs.assign(size_t(L), {});
-        k::embedding_forward(residual[0].get(), ids_d.get(), embed.get(), N, C, V, stream);
+        k::embedding_forward(residual[0].get(), in.ids, embed.get(), N, C, V, stream);
         const double eps = cfg.rms_norm_eps;
         for (int64_t l = 0; l < L; ++l) {
             const LayerWeights& w = layers[size_t(l)];
@@ -388,7 +432,7 @@ struct CudaTrainer::Impl {
             k::rmsnorm_forward(a.k.get(), a.kn_rstd.get(), a.k_lin.get(), w.k_norm.get(), N * KV, D, eps, stream);
             k::rope_forward(a.q.get(), a.q.get(), rope_cos.get(), rope_sin.get(), B, T, H, D, stream);
             k::rope_forward(a.k.get(), a.k.get(), rope_cos.get(), rope_sin.get(), B, T, KV, D, stream);
-            k::attention_forward(a.att.get(), a.lse.get(), a.q.get(), a.k.get(), a.v.get(), lengths_d.get(), B, T, H,
+            k::attention_forward(a.att.get(), a.lse.get(), a.q.get(), a.k.get(), a.v.get(), lengths_d, B, T, H,
                                  KV, D, stream);
             proj(O, tmp.get(), a.att.get());
             CUDA_CHECK(cudaMemcpyAsync(a.x_mid.get(), x, sizeof(float) * size_t(N * C), cudaMemcpyDeviceToDevice, stream));
@@ -430,7 +474,7 @@ struct CudaTrainer::Impl {
             // attention block
             proj_back(O, datt.get(), dx.get(), a.att.get(), false);
             k::attention_backward(dq.get(), dk.get(), dv.get(), delta.get(), datt.get(), a.att.get(), a.q.get(),
-                                  a.k.get(), a.v.get(), a.lse.get(), lengths_d.get(), B, T, H, KV, D, stream);
+                                  a.k.get(), a.v.get(), a.lse.get(), lengths_d, B, T, H, KV, D, stream);
             k::rope_backward(dq.get(), dq.get(), rope_cos.get(), rope_sin.get(), B, T, H, D, stream);
             k::rope_backward(dk.get(), dk.get(), rope_cos.get(), rope_sin.get(), B, T, KV, D, stream);
             k::rmsnorm_backward(dq_lin.get(), nullptr, dq.get(), a.q_lin.get(), w.q_norm.get(), a.qn_rstd.get(), N * H,
@@ -448,33 +492,20 @@ struct CudaTrainer::Impl {
     // ------------------------------------------------------------------------------------------
     // LM head over the supervised rows (hidden at (b, t-1) predicts ids[b, t]); adds the sum of
     // token losses to loss_acc on the device; when grad_scale != 0 leaves d(residual[L]) in dx.
-    int64_t head(const MicroBatch& mb, double grad_scale) {
-        std::vector<int32_t> rows, targets;
-        for (int64_t b = 0; b < mb.batch; ++b)
-            for (int64_t t = 1; t < mb.seq; ++t)
-                if (mb.supervised[size_t(b * mb.seq + t)]) {
-                    rows.push_back(static_cast<int32_t>(b * mb.seq + t - 1));
-                    targets.push_back(mb.ids[size_t(b * mb.seq + t)]);
-                }
-        const int64_t Ns = static_cast<int64_t>(rows.size());
+    int64_t head(const Staged& in, double grad_scale) {
+        const int64_t Ns = in.n_sup;
         const bool want_grad = grad_scale != 0.0;
         if (want_grad) CUDA_CHECK(cudaMemsetAsync(dx.get(), 0, sizeof(float) * size_t(N * C), stream));
         if (Ns == 0) return 0;
-        CUDA_CHECK(cudaMemcpyAsync(rows_d.get(), rows.data(), sizeof(int32_t) * rows.size(), cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(targets_d.get(), targets.data(), sizeof(int32_t) * targets.size(),
-                                   cudaMemcpyHostToDevice, stream));
-        k::gather_rows(xs.get(), residual[size_t(L)].get(), rows_d.get(), Ns, C, stream);
+        k::gather_rows(xs.get(), residual[size_t(L)].get(), in.rows, Ns, C, stream);
         k::rmsnorm_forward(hs.get(), hs_rstd.get(), xs.get(), final_norm.get(), Ns, C, cfg.rms_norm_eps, stream);
         k::lm_head_cross_entropy(blas->get(), stream, losses.get(), want_grad ? dh.get() : nullptr, ce_work.get(),
-                                 hs.get(), lm_head, targets_d.get(), Ns, C, V, static_cast<float>(grad_scale),
-                                 cap_ce_chunk);
+                                 hs.get(), lm_head, in.targets, Ns, C, V, static_cast<float>(grad_scale), cap_ce_chunk);
         k::sum_losses(loss_acc.get(), losses.get(), Ns, stream);
         if (want_grad) {
             k::rmsnorm_backward(dxs.get(), nullptr, dh.get(), xs.get(), final_norm.get(), hs_rstd.get(), Ns, C, stream);
-            k::scatter_rows(dx.get(), dxs.get(), rows_d.get(), Ns, C, stream);
+            k::scatter_rows(dx.get(), dxs.get(), in.rows, Ns, C, stream);
         }
-        // rows / targets are host vectors about to go out of scope: the copies above must finish
-        CUDA_CHECK(cudaStreamSynchronize(stream));
         return Ns;
     }
 
@@ -582,9 +613,11 @@ double CudaTrainer::forward_backward(const MicroBatch& mb, const DropoutContext&
     Impl& s = *impl_;
     mb.validate(s.V);
     CUDA_CHECK(cudaSetDevice(s.dev));
+    const std::vector<MicroBatch> one{mb};
+    const auto staged = s.stage(one);
     s.zero_loss_acc();
-    s.forward(mb, dropout);
-    s.head(mb, grad_scale);
+    s.forward(mb, staged[0], dropout);
+    s.head(staged[0], grad_scale);
     if (grad_scale != 0.0) s.backward();
     return s.read_loss_acc();
 }
@@ -593,9 +626,11 @@ double CudaTrainer::loss_sum(const MicroBatch& mb) {
     Impl& s = *impl_;
     mb.validate(s.V);
     CUDA_CHECK(cudaSetDevice(s.dev));
+    const std::vector<MicroBatch> one{mb};
+    const auto staged = s.stage(one);
     s.zero_loss_acc();
-    s.forward(mb, DropoutContext{});
-    s.head(mb, 0.0);
+    s.forward(mb, staged[0], DropoutContext{});
+    s.head(staged[0], 0.0);
     return s.read_loss_acc();
 }
 
@@ -607,6 +642,7 @@ UpdateMetrics CudaTrainer::train_update(const std::vector<MicroBatch>& micro_bat
     for (const auto& mb : micro_batches) supervised += mb.validate(s.V);
     if (supervised == 0) throw Error("trainer: update " + std::to_string(s.step) + " has no supervised token");
     const double grad_scale = 1.0 / static_cast<double>(supervised);
+    const auto staged = s.stage(micro_batches);
 
     CUDA_CHECK(cudaMemsetAsync(s.grads.get(), 0, s.grads.bytes(), s.stream));
     s.zero_loss_acc();
@@ -618,8 +654,8 @@ UpdateMetrics CudaTrainer::train_update(const std::vector<MicroBatch>& micro_bat
         dc.update = static_cast<uint64_t>(s.step);
         dc.micro_batch = i;
         dc.native_counter = &s.native_counter;
-        s.forward(micro_batches[i], dc);
-        s.head(micro_batches[i], grad_scale);
+        s.forward(micro_batches[i], staged[i], dc);
+        s.head(staged[i], grad_scale);
         s.backward();
     }
 
@@ -647,11 +683,12 @@ EvalResult CudaTrainer::evaluate(const std::vector<MicroBatch>& micro_batches) {
     Impl& s = *impl_;
     CUDA_CHECK(cudaSetDevice(s.dev));
     EvalResult r;
+    for (const auto& mb : micro_batches) r.supervised_tokens += mb.validate(s.V);
+    const auto staged = s.stage(micro_batches);
     s.zero_loss_acc();
-    for (const auto& mb : micro_batches) {
-        r.supervised_tokens += mb.validate(s.V);
-        s.forward(mb, DropoutContext{});
-        s.head(mb, 0.0);
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+        s.forward(micro_batches[i], staged[i], DropoutContext{});
+        s.head(staged[i], 0.0);
     }
     if (r.supervised_tokens == 0) throw Error("evaluate: the held-out batches have no supervised token");
     r.loss_sum = s.read_loss_acc();

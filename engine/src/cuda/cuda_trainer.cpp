@@ -90,7 +90,13 @@ struct CudaTrainer::Impl {
     int64_t n_params = 0;
     int64_t warmup = 0;
 
-    // ---- device state (declaration order = destruction order reversed: the allocator outlives buffers)
+    // ---- device state (declaration order matters: see ~Impl)
+    struct StreamOwner {
+        cudaStream_t s = nullptr;
+        ~StreamOwner() {
+            if (s) (void)cudaStreamDestroy(s);
+        }
+    } stream_owner;
     cudaStream_t stream = nullptr;
     std::unique_ptr<k::DeviceAllocator> alloc;
     std::unique_ptr<k::BlasHandle> blas;
@@ -127,26 +133,9 @@ struct CudaTrainer::Impl {
     uint64_t native_counter = 0;
     int64_t step = 0;
 
-    ~Impl() {
-        // buffers first (they release into the allocator), then the allocator, then the stream
-        acts.clear();
-        residual.clear();
-        layers.clear();
-        Buf<float>* fl[] = {&embed, &lm_head_own, &final_norm, &params, &grads, &adam_m, &adam_v, &tmp, &xd, &dt,
-                            &dx, &dtmp, &dln, &dact, &dgate, &dup, &datt, &dq, &dk, &dv, &dq_lin, &dk_lin, &delta,
-                            &rope_cos, &rope_sin, &xs, &hs, &hs_rstd, &dh, &dxs, &ce_work, &clip_coef};
-        for (auto* b : fl) b->reset();
-        seg_offsets.reset();
-        seg_counts.reset();
-        norm_partials.reset();
-        norm_value.reset();
-        loss_acc.reset();
-        losses.reset();
-        staged.reset();
-        blas.reset();
-        alloc.reset();
-        if (stream) (void)cudaStreamDestroy(stream);
-    }
+    // Members are destroyed in reverse order of declaration: every buffer (they release into the
+    // allocator), then the cuBLAS handle, the allocator (frees its blocks), and the stream last.
+    ~Impl() = default;
 
     template <class T>
     Buf<T> make(int64_t count, MemoryCategory c) {
@@ -572,7 +561,8 @@ CudaTrainer CudaTrainer::create(int device, const Qwen3Config& config, TensorMap
     s.lora = lora;
     s.opts = options;
     CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream_owner.s, cudaStreamNonBlocking));
+    s.stream = s.stream_owner.s;
     s.alloc = std::make_unique<k::DeviceAllocator>(device);
     s.blas = std::make_unique<k::BlasHandle>(s.stream);
     s.bind(std::move(base_weights));

@@ -1,8 +1,115 @@
-// tandem subcommands of the run family — registered in main.cpp.
+// tandem subcommands of the run family — registered in main.cpp:
+//   tandem run EXPERIMENT [--legs ...] [--devices ...] [--out DIR] [--catalog DB]   (or --resume RUN_DIR)
+//   tandem report RUN [--format text|md|csv|tex] [--out FILE]
+//   tandem leg engine --run DIR --leg NAME --device cpu [--resume] [--threads N]     (started by `run`)
 #include "commands.h"
+
+#include "tandem/atomic_file.h"
+#include "tandem/error.h"
+#include "tandem/experiments/engine_leg.h"
+#include "tandem/experiments/report.h"
+#include "tandem/experiments/runner.h"
+
+#include <cstdio>
+#include <memory>
 
 namespace tandem::cli {
 
-void add_run_commands(CLI::App& /*app*/, int& /*exit_code*/) {}
+namespace {
+
+struct RunArgs {
+    std::string experiment;
+    std::string resume;
+    std::string legs = "engine,reference";
+    std::string devices = "cpu";
+    std::string out = "runs";
+    std::string catalog = "tandem.db";
+    std::string assets;
+    std::string format = "text";
+    int threads = 0;
+    bool no_probe = false;
+    bool quiet = false;
+};
+
+struct ReportArgs {
+    std::string run;
+    std::string format = "text";
+    std::string out;
+};
+
+}  // namespace
+
+void add_run_commands(CLI::App& app, int& exit_code) {
+    auto run_args = std::make_shared<RunArgs>();
+    auto* run = app.add_subcommand("run", "Run an experiment: prepare the run folder, launch the legs side by side, "
+                                          "record run.h5 and the catalog, print the L1-L4 report");
+    run->add_option("experiment", run_args->experiment, "experiment file (experiments/*.json)");
+    run->add_option("--resume", run_args->resume, "continue the interrupted legs of this run folder from their last checkpoint");
+    run->add_option("--legs", run_args->legs, "legs to run, comma-separated: engine, reference (NAME=IMPL to name one)")
+        ->capture_default_str();
+    run->add_option("--devices", run_args->devices, "devices, assigned to the legs in order: cpu, cuda:0, ...")
+        ->capture_default_str();
+    run->add_option("--out", run_args->out, "folder for run folders")->capture_default_str();
+    run->add_option("--catalog", run_args->catalog, "SQLite catalog")->capture_default_str();
+    run->add_option("--assets", run_args->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
+    run->add_option("--threads", run_args->threads, "CPU threads shared by the CPU legs (0: all cores)");
+    run->add_option("--format", run_args->format, "report format printed at the end: text, md, csv, tex")->capture_default_str();
+    run->add_flag("--no-probe", run_args->no_probe, "skip the bandwidth probes");
+    run->add_flag("--quiet", run_args->quiet, "no progress lines");
+    run->callback([run_args, &exit_code] {
+        const RunArgs& a = *run_args;
+        if (a.experiment.empty() == a.resume.empty())
+            throw CLI::ValidationError("run", "give an experiment file or --resume RUN_DIR (not both)");
+        experiments::RunnerOptions o;
+        if (!a.resume.empty()) o.resume = a.resume;
+        else {
+            o.experiment = a.experiment;
+            o.legs = experiments::plan_legs(a.legs, a.devices);
+        }
+        o.out_dir = a.out;
+        o.catalog = a.catalog;
+        if (!a.assets.empty()) o.assets = a.assets;
+        o.cpu_threads = a.threads;
+        o.probe = !a.no_probe;
+        o.quiet = a.quiet;
+        o.report_format = a.format;
+        experiments::parse_report_format(a.format);
+        experiments::RunOutcome r = experiments::run_experiment(o);
+        if (r.status == "interrupted") exit_code = kInterrupted;
+        else if (r.status != "finished") exit_code = kError;
+        else if (!r.checks_passed) exit_code = kCheckFailed;
+        else exit_code = kOk;
+    });
+
+    auto rep = std::make_shared<ReportArgs>();
+    auto* report = app.add_subcommand("report", "Print the L1-L4 comparison of a run (exit 3 when a level fails its threshold)");
+    report->add_option("run", rep->run, "run folder or run.h5")->required();
+    report->add_option("--format", rep->format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
+    report->add_option("--out", rep->out, "write to this file instead of stdout");
+    report->callback([rep, &exit_code] {
+        auto fmt = experiments::parse_report_format(rep->format);
+        std::string title;
+        experiments::Comparison c = experiments::compare_run_file(rep->run, &title);
+        std::string text = experiments::render_report(title, c, fmt);
+        if (rep->out.empty()) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+        } else {
+            write_file_atomic(rep->out, text);
+        }
+        exit_code = c.passed() ? kOk : kCheckFailed;
+    });
+
+    auto leg_opts = std::make_shared<experiments::EngineLegOptions>();
+    auto* leg = app.add_subcommand("leg", "Run one leg process (started by `tandem run`; speaks the leg protocol on stdout)");
+    leg->group("");  // hidden from the main help: an internal entry point
+    leg->require_subcommand(1);
+    auto* engine = leg->add_subcommand("engine", "the engine leg");
+    engine->add_option("--run", leg_opts->run, "run folder")->required();
+    engine->add_option("--leg", leg_opts->leg, "leg name")->capture_default_str();
+    engine->add_option("--device", leg_opts->device, "device")->capture_default_str();
+    engine->add_option("--threads", leg_opts->threads, "CPU threads (0: default)");
+    engine->add_flag("--resume", leg_opts->resume, "continue from the newest valid checkpoint");
+    engine->callback([leg_opts, &exit_code] { exit_code = experiments::run_engine_leg(*leg_opts); });
+}
 
 }  // namespace tandem::cli

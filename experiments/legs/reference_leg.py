@@ -62,8 +62,8 @@ def make_shared_mask_dropout(torch, shared_dropout, seed, layer, projection, p):
         def forward(self, x):
             if not self.training or self.p == 0.0:
                 return x
-            mask = shared_dropout.mask_for_shape(seed, MaskContext.update, MaskContext.micro_batch,
-                                                 self.layer, self.projection, tuple(x.shape), self.p)
+            mask = shared_dropout.shared_multiplier(seed, MaskContext.update, MaskContext.micro_batch,
+                                                     self.layer, self.projection, tuple(x.shape), self.p)
             return x * torch.as_tensor(mask, dtype=x.dtype, device=x.device)
 
         def extra_repr(self):

@@ -116,6 +116,12 @@ std::vector<std::string> string_list(Fields& f, const std::string& key, const st
     return out;
 }
 
+// A sub-object of the spec, or an empty object when absent (every field then takes its default).
+const json& section(Fields& top, const std::string& key) {
+    static const json empty = json::object();
+    return top.has(key) ? top.raw(key) : empty;
+}
+
 }  // namespace
 
 std::string ExperimentSpec::leg_setting(const std::string& leg, const std::string& field) const {
@@ -138,7 +144,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     s.seed = static_cast<uint64_t>(top.integer("seed", 1234, 0, "must be a non-negative integer"));
 
     {
-        Fields f(top.has("model") ? top.raw("model") : json::object(), source, "model");
+        Fields f(section(top, "model"), source, "model");
         if (!top.has("model")) top.fail("model", "is required");
         int given = 0;
         if (f.has("config")) {
@@ -164,7 +170,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         f.reject_unknown();
     }
     {
-        Fields f(top.has("lora") ? top.raw("lora") : json::object(), source, "lora");
+        Fields f(section(top, "lora"), source, "lora");
         s.lora_rank = f.integer("rank", 16, 1);
         s.lora_alpha = f.number("alpha", 32.0, 0, 1e9, true, "must be a positive number");
         s.lora_use_rslora = f.boolean("use_rslora", true);
@@ -173,7 +179,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         f.reject_unknown();
     }
     {
-        Fields f(top.has("optimizer") ? top.raw("optimizer") : json::object(), source, "optimizer");
+        Fields f(section(top, "optimizer"), source, "optimizer");
         std::string kind = f.str("name", std::string("adamw"), {"adamw"});
         s.lr = f.number("lr", 1e-4, 0, 10, true, "must be a positive number");
         if (f.has("betas")) {
@@ -189,14 +195,14 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         f.reject_unknown();
     }
     {
-        Fields f(top.has("schedule") ? top.raw("schedule") : json::object(), source, "schedule");
+        Fields f(section(top, "schedule"), source, "schedule");
         f.str("name", std::string("cosine_with_warmup"), {"cosine_with_warmup"});
         s.warmup_fraction = f.number("warmup_fraction", 0.03, 0, 1, false, "must be in [0, 1]");
         f.reject_unknown();
     }
     s.clip = top.number("clip", 1.0, 0, 1e9, true, "must be a positive number");
     {
-        Fields f(top.has("batch") ? top.raw("batch") : json::object(), source, "batch");
+        Fields f(section(top, "batch"), source, "batch");
         s.micro_batch = f.integer("micro_batch", 2, 1);
         s.accumulation = f.integer("accumulation", 8, 1);
         s.epochs = f.integer("epochs", 1, 1);
@@ -204,12 +210,12 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         f.reject_unknown();
     }
     {
-        Fields f(top.has("sequence") ? top.raw("sequence") : json::object(), source, "sequence");
+        Fields f(section(top, "sequence"), source, "sequence");
         s.max_len = f.integer("max_len", 512, 2, "must be an integer >= 2");
         f.reject_unknown();
     }
     {
-        Fields f(top.has("corpus") ? top.raw("corpus") : json::object(), source, "corpus");
+        Fields f(section(top, "corpus"), source, "corpus");
         s.sources = string_list(f, "sources", kKnownSources, kKnownSources);
         s.heldout_fraction = f.number("heldout_fraction", 0.15, 0, 1, true, "must be in (0, 1)");
         if (s.heldout_fraction >= 1) f.fail("heldout_fraction", "must be in (0, 1)");
@@ -217,13 +223,13 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         f.reject_unknown();
     }
     {
-        Fields f(top.has("eval") ? top.raw("eval") : json::object(), source, "eval");
+        Fields f(section(top, "eval"), source, "eval");
         s.eval_interval = f.integer("interval", 250, 1);
         s.eval_prefix = f.integer("prefix_size", 512, 1);
         f.reject_unknown();
     }
     {
-        Fields f(top.has("checkpoint") ? top.raw("checkpoint") : json::object(), source, "checkpoint");
+        Fields f(section(top, "checkpoint"), source, "checkpoint");
         s.checkpoint_interval = f.integer("interval", 0, 0, "must be a non-negative integer (0: none)");
         f.reject_unknown();
     }

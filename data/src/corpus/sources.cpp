@@ -103,8 +103,11 @@ std::vector<std::string> list_files(const fs::path& dir, Accept&& accept) {
 bool pubmedqa_file(const std::string& name) {
     return name == "ori_pqal.json" || (starts_with(name, "pqa_labeled") && ends_with(name, ".jsonl"));
 }
+// Our parsed copies, the official release (train.json / dev.json, JSON Lines despite the name) and a
+// HuggingFace export as JSON Lines. Not the verbatim flattened copies (examples.jsonl, *.jsonl.gz).
 bool medmcqa_file(const std::string& name) {
-    return ends_with(name, ".parsed.jsonl") || name == "train.json" || name == "dev.json";
+    return ends_with(name, ".parsed.jsonl") || name == "train.json" || name == "dev.json" || name == "train.jsonl" ||
+           name == "dev.jsonl" || name == "validation.jsonl";
 }
 bool medqa_file(const std::string& name) { return ends_with(name, ".jsonl"); }
 

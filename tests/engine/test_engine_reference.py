@@ -49,9 +49,11 @@ def driver() -> str:
     return path
 
 
-def run_driver(workdir: pathlib.Path, request: dict) -> pathlib.Path:
+def run_driver(workdir: pathlib.Path, request: dict, chunks=(8, 256)) -> pathlib.Path:
+    """chunks = (tokens, vocabulary rows) per LM-head chunk; the default exercises the two-pass path
+    with a ragged last vocabulary chunk, (n, 0) the single-pass path over the whole vocabulary."""
     out = workdir / "out"
-    request = dict(request, out=str(out), threads=1, ce_token_chunk=8, ce_vocab_chunk=256)
+    request = dict(request, out=str(out), threads=1, ce_token_chunk=chunks[0], ce_vocab_chunk=chunks[1])
     workdir.mkdir(parents=True, exist_ok=True)
     req_path = workdir / "request.json"
     req_path.write_text(json.dumps(request))
@@ -194,13 +196,14 @@ def test_shared_dropout_generator_matches_python(setup):
         assert abs(1.0 - ours.mean() - p) < 0.05  # the mask drops about p of the elements
 
 
-def test_logits_loss_and_lora_gradients_match_peft(setup):
+@pytest.mark.parametrize("chunks", [(8, 256), (64, 0)], ids=["two-pass", "single-pass"])
+def test_logits_loss_and_lora_gradients_match_peft(setup, chunks):
     root, model_dir, adapter_dir = setup
     mbs = make_batches(11, 2)
-    out = run_driver(root / "grads", {
+    out = run_driver(root / f"grads_{chunks[0]}_{chunks[1]}", {
         "model": str(model_dir), "adapter": str(adapter_dir), "micro_batches": mbs,
         "tasks": [{"kind": "logits", "micro_batch": 0}, {"kind": "logits", "micro_batch": 1},
-                  {"kind": "grads", "micro_batches": [0, 1]}]})
+                  {"kind": "grads", "micro_batches": [0, 1]}]}, chunks=chunks)
     from safetensors.numpy import load_file
 
     pm = load_peft(model_dir, adapter_dir)

@@ -386,7 +386,6 @@ double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* tar
     std::vector<T> logits(static_cast<size_t>(token_chunk * vocab_chunk));
     std::vector<double> row_max(static_cast<size_t>(token_chunk)), row_sum(static_cast<size_t>(token_chunk)),
         row_lse(static_cast<size_t>(token_chunk)), target_logit(static_cast<size_t>(token_chunk));
-    std::vector<double> row_loss(static_cast<size_t>(token_chunk));
     const T gs = T(grad_scale);
     double total = 0.0;
 
@@ -395,6 +394,36 @@ double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* tar
         const T* hc = h + n0 * C;
         std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<double>::infinity());
         std::fill(row_sum.begin(), row_sum.end(), 0.0);
+        if (single_pass) {
+            // one GEMM per token chunk: the logits row is overwritten by exp(l - max) in pass 1 and
+            // turned into the gradient in place (no second exp, no recomputation)
+            gemm(false, true, nt, V, C, T(1), hc, C, emb, C, T(0), logits.data(), V);
+            parallel_for_grain(nt, 1, [&](int64_t r0, int64_t r1) {
+                for (int64_t i = r0; i < r1; ++i) {
+                    T* row = logits.data() + i * V;
+                    const int64_t tg = targets[n0 + i];
+                    T mx = row[0];
+                    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
+                    target_logit[size_t(i)] = double(row[tg]);
+                    double s = 0.0;
+                    for (int64_t j = 0; j < V; ++j) {
+                        row[j] = std::exp(row[j] - mx);
+                        s += double(row[j]);
+                    }
+                    row_max[size_t(i)] = double(mx);
+                    row_sum[size_t(i)] = s;
+                    if (dh) {
+                        const T k = T(grad_scale / s);  // softmax * grad_scale
+                        for (int64_t j = 0; j < V; ++j) row[j] *= k;
+                        row[tg] -= gs;
+                    }
+                }
+            });
+            for (int64_t i = 0; i < nt; ++i)
+                total += row_max[size_t(i)] + std::log(row_sum[size_t(i)]) - target_logit[size_t(i)];
+            if (dh) gemm(false, false, nt, C, V, T(1), logits.data(), V, emb, C, T(0), dh + n0 * C, C);
+            continue;
+        }
         // pass 1: online max / sum-exp per token over the vocabulary chunks
         for (int64_t v0 = 0; v0 < V; v0 += vocab_chunk) {
             const int64_t vc = std::min(vocab_chunk, V - v0);
@@ -404,15 +433,13 @@ double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* tar
                     const T* row = logits.data() + i * vc;
                     T mx = row[0];
                     for (int64_t j = 1; j < vc; ++j) mx = std::max(mx, row[j]);
-                    double m_new = std::max(row_max[size_t(i)], double(mx));
-                    double s = row_sum[size_t(i)] * std::exp(row_max[size_t(i)] - m_new);
-                    const T mt = T(m_new);
                     double chunk = 0.0;
-                    for (int64_t j = 0; j < vc; ++j) chunk += double(std::exp(row[j] - mt));
-                    // exp(row - mt) uses the T-rounded max; correct the chunk sum to m_new exactly
-                    s += chunk * std::exp(double(mt) - m_new);
+                    for (int64_t j = 0; j < vc; ++j) chunk += double(std::exp(row[j] - mx));
+                    // merge with the running (max, sum): both maxima are T values, so exact
+                    const double m_new = std::max(row_max[size_t(i)], double(mx));
+                    row_sum[size_t(i)] = row_sum[size_t(i)] * std::exp(row_max[size_t(i)] - m_new) +
+                                         chunk * std::exp(double(mx) - m_new);
                     row_max[size_t(i)] = m_new;
-                    row_sum[size_t(i)] = s;
                     const int64_t tg = targets[n0 + i];
                     if (tg >= v0 && tg < v0 + vc) target_logit[size_t(i)] = double(row[tg - v0]);
                 }
@@ -420,15 +447,13 @@ double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* tar
         }
         for (int64_t i = 0; i < nt; ++i) {
             row_lse[size_t(i)] = row_max[size_t(i)] + std::log(row_sum[size_t(i)]);
-            row_loss[size_t(i)] = row_lse[size_t(i)] - target_logit[size_t(i)];
-            total += row_loss[size_t(i)];  // token order: a fixed summation order
+            total += row_lse[size_t(i)] - target_logit[size_t(i)];  // token order: a fixed summation order
         }
         if (!dh) continue;
-        // pass 2: dlogits = grad_scale * (softmax - onehot); dh = dlogits @ emb
+        // pass 2: recompute each logits chunk; dlogits = grad_scale * (softmax - onehot); dh += dlogits @ emb
         for (int64_t v0 = 0; v0 < V; v0 += vocab_chunk) {
             const int64_t vc = std::min(vocab_chunk, V - v0);
-            if (!single_pass)
-                gemm(false, true, nt, vc, C, T(1), hc, C, emb + v0 * C, C, T(0), logits.data(), vc);
+            gemm(false, true, nt, vc, C, T(1), hc, C, emb + v0 * C, C, T(0), logits.data(), vc);
             parallel_for_grain(nt, 1, [&](int64_t r0, int64_t r1) {
                 for (int64_t i = r0; i < r1; ++i) {
                     T* row = logits.data() + i * vc;

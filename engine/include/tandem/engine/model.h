@@ -34,7 +34,7 @@ struct AdapterSlot {
 };
 
 struct ModelOptions {
-    int64_t ce_token_chunk = 64;   // tokens per LM-head chunk
+    int64_t ce_token_chunk = 256;  // tokens per LM-head chunk (256 x 151,936 floats = 155 MB)
     int64_t ce_vocab_chunk = 0;    // vocabulary rows per LM-head chunk; <= 0 = whole vocabulary
 };
 

@@ -6,6 +6,7 @@
 //   engine_io_tool gen-base DIR CONFIG SEED                 CONFIG: a name or a config.json path
 //   engine_io_tool gen-adapter DIR CONFIG SEED RANK ALPHA [TARGETS,...]
 //   engine_io_tool load-adapter DIR CONFIG OUT.safetensors  load_peft_adapter (prints config JSON)
+//   engine_io_tool time-load DIR REPEATS                    best wall seconds of load_hf_checkpoint (benchmark)
 #include "tandem/atomic_file.h"
 #include "tandem/engine/generate.h"
 #include "tandem/engine/io.h"
@@ -14,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -72,6 +75,18 @@ int run(const std::vector<std::string>& a) {
         const LoraAdapter ad = load_peft_adapter(a[1], config_arg(a[2]));
         write_safetensors(a[3], ad.tensors);
         std::cout << ad.config.to_peft_json("").dump() << "\n";
+    } else if (cmd == "time-load") {
+        need(3);
+        double best = 1e300;
+        int64_t values = 0;
+        for (int i = 0; i < std::stoi(a[2]); ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const HfCheckpoint ck = load_hf_checkpoint(a[1]);
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            values = 0;
+            for (const auto& [n, t] : ck.tensors) values += t.numel();
+        }
+        std::cout << json{{"seconds", best}, {"values", values}}.dump() << "\n";
     } else {
         throw tandem::Error("unknown command '" + cmd + "'");
     }

@@ -31,7 +31,9 @@ MappedFile::MappedFile(const std::filesystem::path& path) {
     }
     size_ = static_cast<uint64_t>(st.st_size);
     if (size_ > 0) {
-        void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE, fd, 0);
+        // MAP_POPULATE: every reader of a mapping reads all of it, so map the pages in one go
+        // rather than through one page fault per 4 KiB.
+        void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED) {
             const std::string why = errno_text();
             ::close(fd);

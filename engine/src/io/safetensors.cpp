@@ -262,8 +262,25 @@ TensorMap read_safetensors(const std::filesystem::path& path, std::map<std::stri
     TensorMap out;
     const auto* base = reinterpret_cast<const unsigned char*>(file.data()) + h.data_start();
     for (const auto& e : h.tensors) {
-        Tensor t(e.shape);
-        convert_to_f32(e.dtype, base + e.begin, t.data.size(), t.ptr());
+        Tensor t;
+        t.shape = e.shape;
+        const auto n = static_cast<size_t>(Tensor::count(e.shape));
+        const unsigned char* src = base + e.begin;
+        // Fill the vector by appending converted chunks rather than zero-filling it first: one pass
+        // over the destination instead of two.
+        t.data.reserve(n);
+        if (e.dtype == DType::F32 && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
+            const auto* f = reinterpret_cast<const float*>(src);  // mapped file bytes, F32 little-endian
+            t.data.assign(f, f + n);
+        } else {
+            constexpr size_t kChunk = 8192;
+            float buffer[kChunk];
+            for (size_t done = 0; done < n; done += kChunk) {
+                const size_t k = std::min(kChunk, n - done);
+                convert_to_f32(e.dtype, src + done * dtype_size(e.dtype), k, buffer);
+                t.data.insert(t.data.end(), buffer, buffer + k);
+            }
+        }
         out.emplace(e.name, std::move(t));
     }
     return out;

@@ -70,14 +70,16 @@ def test_every_string_field_of_every_corpus_row(hf):
 
 
 def test_every_unicode_code_point(hf):
-    """Each code point in contexts that exercise every regex alternative and NFC composition:
-    after a letter, doubled, after a space, before a digit, after a combining-capable base."""
+    """Each code point in contexts that exercise every regex alternative and NFC: after a letter,
+    doubled, after a space, before a digit, after a base it may compose with, between marks it may
+    be reordered with, and decomposed (NFD) so that NFC has to recompose it."""
+    import unicodedata
     texts, chunk = [], []
     for cp in range(0x110000):
         if 0xD800 <= cp < 0xE000:
             continue
         c = chr(cp)
-        chunk.append(f"x{c}{c} {c}1\n{c}'s e{c}")
+        chunk.append(f"x{c}{c} {c}1\n{c}'s e{c} a{c}\u0301{c}\u0323 {unicodedata.normalize('NFD', c)}")
         if len(chunk) == 256:
             texts.append("|".join(chunk))
             chunk = []

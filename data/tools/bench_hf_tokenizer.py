@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""HuggingFace side of `tandem bench tokenizer`: loads tokenizer.json with `tokenizers`, encodes
+the texts of a JSON Lines file ({"text": ...}) with encode_batch, and prints one JSON line:
+{"load_s", "encode_s" (best of --repeat), "tokens", "threads"}. The thread count is fixed through
+RAYON_NUM_THREADS, which the caller sets before this process starts (rayon reads it once)."""
+import argparse
+import json
+import os
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenizer-json", required=True)
+    ap.add_argument("--texts", required=True)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with open(args.texts, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f if line.strip()]
+    from tokenizers import Tokenizer
+    t0 = time.perf_counter()
+    tok = Tokenizer.from_file(args.tokenizer_json)
+    load_s = time.perf_counter() - t0
+    best, tokens = float("inf"), 0
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        encs = tok.encode_batch(texts, add_special_tokens=False)
+        best = min(best, time.perf_counter() - t0)
+        tokens = sum(len(e.ids) for e in encs)
+    print(json.dumps({"load_s": load_s, "encode_s": best, "tokens": tokens,
+                      "threads": int(os.environ.get("RAYON_NUM_THREADS", "0"))}))
+
+
+if __name__ == "__main__":
+    main()

@@ -342,3 +342,28 @@ def test_tokens_diff_points_at_the_first_mismatch(corpus, hf, tmp_path):
     assert chat.returncode == 3
     think = hf["raw"].token_to_id("<think>")
     assert f"first mismatch at token {ref['ids'].index(think)} (id)" in chat.stdout
+
+
+def test_tokens_diff_against_the_reference_environment(corpus):
+    out, records, _, _ = corpus
+    # A truncated PubMedQA record: the hardest case (long text, supervision cut by max_len).
+    idx = next(r["index"] for r in records if r["tokens"]["full_length"] > 512)
+    proc = run_tandem("tokens", "diff", "--corpus", out, "--index", str(idx), "--reference", "--tokenizer", TOKENIZER,
+                      "--python", os.environ.get("TANDEM_REFENV_PYTHON", __import__("sys").executable), check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical: ids and supervision agree on all 512 tokens" in proc.stdout
+
+
+def test_tokens_show_marks_boundary_and_truncation(corpus, hf):
+    out, records, _, _ = corpus
+    rec = next(r for r in records if r["tokens"]["full_length"] > 512 and r["tokens"]["boundary"] < 500)
+    ref = hf_encode(hf, rec["messages"], "qwen3", 512)
+    text = run_tandem("tokens", "show", "--corpus", out, "--id", rec["id"], "--tokenizer", TOKENIZER).stdout
+    assert f"boundary {ref['boundary']}" in text
+    assert f"supervision starts (boundary {ref['boundary']})" in text
+    assert f"truncated at 512 (max_len 512): {ref['full_length'] - 512} tokens dropped" in text
+    assert "[[SUPERVISED>>" in text and "[[TRUNCATED>>" in text and "\x1b[" not in text  # no colours off a terminal
+    token_lines = [l for l in text.split("\n") if l[:6].strip().isdigit()]
+    assert len(token_lines) == 512
+    assert [int(l.split()[1]) for l in token_lines] == ref["ids"]
+    assert [l.split()[2] == "S" for l in token_lines] == [bool(s) for s in ref["supervised"]]

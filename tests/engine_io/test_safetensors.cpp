@@ -58,7 +58,9 @@ TEST(Safetensors, RoundTripIsBitExactWithMetadata) {
     ASSERT_EQ(back.size(), 3u);
     for (const auto& [n, t] : m) {
         ASSERT_EQ(back.at(n).shape, t.shape) << n;
-        ASSERT_EQ(0, std::memcmp(back.at(n).ptr(), t.ptr(), t.data.size() * 4)) << n;
+        if (!t.data.empty()) {
+            ASSERT_EQ(0, std::memcmp(back.at(n).ptr(), t.ptr(), t.data.size() * 4)) << n;
+        }
     }
     EXPECT_EQ(meta.at("format"), "pt");
     EXPECT_EQ(meta.at("note"), "x");

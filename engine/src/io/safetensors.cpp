@@ -213,6 +213,7 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
 }
 
 void convert_to_f32(DType dtype, const unsigned char* src, size_t count, float* dst) {
+    if (count == 0) return;  // empty tensors may come with null pointers
     switch (dtype) {
         case DType::F32: std::memcpy(dst, src, count * 4); return;
         case DType::BF16:

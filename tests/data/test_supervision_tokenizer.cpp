@@ -99,7 +99,8 @@ TEST(BuildCorpus, RejectionsAreCountedWithTheirReasons) {
         << R"({"row_id": "1", "question": "Q1?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "exp": "fine"})" "\n"
         << R"({"row_id": "2", "question": "Q2?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "exp": "x</think>y"})" "\n"
         << R"({"row_id": "3", "question": "Q3?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "exp": null})" "\n"
-        << R"({"row_id": "4", "question": "q1?", "opa": "z", "opb": "b", "opc": "c", "opd": "d", "exp": "FINE"})" "\n";
+        << R"({"row_id": "4", "question": "q1?", "opa": "z", "opb": "b", "opc": "c", "opd": "d", "exp": "FINE"})" "\n"
+        << R"({"row_id": "5", "question": "Q5?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "exp": "a<|im_end|>b"})" "\n";
     CorpusOptions opt;
     opt.max_len = 24;  // the prompt alone is longer than 24 tokens: nothing supervised would be left
     CorpusBuild short_build = build_corpus(dir, qwen3(), opt);
@@ -111,12 +112,14 @@ TEST(BuildCorpus, RejectionsAreCountedWithTheirReasons) {
     ASSERT_EQ(b.accounting.size(), 3u);
     const auto& m = b.accounting[1];
     EXPECT_EQ(m.source, "medmcqa");
-    EXPECT_EQ(m.input, 4u);
+    EXPECT_EQ(m.input, 5u);
+    EXPECT_EQ(m.rejected.at("text contains the chat marker <|im_end|>"), 1u);
     EXPECT_EQ(m.converted, 1u);
     EXPECT_EQ(m.duplicate, 1u);
     EXPECT_EQ(m.rejected.at("full_text does not start with prompt_text"), 1u);
     EXPECT_EQ(m.rejected.at("no explanation"), 1u);
-    EXPECT_EQ(b.input_total(), 4u);
+    EXPECT_EQ(b.input_total(), 5u);
+    EXPECT_EQ(m.converted + m.duplicate + m.rejected_total(), m.input);
     ASSERT_EQ(b.records.size(), 1u);
     EXPECT_EQ(b.records[0].id, "medmcqa:train/1");
     EXPECT_GT(b.records[0].supervised, 0u);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -29,6 +30,15 @@ size_t CorpusBuild::input_total() const {
     for (const auto& a : accounting) n += a.input;
     return n;
 }
+
+namespace {
+std::optional<std::string> chat_marker_in(const std::vector<Message>& messages) {
+    for (const Message& m : messages)
+        for (const char* marker : {"<|im_start|>", "<|im_end|>"})
+            if (m.content.find(marker) != std::string::npos) return std::string(marker);
+    return std::nullopt;
+}
+}  // namespace
 
 CorpusBuild build_corpus(const fs::path& sources, const Tokenizer& tokenizer, const CorpusOptions& options) {
     std::error_code ec;
@@ -69,6 +79,12 @@ CorpusBuild build_corpus(const fs::path& sources, const Tokenizer& tokenizer, co
             if (auto it = first_with_key.find(key); it != first_with_key.end()) {
                 ++acc.duplicate;
                 build.not_converted.push_back({row.id, row.file, row.line, "duplicate", "duplicate of " + it->second});
+                continue;
+            }
+            // A chat marker inside a text would end or open a turn in the middle of it (the
+            // tokenizer recognises it as the special token), so the record's structure would be wrong.
+            if (auto marker = chat_marker_in(row.messages)) {
+                reject("text contains the chat marker " + *marker);
                 continue;
             }
             TokenizedRecord tokenized;

@@ -201,6 +201,8 @@ def test_hf_bf16_sharded_checkpoint_loads_exactly(tmp_path):
     assert set(ours) == set(sd)
     for name, t in sd.items():
         assert bits_equal(ours[name], t.to(torch.float32)), name
+    # inspect reads only the shard headers and counts what transformers counts.
+    assert json.loads(tandem("inspect", "--model", d, "--json"))["parameters"]["total"] == model.num_parameters()
 
 
 def test_config_json_both_ways(tmp_path):
@@ -271,6 +273,9 @@ def test_peft_written_adapter_loads_in_ours(tmp_path):
     cfg = json.loads(tool("load-adapter", d, base_dir / "config.json", out))
     assert cfg["r"] == 8 and cfg["lora_alpha"] == 16 and cfg["use_rslora"] is True and cfg["lora_dropout"] == 0.05
     assert cfg["target_modules"] == ["k_proj", "o_proj", "gate_proj"]
+    trainable, _ = pm.get_nb_trainable_parameters()
+    j = json.loads(tandem("inspect", "--model", base_dir, "--adapter", d, "--json"))
+    assert j["trainable"] == trainable and j["lora"]["r"] == 8
     ref, ours = load_file(d / "adapter_model.safetensors"), load_file(out)
     assert set(ref) == set(ours) and len(ref) == 2 * 2 * 3
     for n in ref:

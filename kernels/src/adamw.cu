@@ -2,7 +2,8 @@
 // sequence the CPU's adamw_step writes out (engine/include/tandem/engine/optim.h):
 //   p *= decay;  m = m + (1-b1)*(g - m);  v = v*b2 + ((1-b2)*g)*g;
 //   denom = sqrt(v) / bc2_sqrt + eps;  p += neg_step_size * (m / denom)
-// The scalars are computed once on the host in double and rounded to float (adamw_scalars).
+// The scalars are computed once on the host in double and rounded to float (adamw_scalars); the
+// element update is adamw_element (element_ops.h), which tests/gpu/test_kernels_host.cpp checks on the host.
 // Memory-bound over the ONE flat adapter buffer: a single launch per update.
 #include <cmath>
 
@@ -17,16 +18,11 @@ namespace tandem::kernels {
 __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, AdamWScalars s) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const float g = grad[i];
-        float p = param[i];
-        if (s.decay != 1.0f) p *= s.decay;
-        const float mi = __fadd_rn(m[i], __fmul_rn(s.one_minus_beta1, __fsub_rn(g, m[i])));
-        const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
-        const float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), s.bias_correction2_sqrt), s.eps);
-        p = __fadd_rn(p, __fmul_rn(s.neg_step_size, __fdiv_rn(mi, denom)));
+        float p = param[i], mi = m[i], vi = v[i];
+        adamw_element(p, grad[i], mi, vi, s);
+        param[i] = p;
         m[i] = mi;
         v[i] = vi;
-        param[i] = p;
     }
 }
 
@@ -44,6 +40,7 @@ AdamWScalars adamw_scalars(int64_t step, double lr, double beta1, double beta2, 
     s.eps = static_cast<float>(eps);
     s.neg_step_size = static_cast<float>(-(lr / bc1));
     s.decay = static_cast<float>(1.0 - lr * weight_decay);
+    s.apply_decay = weight_decay != 0.0;
     return s;
 }
 

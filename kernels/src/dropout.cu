@@ -14,20 +14,16 @@ namespace tandem::kernels {
 // ---------------------------------------------------------------------------------------------
 // kernels
 
-__device__ __forceinline__ bool keep_element(uint64_t key, uint64_t index, uint32_t threshold) {
-    return static_cast<uint32_t>(mix64_device(key ^ index) >> 40) >= threshold;
-}
-
 __global__ void dropout_keep_kernel(uint8_t* __restrict__ keep, int64_t n, uint64_t key, uint64_t first_index,
                                     uint32_t threshold) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        keep[i] = keep_element(key, first_index + uint64_t(i), threshold) ? 1 : 0;
+        keep[i] = dropout_keep(key, first_index + uint64_t(i), threshold) ? 1 : 0;
 }
 
 __global__ void dropout_apply_kernel(float* __restrict__ xd, const float* __restrict__ x, int64_t n, uint64_t key,
                                      uint64_t first_index, uint32_t threshold, float scale) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        xd[i] = keep_element(key, first_index + uint64_t(i), threshold) ? x[i] * scale : 0.0f;
+        xd[i] = dropout_keep(key, first_index + uint64_t(i), threshold) ? x[i] * scale : 0.0f;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,8 +20,7 @@ __global__ void dropout_backward_accumulate_kernel(float* __restrict__ dx, const
                                                    uint64_t key, uint64_t first_index, uint32_t threshold,
                                                    float scale) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const bool keep = static_cast<uint32_t>(mix64_device(key ^ (first_index + uint64_t(i))) >> 40) >= threshold;
-        if (keep) dx[i] += g[i] * scale;
+        if (dropout_keep(key, first_index + uint64_t(i), threshold)) dx[i] += g[i] * scale;
     }
 }
 

@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "tandem/kernels/element_ops.h"
+
 namespace tandem::kernels {
 
 // ----------------------------------------------------------------------------------------------
@@ -96,12 +98,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // ----------------------------------------------------------------------------------------------
 // LoRA dropout (dropout.cu): engine/include/tandem/engine/dropout.h's generator, same integer
 // arithmetic: keep_i = (mix64(key ^ (first_index + i)) >> 40) >= ceil(p * 2^24).
-__host__ __device__ inline uint64_t mix64_device(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+// (mix64_device and dropout_keep live in element_ops.h, shared with host tests.)
 // u >= p with u = m * 2^-24 exactly, m = top 24 bits: m >= ceil(p * 2^24) (p * 2^24 is exact in double).
 uint32_t dropout_threshold(double p);
 // keep[i] (uint8) for i < n, the CPU's fill_dropout_keep (tests compare the two bit for bit).
@@ -145,15 +142,7 @@ void sum_losses(double* acc, const double* losses, int64_t n, cudaStream_t strea
 // ----------------------------------------------------------------------------------------------
 // Optimizer (adamw.cu, global_norm.cu). Scalars are computed on the host exactly as the CPU's
 // adamw_step does (double, then rounded to float where it applies them in float).
-struct AdamWScalars {
-    float one_minus_beta1;  // float(1 - b1)
-    float beta2;            // float(b2)
-    float one_minus_beta2;  // float(1 - b2)
-    float bias_correction2_sqrt;  // float(sqrt(1 - b2^step))
-    float eps;              // float(eps)
-    float neg_step_size;    // float(-(lr / (1 - b1^step)))
-    float decay;            // float(1 - lr * wd)
-};
+// AdamWScalars and the per-element update (adamw_element) live in element_ops.h.
 AdamWScalars adamw_scalars(int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay);
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s,
                 cudaStream_t stream);

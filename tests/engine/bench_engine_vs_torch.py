@@ -67,9 +67,14 @@ def torch_side(request_path):
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     sched = get_cosine_schedule_with_warmup(opt, math.ceil(0.03 * len(req["updates"])), len(req["updates"]))
     pm.train()
-    timed_s, timed_tokens, per_update = 0.0, 0, []
+    def cpu_seconds():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    timed_s, timed_cpu, timed_tokens, per_update = 0.0, 0.0, 0, []
     for u, idx in enumerate(req["updates"]):
         start = time.perf_counter()
+        cpu0 = cpu_seconds()
         batch = [req["micro_batches"][i] for i in idx]
         total = sum(sum(mb["supervised"]) for mb in batch)
         tokens = sum(sum(mb["lengths"]) for mb in batch)
@@ -90,12 +95,14 @@ def torch_side(request_path):
         opt.step()
         sched.step()
         seconds = time.perf_counter() - start
+        cpu = cpu_seconds() - cpu0
         per_update.append({"loss": loss_sum / total, "seconds": seconds})
         if u >= req["warmup_updates"]:
             timed_s += seconds
+            timed_cpu += cpu
             timed_tokens += tokens
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"tokens_per_s": timed_tokens / timed_s, "timed_seconds": timed_s, "timed_tokens": timed_tokens,
+    print(json.dumps({"tokens_per_s": timed_tokens / timed_s, "timed_seconds": timed_s, "timed_cpu_seconds": timed_cpu, "timed_tokens": timed_tokens,
                       "setup_seconds": setup, "peak_rss_mb": peak, "updates": per_update}))
 
 
@@ -128,12 +135,15 @@ def main():
     print(f"config: hidden {CONFIG['hidden_size']}, {CONFIG['num_hidden_layers']} layers, vocab {CONFIG['vocab_size']}, "
           f"seq {SEQ}, micro-batch {MICRO} x accumulation {ACCUM}, threads {args.threads}, "
           f"{args.updates} updates ({args.warmup} warm-up not timed), supervised fraction {sup:.2f}")
-    print(f"engine : {ours['tokens_per_s']:8.1f} tokens/s  peak RSS {ours['peak_rss_mb']:8.1f} MB  "
-          f"({ours['timed_seconds'] / (args.updates - args.warmup):.2f} s/update)")
-    print(f"torch  : {ref['tokens_per_s']:8.1f} tokens/s  peak RSS {ref['peak_rss_mb']:8.1f} MB  "
-          f"({ref['timed_seconds'] / (args.updates - args.warmup):.2f} s/update)")
-    print(f"ratio  : {ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x tokens/s, "
-          f"{ours['peak_rss_mb'] / ref['peak_rss_mb']:.2f}x peak memory")
+    timed = args.updates - args.warmup
+    for name, r in (("engine", ours), ("torch ", ref)):
+        print(f"{name} : {r['tokens_per_s']:8.1f} tokens/s wall  {r['timed_tokens'] / r['timed_cpu_seconds']:8.1f} "
+              f"tokens/CPU-s  peak RSS {r['peak_rss_mb']:8.1f} MB  ({r['timed_seconds'] / timed:.2f} s/update, "
+              f"{r['timed_cpu_seconds'] / timed:.2f} CPU-s/update)")
+    print(f"ratio  : {ours['tokens_per_s'] / ref['tokens_per_s']:.2f}x tokens/s wall, "
+          f"{(ours['timed_tokens'] / ours['timed_cpu_seconds']) / (ref['timed_tokens'] / ref['timed_cpu_seconds']):.2f}x "
+          f"tokens/CPU-s, {ours['peak_rss_mb'] / ref['peak_rss_mb']:.2f}x peak memory")
+    print(f"load average during the run (1/5/15 min): {os.getloadavg()}")
     print("losses (engine vs torch; different random base weights, shown for sanity only): "
           + ", ".join(f"{a['loss']:.3f}/{b['loss']:.3f}" for a, b in zip(ours["updates"], ref["updates"])))
 

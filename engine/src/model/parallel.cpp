@@ -30,7 +30,7 @@ public:
     }
 
     void run(int chunks, const std::function<void(int)>& job) {
-        if (chunks <= 1) {
+        if (chunks <= 1 || in_job_) {  // nested parallel_for runs serially (the pool is busy with us)
             job(0);
             return;
         }
@@ -46,10 +46,12 @@ public:
         cv_.notify_all();
         std::exception_ptr mine;
         try {
+            in_job_ = true;
             job(0);
         } catch (...) {
             mine = std::current_exception();
         }
+        in_job_ = false;
         std::unique_lock<std::mutex> lk(m_);
         done_cv_.wait(lk, [&] { return pending_ == 0; });
         job_ = nullptr;
@@ -88,10 +90,12 @@ private:
             }
             std::exception_ptr err;
             try {
+                in_job_ = true;
                 (*job)(index);
             } catch (...) {
                 err = std::current_exception();
             }
+            in_job_ = false;
             {
                 std::lock_guard<std::mutex> lk(m_);
                 if (err && !error_) error_ = err;
@@ -100,6 +104,7 @@ private:
         }
     }
 
+    static thread_local bool in_job_;
     std::vector<std::thread> workers_;
     std::mutex m_, run_mutex_;
     std::condition_variable cv_, done_cv_;
@@ -110,6 +115,8 @@ private:
     bool quit_ = false;
     std::exception_ptr error_;
 };
+
+thread_local bool Pool::in_job_ = false;
 
 int default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 

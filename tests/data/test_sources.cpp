@@ -48,7 +48,7 @@ std::string error_of(const std::function<void()>& fn) {
 
 }  // namespace
 
-TEST(Sources, PubMedQAMatchesReadme) {
+TEST(CorpusSources, PubMedQAMatchesReadme) {
     const auto rows = read_pubmedqa(shared_corpora());
     ASSERT_EQ(rows.size(), 1000u);  // README: 1,000 rows, LONG_ANSWER on all of them
     size_t rejected = 0;
@@ -74,7 +74,7 @@ TEST(Sources, PubMedQAMatchesReadme) {
     EXPECT_NE(rows[0].messages[0].content.find("\nRESULTS: "), std::string::npos);
 }
 
-TEST(Sources, MedMCQAMatchesReadme) {
+TEST(CorpusSources, MedMCQAMatchesReadme) {
     const auto rows = read_medmcqa(shared_corpora());
     ASSERT_EQ(rows.size(), 4283u);  // README: 4,183 dev rows + 100 train rows
     std::map<std::string, size_t> by_split_with_exp, by_split;
@@ -107,7 +107,7 @@ TEST(Sources, MedMCQAMatchesReadme) {
               "Bag and mask-100% O2 Venturi mask- 60% O2 Nasal cannula - 40% O2 Mask with reservoir- 80-90% O2");
 }
 
-TEST(Sources, MedQATargetIsTheOptionTextAsASentence) {
+TEST(CorpusSources, MedQATargetIsTheOptionTextAsASentence) {
     const auto rows = read_medqa(shared_corpora());
     ASSERT_EQ(rows.size(), 1273u);
     // Independent read of the same file: the target is the text of options[answer_idx] in the
@@ -135,7 +135,7 @@ TEST(Sources, MedQATargetIsTheOptionTextAsASentence) {
               std::string::npos);
 }
 
-TEST(Sources, MedMCQAEdgeCases) {
+TEST(CorpusSources, MedMCQAEdgeCases) {
     TempSources t("medmcqa");
     const std::string good = R"({"row_id": "r1", "question": "Q one?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "cop": 0, "exp": " Because. "})";
     t.write("medmcqa/x.parsed.jsonl",
@@ -170,7 +170,7 @@ TEST(Sources, MedMCQAEdgeCases) {
     EXPECT_NE(e3.find("line 1: field \"opb\": expected a string, got number"), std::string::npos) << e3;
 }
 
-TEST(Sources, MedMCQAOfficialLayoutUsesTheUuid) {
+TEST(CorpusSources, MedMCQAOfficialLayoutUsesTheUuid) {
     TempSources t("medmcqa-official");
     // The official release: dev.json is JSON Lines with `id`, 1-based `cop`, subject/topic fields.
     t.write("medmcqa/dev.json",
@@ -182,7 +182,7 @@ TEST(Sources, MedMCQAOfficialLayoutUsesTheUuid) {
     EXPECT_FALSE(rows[0].rejected);
 }
 
-TEST(Sources, MedQAEdgeCases) {
+TEST(CorpusSources, MedQAEdgeCases) {
     TempSources t("medqa");
     t.write("medqa_usmle/phrases_no_exclude_train.jsonl",
             R"({"question": "Q1", "answer": "Two", "options": {"B": "Two", "A": "One"}, "answer_idx": "B"})" "\n"
@@ -200,7 +200,7 @@ TEST(Sources, MedQAEdgeCases) {
     EXPECT_EQ(rows[3].messages[1].content, "The correct answer is: Is it one?");  // no second full stop
 }
 
-TEST(Sources, PubMedQAEdgeCases) {
+TEST(CorpusSources, PubMedQAEdgeCases) {
     TempSources t("pubmedqa");
     t.write("pubmedqa/ori_pqal.json",
             R"({"2": {"QUESTION": "Q2?", "CONTEXTS": ["c1 ", "c2"], "LABELS": ["A", "B"], "LONG_ANSWER": "L."},
@@ -225,7 +225,7 @@ TEST(Sources, PubMedQAEdgeCases) {
     EXPECT_EQ(rows[0].messages[0].content, "Q?\n\nContext:\nL: c");
 }
 
-TEST(Sources, DedupNormalisation) {
+TEST(CorpusSources, DedupNormalisation) {
     EXPECT_EQ(normalise_for_dedup("  What IS\tthe\n\n answer?  "), "what is the answer?");
     EXPECT_EQ(normalise_for_dedup("Ünïcode  Stays"), "Ünïcode stays");  // only ASCII is case-folded
     SourceRow a, b;

@@ -26,7 +26,7 @@ std::vector<Record> synthetic_records(size_t n) {
 
 }  // namespace
 
-TEST(Split, FractionIsRespectedWithinBinomialTolerance) {
+TEST(CorpusSplit, FractionIsRespectedWithinBinomialTolerance) {
     const auto records = synthetic_records(20000);
     const Split s = split_records(records, 1234, 0.15);
     EXPECT_EQ(s.train.size() + s.heldout.size(), records.size());
@@ -39,7 +39,7 @@ TEST(Split, FractionIsRespectedWithinBinomialTolerance) {
     EXPECT_THROW(split_records(records, 1, 1.5), tandem::Error);
 }
 
-TEST(Split, RecordsKeepTheirSideWhenOthersAreRemovedOrAdded) {
+TEST(CorpusSplit, RecordsKeepTheirSideWhenOthersAreRemovedOrAdded) {
     const auto all = synthetic_records(5000);
     const Split full = split_records(all, 42, 0.2);
     std::map<std::string, bool> side;
@@ -71,7 +71,7 @@ TEST(Split, RecordsKeepTheirSideWhenOthersAreRemovedOrAdded) {
     EXPECT_NE(split_records(all, 43, 0.2).heldout, full.heldout);
 }
 
-TEST(Split, EvalPrefixIsTheFirstHeldOutRecords) {
+TEST(CorpusSplit, EvalPrefixIsTheFirstHeldOutRecords) {
     const Split s = split_records(synthetic_records(1000), 7, 0.3);
     const auto prefix = eval_prefix(s, 50);
     ASSERT_EQ(prefix.size(), 50u);

@@ -6,13 +6,13 @@
 // seconds/update (mean and median), tokens/s, peak device memory (allocator high-water marks and
 // cudaMemGetInfo's view), achieved FLOP/s against the float32 peak given on the command line.
 //
-// FLOP count (per update, all 16 sequences, what the engine actually computes):
-//   linear layers: forward 2*P_lin*tok, backward input-gradients 2*P_lin*tok (frozen base: no dW);
-//   LM head on supervised tokens: forward 2*C*V*sup, backward 2*C*V*sup;
-//   attention: forward 4*T_avg_keys*D*H per token per layer (QK^T and PV), backward 2.5x that
-//   (dq: QK^T, dO V^T, dS K; dk/dv: QK^T again, dO V^T again, dS^T Q, P^T dO) -> 8 more products... we
-//   count backward as 2x forward plus the recomputation (3x forward total), the flash-attention
-//   convention; LoRA: forward 2*r*(in+out)*tok per projection, backward 2x that.
+// FLOP count (per update, all micro-batches; what the engine computes, 2 FLOP per multiply-add):
+//   linear layers: forward 2*P_lin per token, backward input-gradients 2*P_lin (frozen base: no dW);
+//   LoRA: forward 2*r*(in+out) per token and projection, backward twice that (dA, dB, dx);
+//   attention: forward 4*keys*D*H per token and layer (QK^T and PV, keys = (T+1)/2 causal average),
+//     backward counted as twice the forward (flash-attention convention: 3x forward in total; the
+//     engine's backward actually recomputes QK^T twice, so this undercounts its work);
+//   LM head on supervised tokens: forward 2*C*V, backward 2*C*V (dh only: the head is frozen).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -69,7 +69,7 @@ def make_model_dir(root: pathlib.Path) -> pathlib.Path:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
                       rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, initializer_range=0.08,
                       torch_dtype="float32")
     torch.manual_seed(0)
@@ -90,11 +90,11 @@ def load_base(model_dir):
     return m
 
 
-def make_adapter_dir(root: pathlib.Path, model_dir: pathlib.Path) -> pathlib.Path:
+def make_adapter_dir(root: pathlib.Path, model_dir: pathlib.Path, targets=TARGETS, name="adapter") -> pathlib.Path:
     from peft import LoraConfig, get_peft_model
 
     base = load_base(model_dir)
-    pcfg = LoraConfig(r=R, lora_alpha=ALPHA, use_rslora=True, lora_dropout=0.0, target_modules=TARGETS,
+    pcfg = LoraConfig(r=R, lora_alpha=ALPHA, use_rslora=True, lora_dropout=0.0, target_modules=list(targets),
                       bias="none", task_type="CAUSAL_LM")
     torch.manual_seed(1)
     pm = get_peft_model(base, pcfg)
@@ -102,7 +102,7 @@ def make_adapter_dir(root: pathlib.Path, model_dir: pathlib.Path) -> pathlib.Pat
         for name, p in pm.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.05)
-    d = root / "adapter"
+    d = root / name
     pm.save_pretrained(d)
     return d
 
@@ -356,3 +356,63 @@ def test_ten_updates_match_torch(setup, dropout):
     print(f"[{dropout}] held-out CE of tandem's adapter: ours {res['eval_after']!r} peft {peft_eval!r} "
           f"rel {rel(res['eval_after'], peft_eval):.3e}")
     assert rel(res["eval_after"], peft_eval) <= 1e-6
+
+
+def test_long_sequence_logits_and_loss_match(setup):
+    """Positions up to 511 (SPEC's max sequence): RoPE tables built in float32 as transformers does."""
+    root, model_dir, adapter_dir = setup
+    rng = np.random.default_rng(5)
+    mbs = [make_micro_batch(rng, 2, 512, [512, 300])]
+    out = run_driver(root / "long", {
+        "model": str(model_dir), "adapter": str(adapter_dir), "micro_batches": mbs,
+        "tasks": [{"kind": "logits", "micro_batch": 0}, {"kind": "grads", "micro_batches": [0]}]}, chunks=(64, 0))
+    from safetensors.numpy import load_file
+
+    pm = load_peft(model_dir, adapter_dir)
+    pm.train()
+    ids, sup, mask = tensors(mbs[0])
+    pm.zero_grad()
+    s, n = ce_sum(pm, mbs[0])
+    (s / n).backward()
+    logits = pm(input_ids=ids, attention_mask=mask).logits.detach().float().numpy()
+    ours = load_file(str(out / "logits_0.safetensors"))["logits"]
+    real = mask.numpy().astype(bool)
+    err = np.abs(ours[real] - logits[real]).max() / np.abs(logits[real]).max()
+    res = json.loads((out / "grads.json").read_text())
+    print(f"long sequence: logits max|diff|/max|ref| = {err:.3e}, loss rel {rel(res['loss'], float(s.detach()) / n):.3e}")
+    assert err <= 1e-5
+    assert rel(res["loss"], float(s.detach()) / n) <= 1e-6
+    grads = load_file(str(out / "grads.safetensors"))
+    for name, p in lora_params(pm):
+        e = float(np.linalg.norm(grads[name] - p.grad.numpy()) / np.linalg.norm(p.grad.numpy()))
+        assert e <= 1e-5, f"{name}: ||diff||/||ref|| = {e:.3e}"
+
+
+def test_subset_of_projections_matches_peft(setup):
+    """LoRA on a subset (q, v, down): the other projections are plain frozen linears."""
+    root, model_dir, _ = setup
+    adapter_dir = make_adapter_dir(root, model_dir, targets=("q_proj", "v_proj", "down_proj"), name="adapter_subset")
+    mbs = make_batches(31, 2)
+    out = run_driver(root / "subset", {
+        "model": str(model_dir), "adapter": str(adapter_dir), "micro_batches": mbs,
+        "tasks": [{"kind": "grads", "micro_batches": [0, 1]}]}, chunks=(64, 0))
+    from safetensors.numpy import load_file
+
+    pm = load_peft(model_dir, adapter_dir)
+    pm.train()
+    total = sum(int(torch.tensor(mb["supervised"]).view(mb["batch"], mb["seq"])[:, 1:].sum()) for mb in mbs)
+    pm.zero_grad()
+    loss_sum = 0.0
+    for mb in mbs:
+        s, _ = ce_sum(pm, mb)
+        (s / total).backward()
+        loss_sum += float(s.detach())
+    res = json.loads((out / "grads.json").read_text())
+    assert rel(res["loss"], loss_sum / total) <= 1e-6
+    grads = load_file(str(out / "grads.safetensors"))
+    params = lora_params(pm)
+    assert sorted(grads) == sorted(n for n, _ in params)
+    assert len(grads) == 2 * 3 * 2  # 2 layers x 3 projections x (A, B)
+    for name, p in params:
+        e = float(np.linalg.norm(grads[name] - p.grad.numpy()) / np.linalg.norm(p.grad.numpy()))
+        assert e <= 1e-5, f"{name}: ||diff||/||ref|| = {e:.3e}"

@@ -8,6 +8,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
 
 namespace {
 
@@ -66,6 +69,26 @@ TEST(Tokenizer, PartialSpecialTokenIsPlainText) {
 TEST(Tokenizer, InvalidUtf8IsAnError) {
     EXPECT_THROW(tok().encode(std::string("a\xC3", 2)), tandem::Error);
     EXPECT_THROW(tok().encode(std::string("\xED\xA0\x80", 3)), tandem::Error);  // a surrogate
+}
+
+// A tokenizer.json describing another pipeline is refused with the field named, never tokenised differently.
+TEST(Tokenizer, LoadRefusesOtherPipelinesAndBadJson) {
+    const auto dir = std::filesystem::temp_directory_path() / ("tandem-text-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto load_with = [&](const std::string& json) {
+        std::ofstream(dir / "tokenizer.json") << json;
+        try {
+            tandem::data::Tokenizer::load(dir);
+        } catch (const tandem::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("loaded");
+    };
+    EXPECT_NE(load_with("{\"model\": [1, 2").find("not valid JSON"), std::string::npos);
+    EXPECT_NE(load_with("{\"normalizer\": {\"type\": \"NFKC\"}}").find("normalizer"), std::string::npos);
+    EXPECT_NE(load_with("{\"normalizer\": {\"type\": \"NFC\"}}").find("pre_tokenizer"), std::string::npos);
+    std::filesystem::remove_all(dir);
+    EXPECT_THROW(tandem::data::Tokenizer::load(dir), tandem::Error);  // no file at all
 }
 
 TEST(Template, ChatMLIsTheGenericLayout) {

@@ -69,25 +69,6 @@ def test_every_string_field_of_every_corpus_row(hf):
     compare(texts, hf, "corpus string fields")
 
 
-def test_every_unicode_code_point(hf):
-    """Each code point in contexts that exercise every regex alternative and NFC: after a letter,
-    doubled, after a space, before a digit, after a base it may compose with, between marks it may
-    be reordered with, and decomposed (NFD) so that NFC has to recompose it."""
-    import unicodedata
-    texts, chunk = [], []
-    for cp in range(0x110000):
-        if 0xD800 <= cp < 0xE000:
-            continue
-        c = chr(cp)
-        chunk.append(f"x{c}{c} {c}1\n{c}'s e{c} a{c}\u0301{c}\u0323 {unicodedata.normalize('NFD', c)}")
-        if len(chunk) == 256:
-            texts.append("|".join(chunk))
-            chunk = []
-    if chunk:
-        texts.append("|".join(chunk))
-    compare(texts, hf, "code point probes")
-
-
 def test_malformed_lines_are_reported_with_line_and_field():
     args = ["tokens", "encode", "--tokenizer", str(oracle.tokenizer_dir())]
     records = [{"text": "ok"}, {"txt": "wrong field"}, {"text": 5}, {"text": "fine"}]

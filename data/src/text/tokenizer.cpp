@@ -3,6 +3,7 @@
 // HuggingFace tokenizers on every corpus text and on adversarial strings.
 #include "tandem/data/tokenizer.h"
 
+#include "fast_json.h"
 #include "pretokenize.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
@@ -33,21 +34,32 @@ std::array<char32_t, 256> make_byte_to_char() {
 }
 const std::array<char32_t, 256> kByteToChar = make_byte_to_char();
 
+// Byte-level character (U+0000..U+0143) -> byte, -1 outside the alphabet.
+std::array<int16_t, 324> make_char_to_byte() {
+    std::array<int16_t, 324> table;
+    table.fill(-1);
+    for (int b = 0; b < 256; ++b) table[kByteToChar[b]] = static_cast<int16_t>(b);
+    return table;
+}
+const std::array<int16_t, 324> kCharToByte = make_char_to_byte();
+
 // Maps a vocab string in byte-level form back to bytes; false if a character is outside the alphabet.
-bool byte_level_to_bytes(const std::string& token, std::string& out) {
-    std::vector<char32_t> cps;
-    std::vector<uint32_t> offs;
-    text::decode_utf8(token, cps, offs);
+bool byte_level_to_bytes(std::string_view token, std::string& out) {
     out.clear();
-    for (char32_t c : cps) {
-        int b = -1;
-        if (c < 256 && kByteToChar[c] == c)
-            b = static_cast<int>(c);
-        else if (c >= 256 && c < 256 + 68)
-            for (int k = 0; k < 256; ++k)
-                if (kByteToChar[k] == c) b = k;
-        if (b < 0) return false;
-        out.push_back(static_cast<char>(b));
+    const auto* p = reinterpret_cast<const unsigned char*>(token.data());
+    for (size_t i = 0; i < token.size();) {
+        char32_t c;
+        if (p[i] < 0x80) {
+            c = p[i];
+            i += 1;
+        } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < token.size()) {
+            c = (static_cast<char32_t>(p[i] & 0x1F) << 6) | (p[i + 1] & 0x3F);
+            i += 2;
+        } else {
+            return false;  // every byte-level character is below U+0800
+        }
+        if (c >= kCharToByte.size() || kCharToByte[c] < 0) return false;
+        out.push_back(static_cast<char>(kCharToByte[c]));
     }
     return true;
 }
@@ -302,6 +314,7 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
         throw Error(file + " model: BPE dropout " + dropout->dump() + " is not supported");
 }
 
+
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
@@ -309,22 +322,15 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     impl->dir = dir;
     const std::filesystem::path file = dir / "tokenizer.json";
     const std::string where = file.string();
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(read_file(file));
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(where + ": not valid JSON (" + e.what() + ")");
-    }
+    text::TokenizerJsonModel raw;
+    const nlohmann::json j = text::parse_tokenizer_json(read_file(file), raw, where);
     check_pipeline(j, where);
-    const auto& model = j["model"];
-
-    const auto& vocab = require(model, "vocab", where + " model");
-    if (!vocab.is_object()) throw Error(where + ": model.vocab must be an object");
-    impl->vocab.reserve(vocab.size() * 2);
+    if (raw.vocab.empty()) throw Error(where + ": model.vocab is missing or empty");
+    impl->vocab.reserve(raw.vocab.size() * 2);
     int32_t max_id = -1;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        int32_t id = it.value().get<int32_t>();
-        impl->vocab.emplace(it.key(), id);
+    for (const auto& [token, id] : raw.vocab) {
+        if (id < 0) throw Error(where + ": model.vocab entry " + nlohmann::json(token).dump() + " has a negative id");
+        impl->vocab.emplace(token, id);
         max_id = std::max(max_id, id);
     }
     const auto& added = require(j, "added_tokens", where);
@@ -344,10 +350,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     impl->id_to_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
     for (const auto& [s, id] : impl->vocab) impl->id_to_token[static_cast<size_t>(id)] = s;
     std::string bytes;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        int32_t id = it.value().get<int32_t>();
-        if (!byte_level_to_bytes(it.key(), bytes))
-            throw Error(where + ": vocab entry " + nlohmann::json(it.key()).dump() + " is not in the byte-level alphabet");
+    for (const auto& [token, id] : raw.vocab) {
+        if (!byte_level_to_bytes(token, bytes))
+            throw Error(where + ": vocab entry " + nlohmann::json(token).dump() + " is not in the byte-level alphabet");
         impl->id_to_bytes[static_cast<size_t>(id)] = bytes;
     }
     for (const auto& t : impl->added) impl->id_to_bytes[static_cast<size_t>(t.id)] = t.content;
@@ -360,27 +365,18 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
         impl->byte_id[b] = it->second;
     }
 
-    const auto& merges = require(model, "merges", where + " model");
-    impl->merges.reserve(merges.size() * 2);
+    impl->merges.reserve(raw.merges.size() * 2);
     int32_t rank = 0;
-    std::string left, right;
-    for (const auto& m : merges) {
-        if (m.is_array() && m.size() == 2) {
-            left = m[0].get<std::string>();
-            right = m[1].get<std::string>();
-        } else if (m.is_string()) {
-            const std::string& s = m.get_ref<const std::string&>();
-            size_t sp = s.find(' ', 1);
-            if (sp == std::string::npos) throw Error(where + ": merge " + m.dump() + " is not \"left right\"");
-            left = s.substr(0, sp);
-            right = s.substr(sp + 1);
-        } else {
-            throw Error(where + ": merge #" + std::to_string(rank) + " is neither a pair nor a string");
-        }
-        auto li = impl->vocab.find(left), ri = impl->vocab.find(right), mi = impl->vocab.find(left + right);
+    std::string joined;
+    for (const auto& [left, right] : raw.merges) {
+        auto li = impl->vocab.find(left), ri = impl->vocab.find(right);
+        joined.assign(left).append(right);
+        auto mi = impl->vocab.find(joined);
         if (li == impl->vocab.end() || ri == impl->vocab.end() || mi == impl->vocab.end())
-            throw Error(where + ": merge #" + std::to_string(rank) + " " + m.dump() + " uses a token missing from the vocab");
-        impl->merges.emplace(pair_key(li->second, ri->second), MergeInfo{rank, mi->second});  // first (lowest) rank wins
+            throw Error(where + ": merge #" + std::to_string(rank) + " [" + nlohmann::json(left).dump() + ", " +
+                        nlohmann::json(right).dump() + "] uses a token missing from the vocab");
+        // A pair listed twice keeps its last rank, as a map built from the list in order does (HF).
+        impl->merges.insert_or_assign(pair_key(li->second, ri->second), MergeInfo{rank, mi->second});
         ++rank;
     }
 

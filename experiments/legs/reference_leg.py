@@ -110,13 +110,20 @@ def collate(torch, encoded, pad_id, device):
 
 
 def summed_loss(torch, model, ids, attn, labels):
-    """Sum of token cross-entropies over supervised label positions, and their count."""
-    logits = model(input_ids=ids, attention_mask=attn).logits
-    shift_logits = logits[:, :-1, :].reshape(-1, logits.shape[-1])
-    shift_labels = labels[:, 1:].reshape(-1)
-    loss_sum = torch.nn.functional.cross_entropy(shift_logits, shift_labels, ignore_index=-100,
-                                                 reduction="sum")
-    return loss_sum, int((shift_labels != -100).sum().item())
+    """Sum of token cross-entropies over supervised label positions, and their count.
+
+    transformers' shift: the hidden state at t predicts labels[t+1]. The LM head is applied only to
+    the rows whose next token is a label: the same per-row arithmetic as the full logits (the
+    logits of other rows never reach the loss), without materialising [batch, seq, vocab] floats,
+    which dominates the cost on a CPU with the real 151,936-row vocabulary."""
+    base = model.get_base_model()  # Qwen3ForCausalLM with peft's LoRA layers injected
+    hidden = base.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    shift_labels = labels[:, 1:]
+    rows = shift_labels != -100
+    selected = hidden[:, :-1, :][rows]
+    logits = base.lm_head(selected)
+    loss_sum = torch.nn.functional.cross_entropy(logits, shift_labels[rows], reduction="sum")
+    return loss_sum, int(rows.sum().item())
 
 
 def evaluate(torch, model, encoded, micro_batch, pad_id, device):

@@ -1,0 +1,109 @@
+// Comparison statistics against hand-computed float64 values (numpy conventions: population std,
+// linear-interpolation percentiles).
+#include "tandem/experiments/compare.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace tandem::experiments;
+
+TEST(CompareStats, MeanStdPercentileMatchHandComputedValues) {
+    std::vector<double> x{1.0, 2.0, 4.0, 7.0};
+    EXPECT_DOUBLE_EQ(mean(x), 3.5);
+    // deviations -2.5 -1.5 0.5 3.5 -> squares 6.25 2.25 0.25 12.25 = 21 / 4 = 5.25
+    EXPECT_DOUBLE_EQ(population_std(x), std::sqrt(5.25));
+    // numpy.percentile([1,2,4,7], 50) = 3.0; 99 -> pos 2.97 -> 4 + 0.97*3 = 6.91; 25 -> pos 0.75 -> 1.75
+    EXPECT_DOUBLE_EQ(percentile(x, 50), 3.0);
+    EXPECT_NEAR(percentile(x, 99), 6.91, 1e-12);
+    EXPECT_DOUBLE_EQ(percentile(x, 25), 1.75);
+    EXPECT_DOUBLE_EQ(percentile({5.0}, 99), 5.0);
+    EXPECT_TRUE(std::isnan(percentile({}, 50)));
+}
+
+TEST(CompareStats, SignChangesSkipZeros) {
+    EXPECT_EQ(sign_changes({1, -1, 1, -1}), 3);
+    EXPECT_EQ(sign_changes({1, 0, 2, 0, -3}), 1);
+    EXPECT_EQ(sign_changes({0, 0}), 0);
+    EXPECT_EQ(sign_changes({-1, -2, -3}), 0);
+}
+
+TEST(CompareStats, DiffStatsOfPairedPoints) {
+    // a - b: +0.1, -0.3, +0.2 ; b: 10, 10, 10
+    std::vector<PairedPoint> p{{0, 10.1, 10.0, 0.1}, {5, 9.7, 10.0, -0.3}, {10, 10.2, 10.0, 0.2}};
+    DiffStats s = diff_stats(p);
+    EXPECT_EQ(s.n, 3);
+    EXPECT_NEAR(s.mean_signed, 0.0, 1e-15);
+    EXPECT_NEAR(s.mean_abs, 0.2, 1e-15);
+    EXPECT_NEAR(s.std, std::sqrt((0.01 + 0.09 + 0.04) / 3.0), 1e-15);
+    EXPECT_NEAR(s.max_abs, 0.3, 1e-15);
+    EXPECT_EQ(s.max_abs_update, 5);
+    EXPECT_EQ(s.sign_changes, 2);
+    EXPECT_NEAR(s.mean_abs_rel, 0.02, 1e-15);
+}
+
+TEST(CompareStats, PairingUsesCommonUpdatesOnly) {
+    std::vector<EvalRow> a{{0, 2.0}, {10, 1.5}, {20, 1.2}};
+    std::vector<EvalRow> b{{0, 2.5}, {20, 1.0}};
+    auto p = pair_evals(a, b);
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_EQ(p[0].update, 0);
+    EXPECT_DOUBLE_EQ(p[0].diff, -0.5);
+    EXPECT_EQ(p[1].update, 20);
+    EXPECT_NEAR(p[1].diff, 0.2, 1e-15);
+}
+
+TEST(CompareStats, TimingWindowFollowsThePaperWhenLongEnough) {
+    EXPECT_EQ(timing_window(10536), (std::pair<int64_t, int64_t>{100, 499}));
+    EXPECT_EQ(timing_window(300), (std::pair<int64_t, int64_t>{100, 299}));
+    EXPECT_EQ(timing_window(30), (std::pair<int64_t, int64_t>{6, 29}));
+    EXPECT_EQ(timing_window(0), (std::pair<int64_t, int64_t>{-1, -1}));
+}
+
+namespace {
+LegData leg(const std::string& name, double l1, const std::string& sha, std::vector<int32_t> ids) {
+    LegData l;
+    l.name = name;
+    l.trace.l1_ce = l1;
+    l.trace.has_l2 = true;
+    l.trace.l2.push_back({"model.norm.weight", "base", {4}, 4.0, 4.0, 1.0, sha});
+    l.trace.has_l3 = true;
+    L3Record r;
+    r.index = 0;
+    r.id = "pubmedqa:1";
+    r.ids = std::move(ids);
+    r.boundary = 2;
+    r.supervised_count = 2;
+    r.full_length = static_cast<int64_t>(r.ids.size());
+    l.trace.l3.push_back(r);
+    l.trace.evals = {{0, l1}};
+    return l;
+}
+}  // namespace
+
+TEST(CompareLegs, FlagsEachLevelThatDiffers) {
+    ExperimentSpec spec;
+    spec.lora_dropout = 0.0;
+    auto a = leg("a", 2.0, "aa", {1, 2, 3, 4});
+    auto b = leg("b", 2.0 * (1 + 5e-6), "aa", {1, 2, 3, 4});
+    Comparison ok = compare_legs({a, b}, spec);
+    EXPECT_TRUE(ok.l1[0].pass);
+    EXPECT_TRUE(ok.l2[0].pass);
+    EXPECT_TRUE(ok.l3[0].pass);
+    EXPECT_TRUE(ok.passed()) << (ok.failures.empty() ? "" : ok.failures[0]);
+
+    auto c = leg("c", 2.1, "bb", {1, 2, 9, 4});
+    Comparison bad = compare_legs({a, c}, spec);
+    EXPECT_FALSE(bad.l1[0].pass);
+    EXPECT_FALSE(bad.l2[0].pass);
+    ASSERT_EQ(bad.l2[0].mismatches.size(), 1u);
+    EXPECT_NE(bad.l2[0].mismatches[0].find("model.norm.weight"), std::string::npos);
+    EXPECT_FALSE(bad.l3[0].pass);
+    EXPECT_EQ(bad.l3[0].what, "ids");
+    ASSERT_TRUE(bad.l3[0].first_token.has_value());
+    EXPECT_EQ(*bad.l3[0].first_token, 2);
+    EXPECT_EQ(bad.l3[0].window_a, (std::vector<int32_t>{1, 2, 3, 4}));
+    EXPECT_EQ(bad.l3[0].window_b, (std::vector<int32_t>{1, 2, 9, 4}));
+    EXPECT_FALSE(bad.passed());
+    EXPECT_GE(bad.failures.size(), 3u);
+}

@@ -1,0 +1,89 @@
+// The leg-protocol parser: events accumulate into a LegTrace; malformed lines are kept with their
+// content and never throw; unknown fields and events are ignored; resumed updates replace old ones.
+#include "tandem/experiments/leg_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace tandem::experiments;
+
+TEST(LegProtocol, AccumulatesEvents) {
+    LegTrace t;
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"hello","implementation":"engine","future_field":[1,2]})"), "hello");
+    EXPECT_EQ(t.implementation(), "engine");
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"l1","heldout_ce":11.5,"tokens":550})"), "l1");
+    ASSERT_TRUE(t.l1_ce.has_value());
+    EXPECT_DOUBLE_EQ(*t.l1_ce, 11.5);
+    apply_event_line(t, R"({"v":1,"event":"step","update":0,"loss":3.5,"grad_norm":1.25,"lr":0,"tokens":10,"wall_s":0.5})");
+    apply_event_line(t, R"({"v":1,"event":"step","update":1,"loss":3.25,"grad_norm":null,"lr":1e-4,"tokens":12,"wall_s":0.5})");
+    ASSERT_EQ(t.steps.size(), 2u);
+    EXPECT_TRUE(std::isnan(t.steps[1].grad_norm));  // null = non-finite
+    apply_event_line(t, R"({"v":1,"event":"eval","update":0,"heldout_ce":4.0})");
+    apply_event_line(t, R"({"v":1,"event":"timing","model_load_s":1.5,"tokenize_s":0.25})");
+    apply_event_line(t, R"({"v":1,"event":"memory","peak_host_rss_bytes":1000,"peak_device_bytes":null})");
+    apply_event_line(t, R"({"v":1,"event":"some_future_event","x":1})");
+    apply_event_line(t, R"({"v":1,"event":"done","updates":2})");
+    EXPECT_DOUBLE_EQ(t.model_load_s, 1.5);
+    EXPECT_DOUBLE_EQ(t.tokenize_s, 0.25);
+    EXPECT_EQ(t.peak_host_bytes, 1000);
+    EXPECT_EQ(t.peak_device_bytes, -1);
+    EXPECT_TRUE(t.done);
+    EXPECT_TRUE(t.malformed.empty());
+}
+
+TEST(LegProtocol, MalformedLinesAreReportedWithTheirContent) {
+    LegTrace t;
+    EXPECT_EQ(apply_event_line(t, "Traceback (most recent call last):"), "");
+    EXPECT_EQ(apply_event_line(t, R"({"event":"step","update":0})"), "");      // no version
+    EXPECT_EQ(apply_event_line(t, R"({"v":2,"event":"step"})"), "");            // unknown version
+    EXPECT_EQ(apply_event_line(t, R"([1,2,3])"), "");                            // not an object
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"step","update":0,"loss":)"), "");  // truncated
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"step","update":"zero"})"), "step");  // wrong type -> defaults
+    ASSERT_EQ(t.malformed.size(), 5u);
+    EXPECT_NE(t.malformed[0].find("Traceback"), std::string::npos);
+    EXPECT_NE(t.malformed[0].find("not JSON"), std::string::npos);
+    EXPECT_NE(t.malformed[1].find("version"), std::string::npos);
+    EXPECT_NE(t.malformed[4].find("\"loss\":"), std::string::npos);
+    EXPECT_EQ(apply_event_line(t, ""), "");  // blank lines are skipped, not malformed
+    EXPECT_EQ(t.malformed.size(), 5u);
+}
+
+TEST(LegProtocol, ResumedUpdatesReplaceTheTail) {
+    LegTrace t;
+    for (int u = 0; u < 5; ++u)
+        apply_event_line(t, R"({"v":1,"event":"step","update":)" + std::to_string(u) + R"(,"loss":1.0})");
+    apply_event_line(t, R"({"v":1,"event":"error","message":"killed"})");
+    apply_event_line(t, R"({"v":1,"event":"resume","update":3})");
+    EXPECT_FALSE(t.error.has_value());
+    apply_event_line(t, R"({"v":1,"event":"step","update":3,"loss":2.0})");
+    ASSERT_EQ(t.steps.size(), 4u);
+    EXPECT_EQ(t.steps.back().update, 3);
+    EXPECT_DOUBLE_EQ(t.steps.back().loss, 2.0);
+    EXPECT_EQ(t.resumes, 1);
+}
+
+TEST(LegProtocol, WriterAndDigestRoundTrip) {
+    std::FILE* f = std::tmpfile();
+    ASSERT_NE(f, nullptr);
+    EventWriter w(f);
+    float data[3] = {1.0f, -2.0f, 0.5f};
+    TensorDigest d = digest_tensor("x", "base", {3}, data, 3);
+    EXPECT_DOUBLE_EQ(d.sum, -0.5);
+    EXPECT_DOUBLE_EQ(d.sumsq, 5.25);
+    EXPECT_DOUBLE_EQ(d.maxabs, 2.0);
+    // sha256 of the 12 little-endian bytes 00 00 80 3f | 00 00 00 c0 | 00 00 00 3f
+    EXPECT_EQ(d.sha256.size(), 64u);
+    LegTrace src;
+    src.l2 = {d};
+    w.emit("l2", l2_to_json(src));
+    std::rewind(f);
+    char buf[4096] = {};
+    ASSERT_NE(std::fgets(buf, sizeof buf, f), nullptr);
+    std::fclose(f);
+    LegTrace t;
+    EXPECT_EQ(apply_event_line(t, buf), "l2");
+    ASSERT_EQ(t.l2.size(), 1u);
+    EXPECT_EQ(t.l2[0].sha256, d.sha256);
+    EXPECT_EQ(t.l2[0].shape, std::vector<int64_t>{3});
+}

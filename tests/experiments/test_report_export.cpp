@@ -1,0 +1,53 @@
+// Report export: every table in every format; LaTeX is escaped and uses booktabs rules.
+#include "tandem/error.h"
+#include "tandem/experiments/report.h"
+
+#include <gtest/gtest.h>
+
+using namespace tandem::experiments;
+
+TEST(ReportExport, LatexEscapesSpecialCharacters) {
+    EXPECT_EQ(latex_escape("a_b & 50% #1 $x {y} ~ ^ \\"),
+              "a\\_b \\& 50\\% \\#1 \\$x \\{y\\} \\textasciitilde{} \\textasciicircum{} \\textbackslash{}");
+    EXPECT_EQ(csv_escape("plain"), "plain");
+    EXPECT_EQ(csv_escape("a,b"), "\"a,b\"");
+    EXPECT_EQ(csv_escape("say \"hi\""), "\"say \"\"hi\"\"\"");
+}
+
+TEST(ReportExport, TablesRenderInEveryFormat) {
+    Table t{"l1", "L1: x_y & z", {"legs", "rel diff"}, {{"engine vs ref_1", "1.0e-08"}, {"a|b", "50%"}}, {"note #1"}};
+    std::string tex = render_table(t, ReportFormat::Latex);
+    EXPECT_NE(tex.find("\\begin{tabular}{lr}"), std::string::npos);
+    EXPECT_NE(tex.find("\\toprule"), std::string::npos);
+    EXPECT_NE(tex.find("\\midrule"), std::string::npos);
+    EXPECT_NE(tex.find("\\bottomrule"), std::string::npos);
+    EXPECT_NE(tex.find("engine vs ref\\_1 & 1.0e-08 \\\\"), std::string::npos);
+    EXPECT_NE(tex.find("50\\%"), std::string::npos);
+    EXPECT_NE(tex.find("\\caption{L1: x\\_y \\& z}"), std::string::npos);
+    // No unescaped special character survives in the body.
+    EXPECT_EQ(tex.find(" & z}"), std::string::npos);
+
+    std::string md = render_table(t, ReportFormat::Markdown);
+    EXPECT_NE(md.find("| legs | rel diff |"), std::string::npos);
+    EXPECT_NE(md.find("| --- | --- |"), std::string::npos);
+    EXPECT_NE(md.find("a\\|b"), std::string::npos);
+
+    std::string csv = render_table(t, ReportFormat::Csv);
+    EXPECT_EQ(csv, "legs,rel diff\nengine vs ref_1,1.0e-08\na|b,50%\n");
+
+    std::string text = render_table(t, ReportFormat::Text);
+    EXPECT_NE(text.find("engine vs ref_1"), std::string::npos);
+}
+
+TEST(ReportExport, WholeReportHasEveryLevelAndTheVerdict) {
+    Comparison c;
+    c.legs = {"a", "b"};
+    c.failures = {"L3 a~b: record x: token ids differ"};
+    for (auto f : {ReportFormat::Text, ReportFormat::Markdown, ReportFormat::Csv, ReportFormat::Latex}) {
+        std::string r = render_report("run_1", c, f);
+        for (const char* title : {"L1", "L2", "L3", "L4", "gradient norm", "Timing and memory", "bandwidth"})
+            EXPECT_NE(r.find(title), std::string::npos) << title;
+        EXPECT_NE(r.find("FAILED"), std::string::npos);
+    }
+    EXPECT_THROW(parse_report_format("pdf"), tandem::Error);
+}

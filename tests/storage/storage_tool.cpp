@@ -5,7 +5,10 @@
 //   storage_tool read-to-json IN.h5                print what RunFileReader reads, as JSON
 //   storage_tool append-forever OUT.h5 LEG BATCH   append BATCH steps at a time until killed; after
 //                                                  each flushed batch print the row count on stdout
+//   storage_tool catalog-forever DB                add probe rows until killed; print the count after
+//                                                  each commit
 #include "tandem/error.h"
+#include "tandem/experiments/catalog.h"
 #include "tandem/experiments/host_info.h"
 #include "tandem/experiments/run_file.h"
 
@@ -205,6 +208,22 @@ int append_forever(const std::string& path, const std::string& leg, int batch) {
     }
 }
 
+// Probe row k has bytes k + 1 and repeats 1: the reader checks every surviving row.
+int catalog_forever(const std::string& path) {
+    ex::Catalog catalog(path);
+    ex::ProbeResult probe;
+    probe.device = "cpu";
+    probe.repeats = 1;
+    probe.timestamp = "2026-11-29T10:00:00Z";
+    for (std::int64_t k = 0;; ++k) {
+        probe.bytes = k + 1;
+        probe.directions = {{"memcpy", 2 * (k + 1), 1.0, 1.0, static_cast<double>(k)}};
+        catalog.add_probe(probe, "kill-test.h5", "kill-test");
+        std::printf("%lld\n", static_cast<long long>(k + 1));
+        std::fflush(stdout);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +231,7 @@ int main(int argc, char** argv) {
         const std::string command = argc > 1 ? argv[1] : "";
         if (command == "write-from-json" && argc == 4) return write_from_json(argv[2], argv[3]);
         if (command == "read-to-json" && argc == 3) return read_to_json(argv[2]);
+        if (command == "catalog-forever" && argc == 3) return catalog_forever(argv[2]);
         if (command == "append-forever" && argc == 5) return append_forever(argv[2], argv[3], std::stoi(argv[4]));
         std::fprintf(stderr, "usage: storage_tool write-from-json IN.json OUT.h5 | read-to-json IN.h5 | "
                              "append-forever OUT.h5 LEG BATCH\n");

@@ -102,6 +102,9 @@ TEST(Config, ErrorsNameTheFileAndTheField) {
     j["model_type"] = "llama";
     EXPECT_NE(error_of([&] { Qwen3Config::from_json(j, "f"); }).find("model_type"), std::string::npos);
     EXPECT_NE(error_of([&] { Qwen3Config::from_json(json::array(), "f"); }).find("f:"), std::string::npos);
+    j = real_qwen3_06b_config();
+    j["layer_types"] = {"full_attention", "sliding_attention"};
+    EXPECT_NE(error_of([&] { Qwen3Config::from_json(j, "f"); }).find("f: field 'layer_types'"), std::string::npos);
 }
 
 TEST(LoraConfigJson, RoundTripsAndKeepsCanonicalTargetOrder) {

@@ -86,6 +86,12 @@ Qwen3Config Qwen3Config::from_json(const json& j, const std::string& source) {
         fail(source, "hidden_act", "only \"silu\" is supported, got " + act->dump());
     if (boolean(j, "use_sliding_window", source, false))
         fail(source, "use_sliding_window", "sliding-window attention is not supported");
+    if (const json* lt = find(j, "layer_types"); lt && !lt->is_null()) {
+        if (!lt->is_array()) fail(source, "layer_types", "must be a list, got " + lt->dump());
+        for (const auto& t : *lt)
+            if (t != "full_attention")
+                fail(source, "layer_types", "only \"full_attention\" layers are supported, got " + t.dump());
+    }
 
     Qwen3Config c;
     c.vocab_size = positive_int(j, "vocab_size", source, std::nullopt);

@@ -121,6 +121,111 @@ attention_forward_kernel(float* __restrict__ out, float* __restrict__ lse, const
     }
 }
 
+// Forward, version 2 (register-tiled; selected by set_attention_forward_version(2)): the same
+// tiles and online softmax as version 1, but a warp scores its 4 query rows together so each K
+// value read from shared memory serves 4 FMAs, queries are read as float4 broadcasts, and K is kept
+// transposed (skT[d][key], stride 33: conflict-free both for the transposing store and for the
+// lane-per-key loads). P.V likewise reuses each V value for the 4 rows. Shared-memory operations per
+// FMA drop from ~2 (v1) to ~0.5. Not yet measured (no GPU in the session that wrote it).
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+attention_forward_v2_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ q,
+                            const float* __restrict__ k, const float* __restrict__ v,
+                            const int32_t* __restrict__ lengths, int T, int H, int KV, float scale) {
+    constexpr int DPL = D / 32;
+    constexpr int RPW = kFwdRows / kWarps;
+    __shared__ __align__(16) float sq[kFwdRows][D];
+    __shared__ float skT[D][kKeyTile + 1];
+    __shared__ float sv[kKeyTile][D];
+
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int i0 = blockIdx.x * kFwdRows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int len = lengths[b];
+    const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(KV) * D;
+    const float* qb = q + int64_t(b) * T * q_stride + int64_t(h) * D;
+    const float* kb = k + int64_t(b) * T * kv_stride + int64_t(g) * D;
+    const float* vb = v + int64_t(b) * T * kv_stride + int64_t(g) * D;
+
+    for (int idx = threadIdx.x; idx < kFwdRows * D; idx += blockDim.x) {
+        const int r = idx / D, d = idx % D, i = i0 + r;
+        sq[r][d] = i < T ? qb[int64_t(i) * q_stride + d] : 0.0f;
+    }
+
+    float acc[RPW][DPL];
+    float m[RPW], l[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < DPL; ++c) acc[r][c] = 0.0f;
+    }
+
+    const int last_row = min(i0 + kFwdRows, T) - 1;
+    const int last_key = min(last_row, len - 1);
+    for (int j0 = 0; j0 <= last_key; j0 += kKeyTile) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
+            const int r = idx / D, d = idx % D, j = j0 + r;
+            const bool in = j < T;
+            skT[d][r] = in ? kb[int64_t(j) * kv_stride + d] : 0.0f;
+            sv[r][d] = in ? vb[int64_t(j) * kv_stride + d] : 0.0f;
+        }
+        __syncthreads();
+        // scores of the warp's RPW rows against key j0 + lane
+        float s[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) s[r] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < D; d += 4) {
+            const float k0 = skT[d][lane], k1 = skT[d + 1][lane], k2 = skT[d + 2][lane], k3 = skT[d + 3][lane];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) {
+                const float4 q4 = *reinterpret_cast<const float4*>(&sq[warp * RPW + r][d]);
+                s[r] += q4.x * k0 + q4.y * k1 + q4.z * k2 + q4.w * k3;
+            }
+        }
+        const int j = j0 + lane;
+        float p[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+            const int i = i0 + warp * RPW + r;
+            const bool valid = j <= i && j < len;  // rows i >= T: harmless (never written)
+            const float sc = valid ? s[r] * scale : -INFINITY;
+            const float m_new = fmaxf(m[r], detail::warp_max(sc));  // finite: key 0 is in tile 0
+            p[r] = valid ? expf(sc - m_new) : 0.0f;
+            const float corr = expf(m[r] - m_new);
+            l[r] = l[r] * corr + detail::warp_sum(p[r]);
+            m[r] = m_new;
+#pragma unroll
+            for (int c = 0; c < DPL; ++c) acc[r][c] *= corr;
+        }
+        for (int jj = 0; jj < kKeyTile; ++jj) {
+            float pj[RPW];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) pj[r] = __shfl_sync(0xffffffffu, p[r], jj);
+#pragma unroll
+            for (int c = 0; c < DPL; ++c) {
+                const float vv = sv[jj][lane + 32 * c];
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) acc[r][c] += pj[r] * vv;
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+        const int i = i0 + warp * RPW + r;
+        if (i >= T) continue;
+        const float inv = 1.0f / l[r];
+        float* o = out + (int64_t(b) * T + i) * q_stride + int64_t(h) * D;
+#pragma unroll
+        for (int c = 0; c < DPL; ++c) o[lane + 32 * c] = acc[r][c] * inv;
+        if (lane == 0) lse[(int64_t(b) * H + h) * T + i] = m[r] + logf(l[r]);
+    }
+}
+
 // delta[b,h,i] = sum_d dout[b,i,h,d] * out[b,i,h,d]; one warp per (b, i, h) row, double accumulation.
 __global__ void attention_delta_kernel(float* __restrict__ delta, const float* __restrict__ dout,
                                        const float* __restrict__ out, int64_t rows, int T, int H, int D) {
@@ -324,12 +429,20 @@ void check_shapes(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
         throw tandem::Error("attention (CUDA): batch*heads or sequence too large for the grid");
 }
 
+int g_forward_version = 1;
+
 template <int D>
 void forward_d(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* lengths,
                int64_t B, int64_t T, int64_t H, int64_t KV, cudaStream_t stream) {
     const dim3 grid(detail::ceil_div(T, kFwdRows), static_cast<unsigned>(B * H));
-    attention_forward_kernel<D><<<grid, kWarps * 32, 0, stream>>>(out, lse, q, k, v, lengths, int(T), int(H), int(KV),
-                                                                  1.0f / std::sqrt(float(D)));
+    const float scale = 1.0f / std::sqrt(float(D));
+    if (g_forward_version == 2) {
+        attention_forward_v2_kernel<D><<<grid, kWarps * 32, 0, stream>>>(out, lse, q, k, v, lengths, int(T), int(H),
+                                                                         int(KV), scale);
+    } else {
+        attention_forward_kernel<D><<<grid, kWarps * 32, 0, stream>>>(out, lse, q, k, v, lengths, int(T), int(H),
+                                                                      int(KV), scale);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
@@ -352,6 +465,13 @@ void backward_d(float* dq, float* dk, float* dv, const float* delta, const float
 
 // ---------------------------------------------------------------------------------------------
 // launchers
+
+void set_attention_forward_version(int version) {
+    if (version != 1 && version != 2)
+        throw tandem::Error("attention (CUDA): forward kernel version " + std::to_string(version) + " (1 or 2)");
+    g_forward_version = version;
+}
+int attention_forward_version() { return g_forward_version; }
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,

@@ -83,6 +83,10 @@ void rope_backward(float* din, const float* dout, const float* cos, const float*
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                        cudaStream_t stream);
+// Forward kernel version: 1 (default; one row at a time) or 2 (register-tiled over the warp's 4 rows).
+// Both compute the same function; tests run both; tandem_cuda_bench --kernels times both. Process-wide.
+void set_attention_forward_version(int version);
+int attention_forward_version();
 // dq[B,T,H,D] (=), dk, dv[B,T,KV,D] (=). workspace: B*H*T floats (row dot(dout, out)).
 // Deterministic: dq by query rows, dk/dv by key rows, no atomics.
 void attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* out,

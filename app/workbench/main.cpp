@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
         tandem_cli = QFileInfo::exists(beside) ? beside : QStandardPaths::findExecutable(QStringLiteral("tandem"));
     }
     launcher->set_tandem_binary(tandem_cli);
-    launcher->set_legs({{QStringLiteral("engine"), QStringLiteral("cpu")}, {QStringLiteral("reference"), QStringLiteral("cpu")}});
+    launcher->set_legs({{QStringLiteral("engine"), QStringLiteral("engine"), QStringLiteral("cpu")},
+                        {QStringLiteral("reference"), QStringLiteral("reference"), QStringLiteral("cpu")}});
     if (!options.catalog.isEmpty()) window.open_catalog(options.catalog);
     if (!options.runs_dir.isEmpty()) launcher->set_runs_dir(options.runs_dir);
     if (!options.experiment.isEmpty()) launcher->set_experiment(options.experiment);

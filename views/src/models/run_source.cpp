@@ -2,6 +2,8 @@
 
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
+#include "tandem/experiments/compare.h"
+#include "tandem/experiments/report.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/run_file.h"
 
@@ -24,6 +26,25 @@ std::string attr_text(const ex::Attributes& attributes, const std::string& key) 
     return {};
 }
 
+// Residual series from experiments' L4 comparison: paired points of the two legs, a − b, exactly as
+// compare_legs paired them. A run still missing what the comparison needs (spec, a second leg)
+// simply has none yet.
+void add_residuals(RunSnapshot& snapshot, const std::filesystem::path& file) {
+    try {
+        const auto comparison = ex::compare_run_file(file);
+        for (const auto& entry : comparison.l4) {
+            ResidualTrajectory eval{entry.leg_a, entry.leg_b, Metric::HeldoutLoss, {}};
+            for (const auto& p : entry.eval_points) eval.diff.push_back({static_cast<double>(p.update), p.diff});
+            ResidualTrajectory loss{entry.leg_a, entry.leg_b, Metric::TrainLoss, {}};
+            for (const auto& p : entry.loss_points) loss.diff.push_back({static_cast<double>(p.update), p.diff});
+            snapshot.residuals.push_back(std::move(eval));
+            snapshot.residuals.push_back(std::move(loss));
+        }
+    } catch (const std::exception&) {
+        snapshot.residuals.clear();
+    }
+}
+
 }  // namespace
 
 std::filesystem::path resolve_run_file(const std::filesystem::path& path) {
@@ -39,8 +60,9 @@ std::filesystem::path resolve_run_file(const std::filesystem::path& path) {
 
 RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) {
     const auto file = resolve_run_file(path);
-    ex::RunFileReader reader(file, wait_s);
     RunSnapshot snapshot;
+    {
+    ex::RunFileReader reader(file, wait_s);
     snapshot.path = file.string();
     if (auto experiment = reader.experiment()) snapshot.experiment = experiment->name;
     for (const auto& name : reader.legs()) {
@@ -57,6 +79,8 @@ RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) 
         for (const auto& row : reader.eval(name)) leg.heldout_loss.push_back({static_cast<double>(row.update), row.heldout_ce});
         snapshot.legs.push_back(std::move(leg));
     }
+    }  // the reader closes here: a live writer waits as little as possible
+    add_residuals(snapshot, file);
     return snapshot;
 }
 

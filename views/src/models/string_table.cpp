@@ -15,7 +15,7 @@ int StringTableModel::rowCount(const QModelIndex& parent) const {
 }
 
 int StringTableModel::columnCount(const QModelIndex& parent) const {
-    return parent.isValid() ? 0 : static_cast<int>(table_.header.size());
+    return parent.isValid() ? 0 : static_cast<int>(table_.columns.size());
 }
 
 QVariant StringTableModel::data(const QModelIndex& index, int role) const {
@@ -29,8 +29,8 @@ QVariant StringTableModel::data(const QModelIndex& index, int role) const {
 QVariant StringTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (role != Qt::DisplayRole) return {};
     if (orientation == Qt::Vertical) return section + 1;
-    if (section < 0 || section >= static_cast<int>(table_.header.size())) return {};
-    return QString::fromStdString(table_.header[static_cast<std::size_t>(section)]);
+    if (section < 0 || section >= static_cast<int>(table_.columns.size())) return {};
+    return QString::fromStdString(table_.columns[static_cast<std::size_t>(section)]);
 }
 
 }  // namespace tandem::views

@@ -27,39 +27,6 @@ constexpr double kLayoutDpi = 96.0;
 
 std::string lowercase_suffix(const QString& path) { return QFileInfo(path).suffix().toLower().toStdString(); }
 
-std::string csv_cell(const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"') out += '"';
-        out += c;
-    }
-    return out + "\"";
-}
-
-std::string latex_cell(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        switch (c) {
-        case '&': case '%': case '$': case '#': case '_': case '{': case '}': out += '\\'; out += c; break;
-        case '~': out += "\\textasciitilde{}"; break;
-        case '^': out += "\\textasciicircum{}"; break;
-        case '\\': out += "\\textbackslash{}"; break;
-        default: out += c;
-        }
-    }
-    return out;
-}
-
-std::string markdown_cell(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '|') out += '\\';
-        out += c == '\n' ? ' ' : c;
-    }
-    return out;
-}
-
 }  // namespace
 
 std::optional<FigureFormat> figure_format_for(const QString& path) {
@@ -153,45 +120,13 @@ std::optional<TableFormat> table_format_for(const QString& path) {
 }
 
 std::string format_table(const StringTable& table, TableFormat format) {
-    std::ostringstream out;
-    const std::size_t columns = table.header.size();
-    auto cell = [](const std::vector<std::string>& row, std::size_t i) { return i < row.size() ? row[i] : std::string(); };
+    // experiments/' renderers: the same text `tandem report --format tex|csv|md` prints.
     switch (format) {
-    case TableFormat::Csv:
-        for (std::size_t i = 0; i < columns; ++i) out << (i ? "," : "") << csv_cell(table.header[i]);
-        out << "\n";
-        for (const auto& row : table.rows) {
-            for (std::size_t i = 0; i < columns; ++i) out << (i ? "," : "") << csv_cell(cell(row, i));
-            out << "\n";
-        }
-        break;
-    case TableFormat::Markdown:
-        out << "|";
-        for (const auto& h : table.header) out << " " << markdown_cell(h) << " |";
-        out << "\n|";
-        for (std::size_t i = 0; i < columns; ++i) out << " --- |";
-        out << "\n";
-        for (const auto& row : table.rows) {
-            out << "|";
-            for (std::size_t i = 0; i < columns; ++i) out << " " << markdown_cell(cell(row, i)) << " |";
-            out << "\n";
-        }
-        break;
-    case TableFormat::Latex:
-        out << "% requires \\usepackage{booktabs}\n\\begin{table}[ht]\n\\centering\n";
-        if (!table.caption.empty() || !table.title.empty())
-            out << "\\caption{" << latex_cell(table.caption.empty() ? table.title : table.caption) << "}\n";
-        out << "\\begin{tabular}{" << std::string(columns, 'l') << "}\n\\toprule\n";
-        for (std::size_t i = 0; i < columns; ++i) out << (i ? " & " : "") << latex_cell(table.header[i]);
-        out << " \\\\\n\\midrule\n";
-        for (const auto& row : table.rows) {
-            for (std::size_t i = 0; i < columns; ++i) out << (i ? " & " : "") << latex_cell(cell(row, i));
-            out << " \\\\\n";
-        }
-        out << "\\bottomrule\n\\end{tabular}\n\\end{table}\n";
-        break;
+    case TableFormat::Latex: return experiments::render_table(table, experiments::ReportFormat::Latex);
+    case TableFormat::Csv: return experiments::render_table(table, experiments::ReportFormat::Csv);
+    case TableFormat::Markdown: return experiments::render_table(table, experiments::ReportFormat::Markdown);
     }
-    return out.str();
+    return {};
 }
 
 void export_table(const StringTable& table, TableFormat format, const std::filesystem::path& path) {
@@ -209,7 +144,7 @@ std::string curves_csv(const RunSnapshot& snapshot, const std::optional<std::pai
         for (const auto& [metric, name] : metrics) {
             for (const auto& p : leg.series(metric)) {
                 if (x_range && (p.update < x_range->first || p.update > x_range->second)) continue;
-                out << csv_cell(leg.leg) << "," << name << "," << p.update << "," << p.value << "\n";
+                out << experiments::csv_escape(leg.leg) << "," << name << "," << p.update << "," << p.value << "\n";
             }
         }
     }

@@ -23,9 +23,14 @@ enum LegColumn { ColLeg, ColDevice, ColProgress, ColState, ColCount };
 
 QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
                           const QString& catalog) {
-    QStringList args{QStringLiteral("run"), experiment};
-    for (const auto& leg : legs) args << QStringLiteral("--leg") << leg.leg + QLatin1Char('=') + leg.device;
-    if (!runs_dir.isEmpty()) args << QStringLiteral("--runs-dir") << runs_dir;
+    QStringList names, devices;
+    for (const auto& leg : legs) {
+        names << (leg.leg == leg.implementation ? leg.leg : leg.leg + QLatin1Char('=') + leg.implementation);
+        devices << leg.device;
+    }
+    QStringList args{QStringLiteral("run"), experiment, QStringLiteral("--legs"), names.join(QLatin1Char(',')),
+                     QStringLiteral("--devices"), devices.join(QLatin1Char(','))};
+    if (!runs_dir.isEmpty()) args << QStringLiteral("--out") << runs_dir;
     if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
     return args;
 }
@@ -132,6 +137,8 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
         const int r = legs_->rowCount();
         legs_->insertRow(r);
         auto* name = new QTableWidgetItem(leg.leg);
+        name->setData(Qt::UserRole, leg.implementation);
+        name->setToolTip(tr("implementation: %1").arg(leg.implementation));
         name->setFlags(Qt::ItemIsEnabled | Qt::ItemIsUserCheckable);
         name->setCheckState(Qt::Checked);
         legs_->setItem(r, ColLeg, name);
@@ -154,7 +161,8 @@ std::vector<LegChoice> LauncherView::chosen_legs() const {
     std::vector<LegChoice> out;
     for (int r = 0; r < legs_->rowCount(); ++r) {
         if (legs_->item(r, ColLeg)->checkState() != Qt::Checked) continue;
-        out.push_back({legs_->item(r, ColLeg)->text(), static_cast<QComboBox*>(legs_->cellWidget(r, ColDevice))->currentText()});
+        out.push_back({legs_->item(r, ColLeg)->text(), legs_->item(r, ColLeg)->data(Qt::UserRole).toString(),
+                       static_cast<QComboBox*>(legs_->cellWidget(r, ColDevice))->currentText()});
     }
     return out;
 }

@@ -80,7 +80,7 @@ std::optional<std::pair<double, double>> TrajectoryChart::full_x_range(const Run
     };
     if (options.residual) {
         for (const auto& r : snapshot.residuals)
-            if (r.metric == options.metric) extend(r.percent);
+            if (r.metric == options.metric) extend(r.diff);
     } else {
         for (const auto& leg : snapshot.legs) extend(leg.series(options.metric));
     }
@@ -102,7 +102,7 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
         chart_->legend()->setFont(font);
     }
     chart_->legend()->setVisible(options.legend);
-    y_axis_->setTitleText(options.residual ? QStringLiteral("%1: leg − reference (%)").arg(metric_label(options.metric))
+    y_axis_->setTitleText(options.residual ? QStringLiteral("%1: leg a − leg b").arg(metric_label(options.metric))
                                            : QString::fromLatin1(metric_label(options.metric)));
 
     // What to draw: (name, color index, series) triples.
@@ -114,7 +114,7 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
             std::size_t color = 0;
             for (std::size_t i = 0; i < snapshot.legs.size(); ++i)
                 if (snapshot.legs[i].leg == r.leg) color = i;
-            curves.push_back({QString::fromStdString(r.leg + " − " + r.reference), color, &r.percent});
+            curves.push_back({QString::fromStdString(r.leg + " − " + r.reference), color, &r.diff});
         }
     } else {
         for (std::size_t i = 0; i < snapshot.legs.size(); ++i)
@@ -173,7 +173,7 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
         else y_axis_->setRange(y_lo - pad, y_hi + pad);
     }
     if (curves.empty() && options.residual)
-        chart_->setTitle(QStringLiteral("no residual series in this run (experiments/ exposes none)"));
+        chart_->setTitle(QStringLiteral("no paired points yet (experiments/ compares two legs once both have them)"));
     else
         chart_->setTitle(QString());
 }

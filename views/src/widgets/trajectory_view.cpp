@@ -126,7 +126,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(new QLabel(tr("Residual of:"), this));
     residual_metric_ = new QComboBox(this);
     residual_metric_->addItem(tr("held-out loss"), static_cast<int>(Metric::HeldoutLoss));
-    residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
+    residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
     bar->addWidget(residual_metric_);
     auto* reset = new QPushButton(tr("&Fit all"), this);
     reset->setToolTip(tr("Show every update (Home, double-click or middle-click in a chart)"));

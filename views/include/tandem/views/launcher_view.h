@@ -22,11 +22,14 @@ QT_END_NAMESPACE
 namespace tandem::views {
 
 struct LegChoice {
-    QString leg;     // leg name (as in the experiment file / the run folder)
-    QString device;  // "cpu", "cuda:0", ...
+    QString leg;             // leg name (legs/<leg>/ in the run folder)
+    QString implementation;  // "engine" | "reference"
+    QString device;          // "cpu", "cuda:0", ...
 };
 
-// The command line the launcher runs (kept in one place so the GUI and docs/cli.md agree).
+// The command line the launcher runs, in the CLI's terms (app/cli/cmd_run.cpp):
+//   tandem run EXPERIMENT --legs NAME=IMPL,... --devices DEV,... --out RUNS_DIR --catalog DB
+//   tandem run --resume RUN_FOLDER --catalog DB
 QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
                           const QString& catalog);
 QStringList resume_arguments(const QString& run_folder, const QString& catalog);

@@ -28,12 +28,13 @@ struct LegTrajectory {
     const Series& series(Metric metric) const;
 };
 
-// A residual series (leg minus reference, in percent of the reference) as experiments/ computed it.
+// A residual series (leg minus reference) as experiments/ paired it (compare.h L4Entry: diff = a − b).
+// Absolute units: experiments/ exposes no percent series yet (see docs/workbench.md).
 struct ResidualTrajectory {
     std::string leg;
     std::string reference;
     Metric metric = Metric::HeldoutLoss;
-    Series percent;
+    Series diff;  // a − b at every paired update, as compare_legs paired them
 };
 
 struct RunSnapshot {

@@ -1,6 +1,8 @@
 #pragma once
 // A table exactly as experiments/ formatted it for `tandem report` (header + rows of cells), and the
 // item model the Tables view shows it with. The views never recompute a cell.
+#include "tandem/experiments/report.h"
+
 #include <QAbstractTableModel>
 #include <QString>
 #include <QStringList>
@@ -10,12 +12,8 @@
 
 namespace tandem::views {
 
-struct StringTable {
-    std::string title;    // e.g. "L1–L4 summary"
-    std::string caption;  // one sentence for the LaTeX caption
-    std::vector<std::string> header;
-    std::vector<std::vector<std::string>> rows;
-};
+// experiments' report table (id, title, columns, rows, notes): the Tables page shows these as-is.
+using StringTable = tandem::experiments::Table;
 
 class StringTableModel : public QAbstractTableModel {
     Q_OBJECT

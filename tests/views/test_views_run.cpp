@@ -1,0 +1,197 @@
+// Opening a recorded run in the workbench window: the run file is written here through
+// experiments' RunFileWriter (the runner's own writer), the catalog through its Catalog; the test
+// checks what the views then show against what was written.
+#include "tandem/experiments/catalog.h"
+#include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/run_file.h"
+#include "tandem/views/main_window.h"
+#include "tandem/views/runs_browser.h"
+#include "tandem/views/token_diff_view.h"
+#include "tandem/views/trajectory_view.h"
+
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QMouseEvent>
+#include <QSignalSpy>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTextEdit>
+#include <QValueAxis>
+#include <QtTest>
+
+#include <cmath>
+
+namespace ex = tandem::experiments;
+using namespace tandem::views;
+
+namespace {
+
+// Two legs with different numbers of updates and evaluations, so a mix-up between legs shows.
+struct LegShape {
+    std::string name;
+    int steps;
+    int eval_every;
+    double offset;
+};
+const LegShape kLegs[] = {{"engine", 37, 5, 0.0}, {"reference", 23, 10, 0.01}};
+
+int eval_count(const LegShape& leg) { return (leg.steps + leg.eval_every - 1) / leg.eval_every + 1; }  // 0, k, 2k, ... < steps, and the end
+
+std::vector<ex::L3Record> l3_records(bool differ) {
+    std::vector<ex::L3Record> records;
+    for (int r = 0; r < 3; ++r) {
+        ex::L3Record rec;
+        rec.index = r;
+        rec.id = "pubmedqa:" + std::to_string(1000 + r);
+        for (int i = 0; i < 12; ++i) rec.ids.push_back(100 + i + r);
+        if (differ && r == 1) rec.ids[5] = 999;  // the first mismatch of record 1 is token 5
+        rec.boundary = 7;
+        rec.supervised_count = 5;
+        rec.full_length = 12;
+        rec.text = "text";
+        records.push_back(rec);
+    }
+    return records;
+}
+
+void write_run(const std::filesystem::path& file) {
+    ex::RunFileWriter w(file);
+    ex::ExperimentInfo info;
+    info.name = "views-test";
+    info.run_id = "views-test-20261129-100000";
+    w.write_experiment(info);
+    for (const auto& leg : kLegs) {
+        w.create_leg(leg.name, {{"implementation", leg.name}, {"device", std::string("cpu")}, {"status", std::string("finished")}});
+        std::vector<ex::StepRow> steps;
+        for (int u = 0; u < leg.steps; ++u)
+            steps.push_back({u, 3.0 - 0.01 * u + leg.offset, 1.0 + 0.1 * std::sin(u), 1e-3, 100, 0.5});
+        w.append_steps(leg.name, steps);
+        std::vector<ex::EvalRow> evals;
+        for (int u = 0; u < leg.steps; u += leg.eval_every) evals.push_back({u, 3.1 - 0.01 * u + leg.offset});
+        evals.push_back({leg.steps, 3.1 - 0.01 * leg.steps + leg.offset});
+        w.append_eval(leg.name, evals);
+        ex::LegTrace trace;
+        trace.has_l3 = true;
+        trace.l3_template = "qwen3";
+        trace.l3_max_len = 256;
+        trace.l3 = l3_records(leg.name == "reference");
+        w.write_check(leg.name, ex::CheckLevel::L3, ex::l3_to_json(trace).dump());
+    }
+}
+
+}  // namespace
+
+class TestViewsRun : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
+        QCoreApplication::setApplicationName(QStringLiteral("test_views_run"));
+        QStandardPaths::setTestModeEnabled(true);  // QSettings go to a throw-away location
+    }
+
+    void opening_a_run_fills_every_chart_with_every_point_of_every_leg() {
+        QTemporaryDir dir;
+        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+        write_run(file);
+
+        MainWindow window;
+        window.resize(1200, 800);
+        window.show();
+        QSignalSpy shown(&window, &MainWindow::run_snapshot_shown);
+        window.open_run(QString::fromStdString(file.string()));
+        QVERIFY(shown.wait(10000));
+        auto* view = window.trajectories();
+        view->redraw_now();
+        QCOMPARE(view->snapshot().legs.size(), std::size_t(2));
+        for (const auto& leg : kLegs) {
+            const auto name = QString::fromStdString(leg.name);
+            QCOMPARE(view->panel_chart(0).drawn_point_count(name), eval_count(leg));  // held-out loss
+            QCOMPARE(view->panel_chart(1).drawn_point_count(name), leg.steps);        // grad norm
+        }
+        // Zooming one panel zooms all of them (shared x range); only the points in range (plus
+        // one neighbour on each side) are then drawn.
+        view->set_x_range(std::make_pair(10.0, 20.0));
+        view->redraw_now();
+        QCOMPARE(view->panel_chart(1).drawn_point_count(QStringLiteral("engine")), 11 + 2);
+        QCOMPARE(view->panel_chart(0).x_axis()->min(), 10.0);
+        QCOMPARE(view->panel_chart(2).x_axis()->max(), 20.0);
+        // Smoothing adds a smoothed series per leg and keeps the raw one with all its points.
+        view->set_x_range(std::nullopt);
+        view->set_smoothing(0.6);
+        view->redraw_now();
+        QCOMPARE(view->panel_chart(1).drawn_point_count(QStringLiteral("engine")), 37);
+        QCOMPARE(view->panel_chart(1).drawn_point_count(QStringLiteral("engine (smoothed)")), 37);
+        // Log y keeps every (positive) point.
+        view->set_log_y(true);
+        view->redraw_now();
+        QCOMPARE(view->panel_chart(0).drawn_point_count(QStringLiteral("reference")), eval_count(kLegs[1]));
+
+        // Hover: every leg's value at the nearest recorded update.
+        auto* panel = view->panel_view(1);
+        const QPointF at = panel->chart()->mapToPosition(QPointF(12, 1.0));
+        const QPointF local = panel->mapFromScene(panel->chart()->mapToScene(at));
+        QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
+        QApplication::sendEvent(panel->viewport(), &move);
+        QTRY_VERIFY2(view->hover_text().contains(QStringLiteral("update 12")), qPrintable(view->hover_text()));
+        QVERIFY(view->hover_text().contains(QStringLiteral("engine")));
+        QVERIFY(view->hover_text().contains(QStringLiteral("reference")));
+        QVERIFY(view->hover_text().contains(QString::number(1.0 + 0.1 * std::sin(12), 'g', 8)));
+
+        // Token diff: record 1 differs at token 5 (written above), records 0 and 2 are identical.
+        auto* diff = window.token_diff();
+        diff->select(1, 0, 1);
+        QVERIFY(!diff->current_diff().identical);
+        QCOMPARE(diff->current_diff().first_mismatch.value(), std::size_t(5));
+        QVERIFY(diff->summary_text().contains(QStringLiteral("token 5")));
+        QVERIFY(diff->side_view(0)->textCursor().position() > 0);  // scrolled to the mismatch
+        diff->select(0, 0, 1);
+        QVERIFY(diff->current_diff().identical);
+    }
+
+    void runs_browser_lists_catalog_legs_and_deletes_after_confirmation() {
+        QTemporaryDir dir;
+        const auto db = std::filesystem::path(dir.path().toStdString()) / "tandem.db";
+        {
+            ex::Catalog catalog(db);
+            for (const char* id : {"tiny-20261129-100000", "tiny-20261129-110000"}) {
+                ex::RunRecord run;
+                run.id = id;
+                run.experiment = "clinical-tiny";
+                run.folder = dir.path().toStdString() + "/" + id;
+                run.run_file = run.folder + "/run.h5";
+                run.started_at = std::string("2026-11-29T") + (id[14] == '1' && id[15] == '1' ? "11" : "10") + ":00:00Z";
+                run.status = "finished";
+                catalog.upsert_run(run);
+                for (const char* leg : {"engine", "reference"}) {
+                    ex::LegRecord l;
+                    l.run_id = id;
+                    l.name = leg;
+                    l.implementation = leg;
+                    l.device = "cpu";
+                    l.status = "finished";
+                    l.final_loss = std::string(leg) == "engine" ? 2.5 : 2.25;
+                    l.tokens_per_s = 123.0;
+                    l.peak_host_bytes = 1 << 20;
+                    catalog.upsert_leg(l);
+                }
+            }
+        }
+        RunsBrowser browser;
+        QAbstractItemModelTester tester(browser.proxy(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+        browser.set_catalog(QString::fromStdString(db.string()));
+        QCOMPARE(browser.model()->rowCount(), 4);
+        QCOMPARE(browser.model()->index(0, RunsModel::PeakMemory).data().toString(), QStringLiteral("1.0 MiB"));
+        browser.table()->selectRow(0);
+        const auto id = browser.selected_run_id();
+        QVERIFY(!id.isEmpty());
+        browser.delete_selected(false);
+        QCOMPARE(browser.model()->rowCount(), 2);
+        ex::Catalog check(db);
+        QCOMPARE(check.runs().size(), std::size_t(1));
+        QVERIFY(!check.run(id.toStdString()));
+    }
+};
+
+QTEST_MAIN(TestViewsRun)
+#include "test_views_run.moc"

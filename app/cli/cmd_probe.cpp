@@ -39,7 +39,8 @@ std::string device_form_error(const std::string& value) {
 }
 
 // Checks that `path` can take the run file without modifying anything that exists: an existing
-// file must be HDF5 and openable for writing; a new one must be creatable (tried, then removed).
+// file must be HDF5; and since the writer publishes by renaming a sibling over the target, the
+// folder must let us create a file (tried with a uniquely named probe file, then removed).
 void check_run_file_target(const fs::path& path) {
     const std::string name = path.string();
     std::error_code ec;
@@ -47,17 +48,14 @@ void check_run_file_target(const fs::path& path) {
         if (!fs::is_regular_file(path, ec)) throw Error(name + ": --out is not a regular file");
         H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
         if (H5Fis_hdf5(name.c_str()) <= 0) throw Error(name + ": --out exists and is not an HDF5 file (left untouched)");
-        const int fd = ::open(name.c_str(), O_WRONLY | O_CLOEXEC);  // no O_TRUNC: opening changes nothing
-        if (fd < 0) throw Error(name + ": --out is not writable (" + std::strerror(errno) + ")");
-        ::close(fd);
-        return;
     }
     const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
     if (!fs::is_directory(parent, ec)) throw Error(name + ": cannot write --out, folder " + parent.string() + " does not exist");
-    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) throw Error(name + ": cannot create --out (" + std::strerror(errno) + ")");
+    const fs::path trial = parent / ("." + path.filename().string() + ".check." + std::to_string(::getpid()));
+    const int fd = ::open(trial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw Error(name + ": cannot write --out in folder " + parent.string() + " (" + std::strerror(errno) + ")");
     ::close(fd);
-    ::unlink(name.c_str());
+    ::unlink(trial.c_str());
 }
 
 void print_table(const std::vector<ex::ProbeResult>& results) {

@@ -31,7 +31,8 @@ std::string version_text(int packed) {  // CUDA packs 13000 + 10*minor
     return std::to_string(packed / 1000) + "." + std::to_string((packed % 1000) / 10);
 }
 
-// RAII owners so an exception mid-probe frees everything.
+// RAII owners so an exception mid-probe frees everything. Their destructors cannot throw, so the
+// status of the free/destroy calls is deliberately ignored (an earlier checked call has reported any fault).
 struct DeviceBuffer {
     void* ptr = nullptr;
     explicit DeviceBuffer(std::size_t bytes) { TANDEM_CUDA_CHECK(cudaMalloc(&ptr, bytes)); }

@@ -420,6 +420,220 @@ attention_backward_dkv_kernel(float* __restrict__ dk, float* __restrict__ dv, co
     }
 }
 
+// Backward, version 2 (register-tiled; set_attention_backward_version(2)): the dq and dk/dv kernels
+// of version 1 with the forward v2's tiling. K and V (dq) or Q and dO (dk/dv) are stored transposed
+// with stride 33, which serves both the lane-per-key (lane-per-query) scoring loads and the
+// lane-per-column accumulation loads without bank conflicts; each shared value feeds one FMA per
+// row of the warp. Not yet measured.
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+attention_backward_dq_v2_kernel(float* __restrict__ dq, const float* __restrict__ dout, const float* __restrict__ q,
+                                const float* __restrict__ k, const float* __restrict__ v,
+                                const float* __restrict__ lse, const float* __restrict__ delta,
+                                const int32_t* __restrict__ lengths, int T, int H, int KV, float scale) {
+    constexpr int DPL = D / 32;
+    constexpr int RPW = kBwdRows / kWarps;
+    __shared__ __align__(16) float sq[kBwdRows][D];
+    __shared__ __align__(16) float sdo[kBwdRows][D];
+    __shared__ float skT[D][kKeyTile + 1];
+    __shared__ float svT[D][kKeyTile + 1];
+
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int i0 = blockIdx.x * kBwdRows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int len = lengths[b];
+    const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(KV) * D;
+    const float* qb = q + int64_t(b) * T * q_stride + int64_t(h) * D;
+    const float* dob = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
+    const float* kb = k + int64_t(b) * T * kv_stride + int64_t(g) * D;
+    const float* vb = v + int64_t(b) * T * kv_stride + int64_t(g) * D;
+    const float* lse_b = lse + (int64_t(b) * H + h) * T;
+    const float* delta_b = delta + (int64_t(b) * H + h) * T;
+
+    for (int idx = threadIdx.x; idx < kBwdRows * D; idx += blockDim.x) {
+        const int r = idx / D, d = idx % D, i = i0 + r;
+        sq[r][d] = i < T ? qb[int64_t(i) * q_stride + d] : 0.0f;
+        sdo[r][d] = i < T ? dob[int64_t(i) * q_stride + d] : 0.0f;
+    }
+    float acc[RPW][DPL];
+    float row_lse[RPW], row_delta[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+        const int i = i0 + warp * RPW + r;
+        row_lse[r] = i < T ? lse_b[i] : 0.0f;
+        row_delta[r] = i < T ? delta_b[i] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < DPL; ++c) acc[r][c] = 0.0f;
+    }
+
+    const int last_row = min(i0 + kBwdRows, T) - 1;
+    const int last_key = min(last_row, len - 1);
+    for (int j0 = 0; j0 <= last_key; j0 += kKeyTile) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
+            const int r = idx / D, d = idx % D, j = j0 + r;
+            const bool in = j < T;
+            skT[d][r] = in ? kb[int64_t(j) * kv_stride + d] : 0.0f;
+            svT[d][r] = in ? vb[int64_t(j) * kv_stride + d] : 0.0f;
+        }
+        __syncthreads();
+        float s[RPW], dp[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) s[r] = dp[r] = 0.0f;
+#pragma unroll 2
+        for (int d = 0; d < D; d += 4) {
+            const float k0 = skT[d][lane], k1 = skT[d + 1][lane], k2 = skT[d + 2][lane], k3 = skT[d + 3][lane];
+            const float v0 = svT[d][lane], v1 = svT[d + 1][lane], v2 = svT[d + 2][lane], v3 = svT[d + 3][lane];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) {
+                const float4 q4 = *reinterpret_cast<const float4*>(&sq[warp * RPW + r][d]);
+                const float4 o4 = *reinterpret_cast<const float4*>(&sdo[warp * RPW + r][d]);
+                s[r] += q4.x * k0 + q4.y * k1 + q4.z * k2 + q4.w * k3;
+                dp[r] += o4.x * v0 + o4.y * v1 + o4.z * v2 + o4.w * v3;
+            }
+        }
+        const int j = j0 + lane;
+        float ds[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+            const int i = i0 + warp * RPW + r;
+            const bool valid = j <= i && j < len;
+            const float p = valid ? expf(s[r] * scale - row_lse[r]) : 0.0f;
+            ds[r] = p * (dp[r] - row_delta[r]) * scale;
+        }
+        for (int jj = 0; jj < kKeyTile; ++jj) {
+            float dsj[RPW];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) dsj[r] = __shfl_sync(0xffffffffu, ds[r], jj);
+#pragma unroll
+            for (int c = 0; c < DPL; ++c) {
+                const float kv = skT[lane + 32 * c][jj];
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) acc[r][c] += dsj[r] * kv;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+        const int i = i0 + warp * RPW + r;
+        if (i >= T) continue;
+        float* o = dq + (int64_t(b) * T + i) * q_stride + int64_t(h) * D;
+#pragma unroll
+        for (int c = 0; c < DPL; ++c) o[lane + 32 * c] = acc[r][c];
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+attention_backward_dkv_v2_kernel(float* __restrict__ dk, float* __restrict__ dv, const float* __restrict__ dout,
+                                 const float* __restrict__ q, const float* __restrict__ k,
+                                 const float* __restrict__ v, const float* __restrict__ lse,
+                                 const float* __restrict__ delta, const int32_t* __restrict__ lengths, int T, int H,
+                                 int KV, float scale) {
+    constexpr int DPL = D / 32;
+    constexpr int RPW = kBwdRows / kWarps;
+    __shared__ __align__(16) float sk[kBwdRows][D];
+    __shared__ __align__(16) float sv[kBwdRows][D];
+    __shared__ float sqT[D][kKeyTile + 1];
+    __shared__ float sdoT[D][kKeyTile + 1];
+    __shared__ float slse[kKeyTile], sdelta[kKeyTile];
+
+    const int bg = blockIdx.y, b = bg / KV, g = bg % KV, group = H / KV;
+    const int j0 = blockIdx.x * kBwdRows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int len = lengths[b];
+    const int64_t q_stride = int64_t(H) * D, kv_stride = int64_t(KV) * D;
+    const float* kb = k + int64_t(b) * T * kv_stride + int64_t(g) * D;
+    const float* vb = v + int64_t(b) * T * kv_stride + int64_t(g) * D;
+
+    for (int idx = threadIdx.x; idx < kBwdRows * D; idx += blockDim.x) {
+        const int r = idx / D, d = idx % D, j = j0 + r;
+        sk[r][d] = j < T ? kb[int64_t(j) * kv_stride + d] : 0.0f;
+        sv[r][d] = j < T ? vb[int64_t(j) * kv_stride + d] : 0.0f;
+    }
+    float acc_k[RPW][DPL], acc_v[RPW][DPL];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r)
+#pragma unroll
+        for (int c = 0; c < DPL; ++c) acc_k[r][c] = acc_v[r][c] = 0.0f;
+
+    const bool any_key = j0 < len;  // keys >= len are attended by nobody: zero gradients
+    for (int hh = 0; any_key && hh < group; ++hh) {
+        const int h = g * group + hh;
+        const float* qb = q + int64_t(b) * T * q_stride + int64_t(h) * D;
+        const float* dob = dout + int64_t(b) * T * q_stride + int64_t(h) * D;
+        const float* lse_b = lse + (int64_t(b) * H + h) * T;
+        const float* delta_b = delta + (int64_t(b) * H + h) * T;
+        for (int q0 = (j0 / kKeyTile) * kKeyTile; q0 < T; q0 += kKeyTile) {
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < kKeyTile * D; idx += blockDim.x) {
+                const int r = idx / D, d = idx % D, i = q0 + r;
+                sqT[d][r] = i < T ? qb[int64_t(i) * q_stride + d] : 0.0f;
+                sdoT[d][r] = i < T ? dob[int64_t(i) * q_stride + d] : 0.0f;
+            }
+            if (threadIdx.x < kKeyTile) {
+                const int i = q0 + threadIdx.x;
+                slse[threadIdx.x] = i < T ? lse_b[i] : 0.0f;
+                sdelta[threadIdx.x] = i < T ? delta_b[i] : 0.0f;
+            }
+            __syncthreads();
+            float s[RPW], dp[RPW];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) s[r] = dp[r] = 0.0f;
+#pragma unroll 2
+            for (int d = 0; d < D; d += 4) {
+                const float q0v = sqT[d][lane], q1v = sqT[d + 1][lane], q2v = sqT[d + 2][lane], q3v = sqT[d + 3][lane];
+                const float o0 = sdoT[d][lane], o1 = sdoT[d + 1][lane], o2 = sdoT[d + 2][lane], o3 = sdoT[d + 3][lane];
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) {
+                    const float4 k4 = *reinterpret_cast<const float4*>(&sk[warp * RPW + r][d]);
+                    const float4 v4 = *reinterpret_cast<const float4*>(&sv[warp * RPW + r][d]);
+                    s[r] += q0v * k4.x + q1v * k4.y + q2v * k4.z + q3v * k4.w;
+                    dp[r] += o0 * v4.x + o1 * v4.y + o2 * v4.z + o3 * v4.w;
+                }
+            }
+            const int i = q0 + lane;
+            float p[RPW], ds[RPW];
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) {
+                const int j = j0 + warp * RPW + r;
+                const bool valid = i < T && j <= i && j < len;
+                p[r] = valid ? expf(s[r] * scale - slse[lane]) : 0.0f;
+                ds[r] = p[r] * (dp[r] - sdelta[lane]) * scale;
+            }
+            for (int ii = 0; ii < kKeyTile; ++ii) {
+                float pi[RPW], dsi[RPW];
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) {
+                    pi[r] = __shfl_sync(0xffffffffu, p[r], ii);
+                    dsi[r] = __shfl_sync(0xffffffffu, ds[r], ii);
+                }
+#pragma unroll
+                for (int c = 0; c < DPL; ++c) {
+                    const float qv = sqT[lane + 32 * c][ii], ov = sdoT[lane + 32 * c][ii];
+#pragma unroll
+                    for (int r = 0; r < RPW; ++r) {
+                        acc_v[r][c] += pi[r] * ov;
+                        acc_k[r][c] += dsi[r] * qv;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+        const int j = j0 + warp * RPW + r;
+        if (j >= T) continue;
+        float* ok = dk + (int64_t(b) * T + j) * kv_stride + int64_t(g) * D;
+        float* ov = dv + (int64_t(b) * T + j) * kv_stride + int64_t(g) * D;
+#pragma unroll
+        for (int c = 0; c < DPL; ++c) {
+            ok[lane + 32 * c] = acc_k[r][c];
+            ov[lane + 32 * c] = acc_v[r][c];
+        }
+    }
+}
+
 void check_shapes(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
     if (D != 32 && D != 64 && D != 128)
         throw tandem::Error("attention (CUDA): head_dim " + std::to_string(D) + " not supported (32, 64 or 128)");
@@ -430,6 +644,7 @@ void check_shapes(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
 }
 
 int g_forward_version = 1;
+int g_backward_version = 1;
 
 template <int D>
 void forward_d(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* lengths,
@@ -452,10 +667,19 @@ void backward_d(float* dq, float* dk, float* dv, const float* delta, const float
                 int64_t H, int64_t KV, cudaStream_t stream) {
     const float scale = 1.0f / std::sqrt(float(D));
     const dim3 grid_q(detail::ceil_div(T, kBwdRows), static_cast<unsigned>(B * H));
+    const dim3 grid_kv(detail::ceil_div(T, kBwdRows), static_cast<unsigned>(B * KV));
+    if (g_backward_version == 2) {
+        attention_backward_dq_v2_kernel<D><<<grid_q, kWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, delta, lengths,
+                                                                               int(T), int(H), int(KV), scale);
+        CUDA_CHECK_LAUNCH();
+        attention_backward_dkv_v2_kernel<D><<<grid_kv, kWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, delta,
+                                                                                 lengths, int(T), int(H), int(KV), scale);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     attention_backward_dq_kernel<D><<<grid_q, kWarps * 32, 0, stream>>>(dq, dout, q, k, v, lse, delta, lengths,
                                                                         int(T), int(H), int(KV), scale);
     CUDA_CHECK_LAUNCH();
-    const dim3 grid_kv(detail::ceil_div(T, kBwdRows), static_cast<unsigned>(B * KV));
     attention_backward_dkv_kernel<D><<<grid_kv, kWarps * 32, 0, stream>>>(dk, dv, dout, q, k, v, lse, delta, lengths,
                                                                           int(T), int(H), int(KV), scale);
     CUDA_CHECK_LAUNCH();
@@ -472,6 +696,13 @@ void set_attention_forward_version(int version) {
     g_forward_version = version;
 }
 int attention_forward_version() { return g_forward_version; }
+
+void set_attention_backward_version(int version) {
+    if (version != 1 && version != 2)
+        throw tandem::Error("attention (CUDA): backward kernel version " + std::to_string(version) + " (1 or 2)");
+    g_backward_version = version;
+}
+int attention_backward_version() { return g_backward_version; }
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,

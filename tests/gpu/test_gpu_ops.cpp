@@ -169,11 +169,15 @@ TEST_P(GpuAttention, ForwardBackwardMatchCpu) {
                              c.D, env->stream);
         EXPECT_LE(max_rel_diff(env->to_host(o_d, nq), out), kTol) << "forward version " << version;
     }
-    k::attention_backward(dq_d.get(), dk_d.get(), dv_d.get(), ws.get(), do_d.get(), o_d.get(), q_d.get(), k_d.get(),
-                          v_d.get(), lse_d.get(), len_d.get(), c.B, c.T, c.H, c.KV, c.D, env->stream);
-    EXPECT_LE(max_rel_diff(env->to_host(dq_d, nq), dq), kTol);
-    EXPECT_LE(max_rel_diff(env->to_host(dk_d, nk), dk), kTol);
-    EXPECT_LE(max_rel_diff(env->to_host(dv_d, nk), dv), kTol);
+    for (int version : {1, 2}) {  // both backward kernel versions
+        k::set_attention_backward_version(version);
+        k::attention_backward(dq_d.get(), dk_d.get(), dv_d.get(), ws.get(), do_d.get(), o_d.get(), q_d.get(), k_d.get(),
+                              v_d.get(), lse_d.get(), len_d.get(), c.B, c.T, c.H, c.KV, c.D, env->stream);
+        EXPECT_LE(max_rel_diff(env->to_host(dq_d, nq), dq), kTol) << "backward version " << version;
+        EXPECT_LE(max_rel_diff(env->to_host(dk_d, nk), dk), kTol) << "backward version " << version;
+        EXPECT_LE(max_rel_diff(env->to_host(dv_d, nk), dv), kTol) << "backward version " << version;
+    }
+    k::set_attention_backward_version(1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuAttention,

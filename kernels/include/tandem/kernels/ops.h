@@ -87,6 +87,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 // Both compute the same function; tests run both; tandem_cuda_bench --kernels times both. Process-wide.
 void set_attention_forward_version(int version);
 int attention_forward_version();
+// Backward kernel version: 1 (default) or 2 (register-tiled dq and dk/dv kernels). Same contract.
+void set_attention_backward_version(int version);
+int attention_backward_version();
 // dq[B,T,H,D] (=), dk, dv[B,T,KV,D] (=). workspace: B*H*T floats (row dot(dout, out)).
 // Deterministic: dq by query rows, dk/dv by key rows, no atomics.
 void attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* out,

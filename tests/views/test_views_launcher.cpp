@@ -4,10 +4,12 @@
 #include "tandem/experiments/catalog.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/main_window.h"
+#include "tandem/views/runs_browser.h"
 #include "tandem/views/trajectory_view.h"
 
 #include <nlohmann/json.hpp>
 
+#include <QPlainTextEdit>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -46,7 +48,7 @@ private Q_SLOTS:
         spec["batch"]["max_updates"] = 3;
         spec["eval"]["interval"] = 1;
         spec["eval"]["prefix_size"] = 4;
-        spec["corpus"]["max_records_per_source"] = 20;
+        spec["corpus"]["max_records_per_source"] = 40;  // ~12 held out, enough for the eval prefix
         spec["checkpoint"]["interval"] = 0;
         spec["l3_records"] = 4;
         const auto experiment = dir.filePath(QStringLiteral("launcher-test.json"));
@@ -67,7 +69,8 @@ private Q_SLOTS:
         launcher->start();
         QVERIFY(launcher->running());
         QVERIFY(finished.wait(900 * 1000));
-        QCOMPARE(finished.first().first().toInt(), 0);
+        const auto* log = launcher->findChild<QPlainTextEdit*>(QStringLiteral("log"));
+        QVERIFY2(finished.first().first().toInt() == 0, qPrintable(log->toPlainText()));
         QCOMPARE(found.size(), 1);
         const auto folder = found.first().first().toString();
         QVERIFY(QFileInfo::exists(folder + QStringLiteral("/run.h5")));

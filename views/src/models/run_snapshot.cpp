@@ -5,7 +5,7 @@ namespace tandem::views {
 const char* metric_label(Metric metric) {
     switch (metric) {
     case Metric::HeldoutLoss: return "held-out loss";
-    case Metric::GradNorm: return "grad norm (pre-clip)";
+    case Metric::GradNorm: return "grad norm";  // the pre-clip global norm (SPEC §1)
     case Metric::TrainLoss: return "training loss";
     }
     return "?";

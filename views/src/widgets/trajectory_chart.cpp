@@ -169,8 +169,13 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
     if (y_hi >= y_lo) {
         double pad = (y_hi - y_lo) * 0.05;
         if (pad == 0) pad = std::max(std::abs(y_hi) * 0.05, 1e-12);
-        if (log) y_axis_->setRange(y_lo / 1.1, y_hi * 1.1);
-        else y_axis_->setRange(y_lo - pad, y_hi + pad);
+        if (log) {
+            y_axis_->setRange(y_lo / 1.1, y_hi * 1.1);
+        } else {
+            auto* axis = static_cast<QValueAxis*>(y_axis_);
+            axis->setRange(y_lo - pad, y_hi + pad);
+            axis->applyNiceNumbers();  // round tick labels; the range only grows
+        }
     }
     if (curves.empty() && options.residual)
         chart_->setTitle(QStringLiteral("no paired points yet (experiments/ compares two legs once both have them)"));

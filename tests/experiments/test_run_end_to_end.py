@@ -47,6 +47,8 @@ def tandem_run(tmp, spec_path, *extra, timeout=1800):
 
 
 def only_run_folder(tmp, name):
+    if not os.path.isdir(os.path.join(tmp, "runs")):
+        return None
     runs = sorted(d for d in os.listdir(os.path.join(tmp, "runs")) if d.startswith(name + "-"))
     return os.path.join(tmp, "runs", runs[-1]) if runs else None
 
@@ -206,3 +208,30 @@ def test_killed_leg_is_recorded_and_resume_matches_uninterrupted(tmp_path):
         assert np.array_equal(a["loss"], b["loss"])
         assert np.array_equal(a["grad_norm"], b["grad_norm"])
         assert np.array_equal(f["legs/engine/eval"][()]["heldout_ce"], g["legs/engine/eval"][()]["heldout_ce"])
+
+
+def test_ctrl_c_stops_every_leg_and_leaves_a_readable_run_file(tmp_path):
+    tmp = str(tmp_path)
+    spec_path = write_spec(tmp, small_spec("e2e-sigint"))
+    cmd = [TANDEM, "run", spec_path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db"),
+           "--no-probe", "--legs", "engine,reference", "--threads", "2", "--quiet"]
+    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while only_run_folder(tmp, "e2e-sigint") is None:
+        assert time.time() - t0 < 600 and runner.poll() is None
+        time.sleep(0.2)
+    folder = only_run_folder(tmp, "e2e-sigint")
+    wait_for_event(os.path.join(folder, "legs", "engine", "events.jsonl"),
+                   lambda e: e.get("event") == "step" and e.get("update") == 1, 1200)
+    runner.send_signal(signal.SIGINT)
+    out, err = runner.communicate(timeout=300)
+    assert runner.returncode == 130, out[-2000:] + err[-2000:]
+    db = sqlite3.connect(os.path.join(tmp, "tandem.db"))
+    run_id = os.path.basename(folder)
+    assert db.execute("select status from runs where id = ?", (run_id,)).fetchone() == ("interrupted",)
+    statuses = dict(db.execute("select name, status from legs where run_id = ?", (run_id,)).fetchall())
+    assert statuses["engine"] == "interrupted"
+    assert statuses["reference"] in ("interrupted", "finished")
+    with h5(folder) as f:  # the run file opens and holds what was measured before the stop
+        assert len(f["legs/engine/steps"]) >= 2
+        assert "l1" in f["legs/engine/checks"]

@@ -7,6 +7,7 @@
 #include "tandem/data/corpus.h"
 #include "tandem/data/supervision.h"
 #include "tandem/data/tokenizer.h"
+#include "tandem/engine/checkpoint.h"
 #include "tandem/engine/io.h"
 #include "tandem/engine/safetensors.h"
 #include "tandem/engine/trainer.h"
@@ -25,7 +26,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <regex>
 #include <set>
 
 namespace tandem::experiments {
@@ -33,8 +33,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr int kCheckpointFormat = 1;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -80,81 +78,31 @@ engine::MicroBatch make_micro_batch(const std::vector<const Encoded*>& seqs, int
     return mb;
 }
 
-// ---- checkpoints: ckpt-<update:06d>.tmp/ + manifest.json last + rename ----------------------------
+// ---- checkpoints (engine/include/tandem/engine/checkpoint.h: tmp folder, manifest last, rename) ----
 
-fs::path write_checkpoint(const fs::path& leg_dir, int64_t update, const std::string& spec_sha,
-                          const engine::TrainerState& st) {
-    char name[32];
-    std::snprintf(name, sizeof name, "ckpt-%06lld", static_cast<long long>(update));
-    fs::path final_dir = leg_dir / name;
-    fs::path tmp = leg_dir / (std::string(name) + ".tmp");
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    engine::write_safetensors(tmp / "adapter_model.safetensors", st.adapter);
-    engine::write_safetensors(tmp / "adam_m.safetensors", st.adam_m);
-    engine::write_safetensors(tmp / "adam_v.safetensors", st.adam_v);
-    json state{{"step", st.step}, {"native_rng_counter", std::to_string(st.native_rng_counter)},
-               {"seed", std::to_string(st.seed)}};
-    write_file_atomic(tmp / "state.json", state.dump(1) + "\n");
-    json files = json::object();
-    for (const char* f : {"adapter_model.safetensors", "adam_m.safetensors", "adam_v.safetensors", "state.json"})
-        files[f] = {{"size", fs::file_size(tmp / f)}, {"sha256", sha256_file_hex(tmp / f)}};
-    json manifest{{"format", kCheckpointFormat}, {"update", update}, {"spec_sha256", spec_sha}, {"files", files},
-                  {"tandem_version", TANDEM_VERSION}};
-    write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
-    fs::remove_all(final_dir);
-    rename_durably(tmp, final_dir);
-    return final_dir;
+engine::Checkpoint to_checkpoint(const engine::TrainerState& st, const std::string& spec_sha) {
+    engine::Checkpoint c;
+    c.update = st.step;
+    c.adapter = st.adapter;
+    for (const auto& [name, t] : st.adam_m) c.optimizer["exp_avg." + name] = t;
+    for (const auto& [name, t] : st.adam_v) c.optimizer["exp_avg_sq." + name] = t;
+    // 64-bit counters as strings: JSON numbers lose bits above 2^53 in many readers.
+    c.state = json{{"spec_sha256", spec_sha}, {"step", st.step},
+                   {"native_rng_counter", std::to_string(st.native_rng_counter)}, {"seed", std::to_string(st.seed)},
+                   {"tandem_version", TANDEM_VERSION}, {"device", "cpu"}};
+    return c;
 }
 
-// Why a checkpoint folder cannot be used, or "" when it verifies.
-std::string verify_checkpoint(const fs::path& dir, const std::string& spec_sha, json* manifest_out) {
-    fs::path mp = dir / "manifest.json";
-    if (!fs::exists(mp)) return "no manifest.json";
-    json m;
-    try {
-        m = json::parse(read_file(mp));
-    } catch (const std::exception& e) {
-        return std::string("manifest.json unreadable: ") + e.what();
-    }
-    if (m.value("format", 0) != kCheckpointFormat) return "unknown manifest format";
-    if (m.value("spec_sha256", std::string()) != spec_sha) return "written for a different experiment spec";
-    for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
-        fs::path f = dir / it.key();
-        if (!fs::exists(f)) return "file " + it.key() + " missing";
-        if (fs::file_size(f) != it.value()["size"].get<uintmax_t>() ||
-            sha256_file_hex(f) != it.value()["sha256"].get<std::string>())
-            return "file " + it.key() + " does not match its manifest entry";
-    }
-    *manifest_out = m;
-    return "";
-}
-
-std::optional<std::pair<fs::path, json>> newest_valid_checkpoint(const fs::path& leg_dir, const std::string& spec_sha) {
-    if (!fs::is_directory(leg_dir)) return std::nullopt;
-    static const std::regex pattern("^ckpt-[0-9]{6}$");
-    std::vector<fs::path> found;
-    for (const auto& e : fs::directory_iterator(leg_dir))
-        if (e.is_directory() && std::regex_match(e.path().filename().string(), pattern)) found.push_back(e.path());
-    std::sort(found.rbegin(), found.rend());
-    for (const auto& dir : found) {
-        json m;
-        std::string why = verify_checkpoint(dir, spec_sha, &m);
-        if (why.empty()) return std::make_pair(dir, m);
-        std::fprintf(stderr, "engine leg: skipping checkpoint %s: %s\n", dir.c_str(), why.c_str());
-    }
-    return std::nullopt;
-}
-
-engine::TrainerState read_checkpoint(const fs::path& dir) {
+engine::TrainerState from_checkpoint(const engine::Checkpoint& c) {
     engine::TrainerState st;
-    st.adapter = engine::read_safetensors(dir / "adapter_model.safetensors");
-    st.adam_m = engine::read_safetensors(dir / "adam_m.safetensors");
-    st.adam_v = engine::read_safetensors(dir / "adam_v.safetensors");
-    json s = read_json(dir / "state.json");
-    st.step = s.at("step").get<int64_t>();
-    st.native_rng_counter = std::stoull(s.at("native_rng_counter").get<std::string>());
-    st.seed = std::stoull(s.at("seed").get<std::string>());
+    st.adapter = c.adapter;
+    for (const auto& [name, t] : c.optimizer) {
+        if (name.rfind("exp_avg_sq.", 0) == 0) st.adam_v[name.substr(11)] = t;
+        else if (name.rfind("exp_avg.", 0) == 0) st.adam_m[name.substr(8)] = t;
+    }
+    st.step = c.state.at("step").get<int64_t>();
+    st.native_rng_counter = std::stoull(c.state.at("native_rng_counter").get<std::string>());
+    st.seed = std::stoull(c.state.at("seed").get<std::string>());
     return st;
 }
 
@@ -174,9 +122,11 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
 
     const fs::path leg_dir = run_dir / "legs" / opt.leg;
     fs::create_directories(leg_dir);
-    std::optional<std::pair<fs::path, json>> resume_from;
+    std::optional<engine::LoadedCheckpoint> resume_from;
     if (opt.resume) {
-        resume_from = newest_valid_checkpoint(leg_dir, spec_sha);
+        std::vector<std::string> skipped;
+        resume_from = engine::find_latest_checkpoint(leg_dir, spec_sha, &skipped);
+        for (const auto& s : skipped) std::fprintf(stderr, "engine leg: skipping checkpoint %s\n", s.c_str());
         if (!resume_from) std::fprintf(stderr, "engine leg: no valid checkpoint: starting from the beginning\n");
     }
 
@@ -267,11 +217,10 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
 
     int64_t start_update = 0;
     if (resume_from) {
-        trainer.restore(read_checkpoint(resume_from->first));
-        start_update = resume_from->second.at("update").get<int64_t>();
-        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->first, run_dir).string()}});
+        trainer.restore(from_checkpoint(resume_from->checkpoint));
+        start_update = resume_from->checkpoint.update;
+        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
     } else {
-        json tensors = json::array();
         for (const auto& [name, t] : trainer.adapter_tensors())
             digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
         LegTrace l2;
@@ -323,7 +272,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
         }
         if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
-            fs::path p = write_checkpoint(leg_dir, done, spec_sha, trainer.state());
+            fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha));
             out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
         }
     }

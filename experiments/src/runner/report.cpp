@@ -92,7 +92,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         out.push_back(tb);
     }
     {
-        Table tb{"grad_norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
+        Table tb{"grad-norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
         for (const auto& g : c.grads)
             tb.rows.push_back({g.leg, std::to_string(g.n), fmt(g.median), fmt(g.p99), fmt(g.max),
                                fmt(100.0 * g.frac_above_clip, "%.1f") + "%"});

@@ -10,7 +10,7 @@
 namespace tandem::experiments {
 
 struct Table {
-    std::string id;       // "l1", "l2", "l3", "l4", "grad_norm", "timing", "probes"
+    std::string id;       // "l1", "l2", "l3", "l4", "grad-norm", "timing", "probes"
     std::string title;
     std::vector<std::string> columns;
     std::vector<std::vector<std::string>> rows;

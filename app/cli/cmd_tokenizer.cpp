@@ -300,6 +300,7 @@ struct HfRun {
     double load_s = 0;
     double seconds = 0;
     size_t tokens = 0;
+    std::string method;
 };
 
 HfRun time_hf(const std::string& python, const std::filesystem::path& tokenizer_json, const std::filesystem::path& texts_file,
@@ -316,7 +317,7 @@ HfRun time_hf(const std::string& python, const std::filesystem::path& tokenizer_
     int rc = pclose(pipe.release());
     if (rc != 0 || out.empty()) throw Error("reference tokenizer benchmark failed (exit " + std::to_string(rc) + "): " + cmd);
     auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
-    return {j["load_s"].get<double>(), j["encode_s"].get<double>(), j["tokens"].get<size_t>()};
+    return {j["load_s"].get<double>(), j["encode_s"].get<double>(), j["tokens"].get<size_t>(), j.value("method", "?")};
 }
 
 }  // namespace
@@ -360,15 +361,19 @@ void add_bench_tokenizer(CLI::App& app, int& exit_code) {
         if (all > 1) counts.push_back(all);
         bool tokens_match = true;
         double hf_load = 0;
+        std::string hf_method;
         std::printf("%8s %16s %16s %8s\n", "threads", "tandem tok/s", "HF tok/s", "ratio");
         for (int n : counts) {
             const EncodeRun ours = time_tandem(tok, texts, n, *repeat);
             const HfRun ref = time_hf(py, tdir / "tokenizer.json", texts_file, n, *repeat);
             hf_load = ref.load_s;
+            hf_method = ref.method;
             tokens_match = tokens_match && ours.tokens == ref.tokens;
             const double a = static_cast<double>(ours.tokens) / ours.seconds, b = static_cast<double>(ref.tokens) / ref.seconds;
             std::printf("%8d %16.0f %16.0f %7.2fx\n", n, a, b, a / b);
         }
+        std::printf("tandem: Tokenizer::encode per text, texts dealt to std::threads; HF: tokenizers %s (rayon threads)\n",
+                    hf_method.c_str());
         std::printf("load tokenizer.json: tandem %.3f s, HF %.3f s\n", load_s, hf_load);
         std::printf("token count %s\n", tokens_match ? "identical on both sides" : "DIFFERS between tandem and HF");
         std::filesystem::remove(texts_file);

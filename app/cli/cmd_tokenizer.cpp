@@ -201,11 +201,16 @@ void add_render(CLI::App& app, int& exit_code) {
         const data::TemplateKind k = data::parse_template_kind(*kind);
         if (k == data::TemplateKind::Qwen3) {
             // The native renderer implements Qwen3's template; make sure the folder really is Qwen3's.
-            const auto tok = data::Tokenizer::load(resolve_tokenizer_dir(*dir));
-            if (tok.chat_template_source().find("<think>") == std::string::npos ||
-                tok.chat_template_source().find("last_query_index") == std::string::npos)
-                throw Error((tok.directory() / "tokenizer_config.json").string() +
-                            ": chat_template is not Qwen3's template, which is the one tandem renders natively");
+            const std::filesystem::path config = resolve_tokenizer_dir(*dir) / "tokenizer_config.json";
+            std::string source;
+            try {
+                auto c = nlohmann::json::parse(read_file(config));
+                if (c.contains("chat_template") && c["chat_template"].is_string()) source = c["chat_template"].get<std::string>();
+            } catch (const nlohmann::json::exception& e) {
+                throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
+            }
+            if (source.find("<think>") == std::string::npos || source.find("last_query_index") == std::string::npos)
+                throw Error(config.string() + ": chat_template is not Qwen3's template, which is the one tandem renders natively");
         }
         exit_code = process_jsonl(*keep_going, [&](const ordered_json& in) {
             auto messages = parse_messages(in);
@@ -360,6 +365,7 @@ void add_bench_tokenizer(CLI::App& app, int& exit_code) {
         std::vector<int> counts{1};
         if (all > 1) counts.push_back(all);
         bool tokens_match = true;
+        size_t total_tokens = 0;
         double hf_load = 0;
         std::string hf_method;
         std::printf("%8s %16s %16s %8s\n", "threads", "tandem tok/s", "HF tok/s", "ratio");
@@ -369,13 +375,14 @@ void add_bench_tokenizer(CLI::App& app, int& exit_code) {
             hf_load = ref.load_s;
             hf_method = ref.method;
             tokens_match = tokens_match && ours.tokens == ref.tokens;
+            total_tokens = ours.tokens;
             const double a = static_cast<double>(ours.tokens) / ours.seconds, b = static_cast<double>(ref.tokens) / ref.seconds;
             std::printf("%8d %16.0f %16.0f %7.2fx\n", n, a, b, a / b);
         }
         std::printf("tandem: Tokenizer::encode per text, texts dealt to std::threads; HF: tokenizers %s (rayon threads)\n",
                     hf_method.c_str());
         std::printf("load tokenizer.json: tandem %.3f s, HF %.3f s\n", load_s, hf_load);
-        std::printf("token count %s\n", tokens_match ? "identical on both sides" : "DIFFERS between tandem and HF");
+        std::printf("token count %zu, %s\n", total_tokens, tokens_match ? "identical on both sides" : "DIFFERS between tandem and HF");
         std::filesystem::remove(texts_file);
         exit_code = tokens_match ? kOk : kCheckFailed;
     });

@@ -192,6 +192,8 @@ def test_killed_leg_is_recorded_and_resume_matches_uninterrupted(tmp_path):
     assert legs["reference"][0] == "finished"
     with h5(folder) as f:  # readable after the failure
         assert f["legs/engine"].attrs["status"] in (b"failed", "failed")
+        last = f["legs/engine"].attrs["last_event"]
+        assert json.loads(last.decode() if isinstance(last, bytes) else last)["v"] == 1  # its last event, kept
         assert len(f["legs/reference/steps"]) == 8
 
     r = subprocess.run([TANDEM, "run", "--resume", folder, "--catalog", os.path.join(tmp, "tandem.db"), "--no-probe",

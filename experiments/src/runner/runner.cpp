@@ -77,6 +77,7 @@ struct LiveLeg {
     pid_t pid = -1;
     int out_fd = -1, err_fd = -1;
     std::string out_buf;
+    std::string last_line;  // the leg's last stdout line (recorded for a leg that dies)
     std::ofstream events, stderr_log;
     LegTrace trace;
     std::string status = "pending";  // pending | running | finished | failed | interrupted
@@ -155,6 +156,7 @@ void launch(LiveLeg& l, const fs::path& run_dir) {
 
 void handle_line(LiveLeg& l, const std::string& line) {
     l.events << line << "\n";
+    if (!line.empty()) l.last_line = line.size() > 2000 ? line.substr(0, 2000) + "..." : line;
     std::string kind = apply_event_line(l.trace, line);
     if (kind == "step") {
         const StepRow& s = l.trace.steps.back();
@@ -288,6 +290,7 @@ void write_leg_summary(RunFileWriter& w, const LiveLeg& l) {
                  {"updates_done", static_cast<int64_t>(t.steps.size())}, {"resumes", static_cast<int64_t>(t.resumes)},
                  {"malformed_lines", static_cast<int64_t>(t.malformed.size())}, {"hello", t.hello.dump()}};
     if (t.error) a["error"] = *t.error;
+    if (l.status != "finished" && !l.last_line.empty()) a["last_event"] = l.last_line;
     if (!t.malformed.empty()) a["first_malformed"] = t.malformed.front();
     w.set_leg_attributes(l.plan.name, a);
 }

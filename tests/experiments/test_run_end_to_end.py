@@ -237,3 +237,38 @@ def test_ctrl_c_stops_every_leg_and_leaves_a_readable_run_file(tmp_path):
     with h5(folder) as f:  # the run file opens and holds what was measured before the stop
         assert len(f["legs/engine/steps"]) >= 2
         assert "l1" in f["legs/engine/checks"]
+
+
+def test_malformed_leg_output_is_recorded_and_does_not_stop_the_runner(tmp_path):
+    """A leg (a stand-in script in place of reference_leg.py) that prints garbage between events."""
+    tmp = str(tmp_path)
+    legs = os.path.join(tmp, "fake_legs")
+    os.makedirs(legs)
+    with open(os.path.join(legs, "reference_leg.py"), "w") as f:
+        f.write(
+            "import json, os, sys\n"
+            "def ev(**k):\n"
+            "    k['v'] = 1\n"
+            "    print(json.dumps(k), flush=True)\n"
+            "ev(event='hello', implementation='fake', pid=os.getpid())\n"
+            "print('Traceback-like garbage {not json', flush=True)\n"
+            "print('{\"v\": 7, \"event\": \"step\"}', flush=True)\n"
+            "ev(event='step', update=0, loss=1.5, grad_norm=0.5, lr=0.0, tokens=3, wall_s=0.01, extra={'x': 1})\n"
+            "ev(event='done', updates=1)\n")
+    spec = small_spec("e2e-malformed")
+    spec["batch"]["max_updates"] = 1
+    env = dict(os.environ, TANDEM_LEGS_DIR=legs)
+    cmd = [TANDEM, "run", write_spec(tmp, spec), "--out", os.path.join(tmp, "runs"), "--catalog",
+           os.path.join(tmp, "tandem.db"), "--no-probe", "--legs", "reference", "--quiet"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    folder = only_run_folder(tmp, "e2e-malformed")
+    with h5(folder) as f:
+        a = f["legs/reference"].attrs
+        assert a["malformed_lines"] == 2
+        first = a["first_malformed"]
+        assert "garbage {not json" in (first.decode() if isinstance(first, bytes) else first)
+        steps = f["legs/reference/steps"][()]
+        assert len(steps) == 1 and steps["loss"][0] == 1.5
+    log = open(os.path.join(folder, "legs", "reference", "stderr.log")).read()
+    assert "malformed event" in log and "unsupported protocol version" in log

@@ -148,7 +148,7 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
         device->setCurrentText(leg.device);
         legs_->setCellWidget(r, ColDevice, device);
         auto* bar = new QProgressBar(legs_);
-        bar->setRange(0, 0);
+        bar->setRange(0, 1);  // the real total arrives with the run's plan.json
         bar->setValue(0);
         bar->setFormat(QStringLiteral("%v / %m"));
         legs_->setCellWidget(r, ColProgress, bar);

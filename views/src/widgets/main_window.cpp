@@ -154,7 +154,7 @@ void MainWindow::open_catalog(const QString& path) {
 }
 
 void MainWindow::open_run(const QString& path) {
-    run_path_ = QFileInfo(path).absoluteFilePath();
+    run_path_ = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
     last_point_count_ = 0;
     static_pages_loaded_ = false;
     trajectories_->set_snapshot({});
@@ -319,6 +319,14 @@ QStringList MainWindow::save_screenshots(const QString& dir) {
         QApplication::processEvents();
         const auto file = QDir(dir).filePath(QString::fromLatin1(kPageFiles[i]));
         if (grab().save(file, "PNG")) written << file;
+        if (i == TokenDiffPage && token_diff_->source_count() >= 4) {
+            // Also the template comparison (tandem's qwen3 vs chatml rendering): a real mismatch.
+            token_diff_->select(0, token_diff_->source_count() - 2, token_diff_->source_count() - 1);
+            QApplication::processEvents();
+            const auto templates = QDir(dir).filePath(QStringLiteral("token-diff-templates.png"));
+            if (grab().save(templates, "PNG")) written << templates;
+            token_diff_->select(0, 0, 1);
+        }
     }
     pages_->setCurrentIndex(current);
     return written;

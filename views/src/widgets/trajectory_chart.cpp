@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string>
 
 namespace tandem::views {
 
@@ -102,8 +103,9 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
         chart_->legend()->setFont(font);
     }
     chart_->legend()->setVisible(options.legend);
-    y_axis_->setTitleText(options.residual ? QStringLiteral("%1: leg a − leg b").arg(metric_label(options.metric))
+    y_axis_->setTitleText(options.residual ? QStringLiteral("Δ %1").arg(metric_label(options.metric) == std::string("held-out loss") ? "held-out" : "loss")
                                            : QString::fromLatin1(metric_label(options.metric)));
+    if (!log) static_cast<QValueAxis*>(y_axis_)->setLabelFormat(options.residual ? QStringLiteral("%.1e") : QStringLiteral("%.4g"));
 
     // What to draw: (name, color index, series) triples.
     struct Curve { QString name; std::size_t color; const Series* series; };
@@ -156,14 +158,21 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
         delete it->second;
         it = series_.erase(it);
     }
-    // Raw series keep the leg's colour after a smoothing toggle.
+    // Pens: the first leg wide and solid, the others thinner and dashed, so curves that coincide
+    // (what a passing cross-check looks like) still show every leg. Raw curves fade under smoothing.
     for (const auto& c : curves) {
-        auto* series = series_.at(c.name);
-        QPen pen = series->pen();
-        QColor color = leg_color(c.color);
-        if (options.smoothing > 0) color.setAlpha(90);
-        pen.setColor(color);
-        series->setPen(pen);
+        const bool first = c.color == 0;
+        auto style = [&](QXYSeries* series, bool smoothed) {
+            QPen pen = series->pen();
+            QColor color = leg_color(c.color);
+            if (options.smoothing > 0 && !smoothed) color.setAlpha(90);
+            pen.setColor(color);
+            pen.setWidthF(first ? 2.6 : 1.4);
+            pen.setStyle(first ? Qt::SolidLine : Qt::DashLine);
+            series->setPen(pen);
+        };
+        style(series_.at(c.name), false);
+        if (auto it = series_.find(c.name + QStringLiteral(" (smoothed)")); it != series_.end()) style(it->second, true);
     }
     if (range) x_axis_->setRange(range->first, range->second);
     if (y_hi >= y_lo) {
@@ -174,7 +183,10 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
         } else {
             auto* axis = static_cast<QValueAxis*>(y_axis_);
             axis->setRange(y_lo - pad, y_hi + pad);
-            axis->applyNiceNumbers();  // round tick labels; the range only grows
+            // Round tick labels (the range only grows); residuals of 1e-7 keep the exact range,
+            // as nice numbers at that scale make Qt Charts elide every label.
+            if (!options.residual) axis->applyNiceNumbers();
+            else axis->setTickCount(5);
         }
     }
     if (curves.empty() && options.residual)

@@ -37,7 +37,8 @@ public:
     QString current_run() const { return run_path_; }
 
     void show_page(Page page);
-    // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png.
+    // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png
+    // (and token-diff-templates.png when tandem's own template renderings are available).
     QStringList save_screenshots(const QString& dir);
 
     RunsBrowser* runs_browser() const { return runs_; }

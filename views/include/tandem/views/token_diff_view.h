@@ -38,6 +38,7 @@ public:
     const data::TokenDiff& current_diff() const { return diff_; }
     QTextEdit* side_view(int side) const { return side == 0 ? left_ : right_; }
     QString summary_text() const;
+    int source_count() const { return static_cast<int>(sources_.size()); }
 
 private:
     void refresh();

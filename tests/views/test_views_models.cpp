@@ -1,13 +1,16 @@
 // Item models of views/ (widget-free part): model invariants (QAbstractItemModelTester), filter and
 // sort of the runs table, removal of a run, the string-table model, and the chart point transforms.
 #include "tandem/views/curve_points.h"
+#include "tandem/views/leg_progress.h"
 #include "tandem/views/runs_model.h"
 #include "tandem/views/string_table.h"
 
 #include <QAbstractItemModelTester>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
 using namespace tandem::views;
@@ -157,6 +160,42 @@ private Q_SLOTS:
         QCOMPARE(nearest_point(evals, 6)->update, 10.0);
         QCOMPARE(nearest_point(evals, 99)->value, 2.0);
         QVERIFY(!nearest_point({}, 1));
+    }
+
+    void leg_progress_reads_counts_and_a_crashed_legs_last_words() {
+        // A run folder as the runner leaves it: plan.json with 5 updates, one leg that finished
+        // 3 updates and is still running, one that crashed after 2 with an error and a traceback.
+        QTemporaryDir dir;
+        const std::filesystem::path run = dir.path().toStdString();
+        std::filesystem::create_directories(run / "legs" / "a");
+        std::filesystem::create_directories(run / "legs" / "b");
+        std::ofstream(run / "plan.json") << R"({"version": 1, "updates": [[[0]], [[1]], [[2]], [[3]], [[4]]]})";
+        auto step = [](int u) {
+            return "{\"v\": 1, \"event\": \"step\", \"update\": " + std::to_string(u) +
+                   ", \"loss\": 2.5, \"grad_norm\": 1.0, \"lr\": 0.001, \"tokens\": 10, \"wall_s\": 0.1}\n";
+        };
+        {
+            std::ofstream a(run / "legs" / "a" / "events.jsonl");
+            a << R"({"v": 1, "event": "hello", "implementation": "engine"})" << "\n" << step(0) << step(1) << step(2);
+            std::ofstream b(run / "legs" / "b" / "events.jsonl");
+            b << R"({"v": 1, "event": "hello", "implementation": "reference"})" << "\n" << step(0) << step(1)
+              << R"({"v": 1, "event": "error", "message": "CUDA out of memory"})" << "\n";
+            std::ofstream(run / "legs" / "b" / "stderr.log") << std::string(5000, 'x') << "Traceback: RuntimeError at the end\n";
+        }
+        const auto progress = read_run_progress(run);
+        QCOMPARE(progress.size(), std::size_t(2));
+        QCOMPARE(progress[0].leg, std::string("a"));
+        QCOMPARE(progress[0].implementation, std::string("engine"));
+        QCOMPARE(progress[0].updates_done, std::int64_t(3));
+        QCOMPARE(progress[0].updates_total, std::int64_t(5));
+        QVERIFY(progress[0].error.empty());
+        QCOMPARE(progress[1].updates_done, std::int64_t(2));
+        QCOMPARE(progress[1].error, std::string("CUDA out of memory"));
+        QCOMPARE(progress[1].last_events.size(), std::size_t(4));
+        QVERIFY(progress[1].last_events.back().find("CUDA out of memory") != std::string::npos);
+        QCOMPARE(progress[1].stderr_tail.size(), std::size_t(4096));  // the end of the log, not its start
+        QVERIFY(progress[1].stderr_tail.find("RuntimeError at the end") != std::string::npos);
+        QVERIFY(read_run_progress(run / "missing").empty());
     }
 };
 

@@ -11,7 +11,10 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QHelpEvent>
 #include <QMouseEvent>
+#include <QRegularExpression>
+#include <QToolTip>
 #include <QSignalSpy>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -145,6 +148,16 @@ private Q_SLOTS:
         QCOMPARE(diff->current_diff().first_mismatch.value(), std::size_t(5));
         QVERIFY(diff->summary_text().contains(QStringLiteral("token 5")));
         QVERIFY(diff->side_view(0)->textCursor().position() > 0);  // scrolled to the mismatch
+        // Hovering a token shows its index and id (the tooltip of the token's character format).
+        auto* left = diff->side_view(0);
+        QTextCursor probe(left->document());
+        probe.setPosition(6);
+        const QPoint at_token = left->cursorRect(probe).center() - QPoint(2, 0);
+        QHelpEvent help(QEvent::ToolTip, at_token, left->viewport()->mapToGlobal(at_token));
+        QApplication::sendEvent(left->viewport(), &help);
+        QTRY_VERIFY(QToolTip::isVisible());
+        QVERIFY2(QToolTip::text().contains(QRegularExpression(QStringLiteral("^token \\d+ · id 1\\d\\d"))), qPrintable(QToolTip::text()));
+        QToolTip::hideText();
         diff->select(0, 0, 1);
         QVERIFY(diff->current_diff().identical);
     }

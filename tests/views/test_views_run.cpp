@@ -12,7 +12,9 @@
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QHelpEvent>
+#include <QMimeData>
 #include <QMouseEvent>
+#include <QSettings>
 #include <QRegularExpression>
 #include <QToolTip>
 #include <QSignalSpy>
@@ -160,6 +162,25 @@ private Q_SLOTS:
         QToolTip::hideText();
         diff->select(0, 0, 1);
         QVERIFY(diff->current_diff().identical);
+    }
+
+    void a_dropped_run_folder_is_opened_and_remembered() {
+        QTemporaryDir dir;
+        write_run(std::filesystem::path(dir.path().toStdString()) / "run.h5");
+        MainWindow window;
+        window.show();
+        QSignalSpy shown(&window, &MainWindow::run_snapshot_shown);
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(dir.path())});
+        QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&window, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&window, &drop);
+        QCOMPARE(window.current_run(), QDir::cleanPath(dir.path()));
+        QVERIFY(shown.wait(10000));
+        QCOMPARE(window.trajectories()->snapshot().legs.size(), std::size_t(2));
+        QCOMPARE(QSettings().value(QStringLiteral("recent_runs")).toStringList().value(0), QDir::cleanPath(dir.path()));
     }
 
     void runs_browser_lists_catalog_legs_and_deletes_after_confirmation() {

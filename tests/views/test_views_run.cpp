@@ -164,6 +164,27 @@ private Q_SLOTS:
         QVERIFY(diff->current_diff().identical);
     }
 
+    void a_run_being_written_is_followed_live() {
+        QTemporaryDir dir;
+        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+        auto append = [&](int first, int count) {
+            ex::RunFileWriter w(file);  // one writer per event batch, as the runner does
+            if (first == 0) w.create_leg("engine", {{"device", std::string("cpu")}});
+            std::vector<ex::StepRow> rows;
+            for (int u = first; u < first + count; ++u) rows.push_back({u, 2.0, 1.0 + u, 1e-3, 10, 0.1});
+            w.append_steps("engine", rows);
+        };
+        append(0, 10);
+        MainWindow window;
+        window.show();
+        window.open_run(QString::fromStdString(file.string()));
+        auto drawn = [&] { return window.trajectories()->panel_chart(1).drawn_point_count(QStringLiteral("engine")); };
+        QTRY_COMPARE_WITH_TIMEOUT(drawn(), 10, 10000);
+        append(10, 15);
+        QTRY_COMPARE_WITH_TIMEOUT(drawn(), 25, 10000);  // picked up without reopening
+        QCOMPARE(window.trajectories()->panel_chart(1).x_axis()->max(), 24.0);
+    }
+
     void a_dropped_run_folder_is_opened_and_remembered() {
         QTemporaryDir dir;
         write_run(std::filesystem::path(dir.path().toStdString()) / "run.h5");

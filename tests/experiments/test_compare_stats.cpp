@@ -107,3 +107,23 @@ TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     EXPECT_FALSE(bad.passed());
     EXPECT_GE(bad.failures.size(), 3u);
 }
+
+#include "tandem/error.h"
+#include "tandem/experiments/runner.h"
+
+TEST(PlanLegs, NamesImplementationsAndDevices) {
+    auto legs = plan_legs("engine,reference", "cpu");
+    ASSERT_EQ(legs.size(), 2u);
+    EXPECT_EQ(legs[0].name, "engine");
+    EXPECT_EQ(legs[1].implementation, "reference");
+    EXPECT_EQ(legs[1].device, "cpu");
+    legs = plan_legs("e1=engine,e2=engine,ref=reference", "cpu,cuda:0");
+    EXPECT_EQ(legs[0].name, "e1");
+    EXPECT_EQ(legs[1].implementation, "engine");
+    EXPECT_EQ(legs[1].device, "cuda:0");
+    EXPECT_EQ(legs[2].device, "cpu");  // round-robin
+    EXPECT_THROW(plan_legs("engine,engine", "cpu"), tandem::Error);     // same name twice
+    EXPECT_THROW(plan_legs("jax", "cpu"), tandem::Error);               // unknown implementation
+    EXPECT_THROW(plan_legs("engine", "gpu0"), tandem::Error);           // bad device
+    EXPECT_THROW(plan_legs("", "cpu"), tandem::Error);
+}

@@ -381,6 +381,11 @@ RunOutcome run_experiment(const RunnerOptions& opt) {
         for (const auto& p : plans) lj.push_back({{"name", p.name}, {"implementation", p.implementation}, {"device", p.device}});
         write_file_atomic(folder / "legs.json", lj.dump(1) + "\n");
     }
+    for (const auto& [leg, fields] : spec.overrides) {
+        bool used = false;
+        for (const auto& p : plans) used = used || p.name == leg;
+        if (!used) say("note: the experiment overrides settings of leg '" + leg + "', which this run does not have");
+    }
     const fs::path h5 = folder / "run.h5";
     const int64_t total = prepared.total_updates;
     Catalog catalog(opt.catalog);

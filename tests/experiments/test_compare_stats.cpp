@@ -53,6 +53,58 @@ TEST(CompareStats, PairingUsesCommonUpdatesOnly) {
     EXPECT_NEAR(p[1].diff, 0.2, 1e-15);
 }
 
+TEST(CompareStats, ResidualPercentIsLegMinusReferenceOverAbsReference) {
+    // b is the reference: 100 * (a - b) / |b|, by hand:
+    //   (2.5 - 2.0) / |2.0| = 25 %; (-1.25 - -1.0) / |-1.0| = -25 % (the sign stays that of a - b);
+    //   (10.001 - 10.0) / 10.0 = 0.01 %; b = 0 -> undefined (NaN), not counted in the largest.
+    std::vector<PairedPoint> p{{0, 2.5, 2.0, 0.5}, {5, -1.25, -1.0, -0.25}, {10, 10.001, 10.0, 0.001}, {15, 0.5, 0.0, 0.5}};
+    PercentSeries s = residual_percent(p, /*reference_is_a=*/false);
+    ASSERT_EQ(s.points.size(), 4u);
+    EXPECT_EQ(s.points[0].update, 0);
+    EXPECT_DOUBLE_EQ(s.points[0].leg, 2.5);
+    EXPECT_DOUBLE_EQ(s.points[0].reference, 2.0);
+    EXPECT_DOUBLE_EQ(s.points[0].percent, 25.0);
+    EXPECT_DOUBLE_EQ(s.points[1].percent, -25.0);
+    EXPECT_NEAR(s.points[2].percent, 0.01, 1e-12);
+    EXPECT_TRUE(std::isnan(s.points[3].percent));
+    EXPECT_DOUBLE_EQ(s.max_abs, 25.0);
+    EXPECT_EQ(s.max_abs_update, 0);  // the first of the two equal largest
+
+    // a is the reference: 100 * (b - a) / |a|: (2.0 - 2.5) / 2.5 = -20 %; (-1.0 - -1.25) / 1.25 = 20 %;
+    // (10.0 - 10.001) / 10.001 = -0.00999900009999...%; (0 - 0.5) / 0.5 = -100 %.
+    PercentSeries r = residual_percent(p, /*reference_is_a=*/true);
+    ASSERT_EQ(r.points.size(), 4u);
+    EXPECT_DOUBLE_EQ(r.points[0].leg, 2.0);
+    EXPECT_DOUBLE_EQ(r.points[0].reference, 2.5);
+    EXPECT_DOUBLE_EQ(r.points[0].percent, -20.0);
+    EXPECT_DOUBLE_EQ(r.points[1].percent, 20.0);
+    EXPECT_NEAR(r.points[2].percent, -0.0099990000999900, 1e-12);
+    EXPECT_DOUBLE_EQ(r.points[3].percent, -100.0);
+    EXPECT_DOUBLE_EQ(r.max_abs, 100.0);
+    EXPECT_EQ(r.max_abs_update, 15);
+
+    PercentSeries none = residual_percent({}, false);
+    EXPECT_TRUE(none.points.empty());
+    EXPECT_TRUE(std::isnan(none.max_abs));
+    EXPECT_EQ(none.max_abs_update, -1);
+}
+
+TEST(CompareStats, GradNormPairingUsesCommonFiniteUpdates) {
+    const double nan = std::nan("");
+    std::vector<StepRow> a{{0, 2.0, 1.0, 0, 0, 0}, {1, 1.9, nan, 0, 0, 0}, {2, 1.8, 0.8, 0, 0, 0}, {3, 1.7, 0.6, 0, 0, 0}};
+    std::vector<StepRow> b{{0, 2.0, 0.5, 0, 0, 0}, {1, 1.9, 0.7, 0, 0, 0}, {2, 1.8, 1.0, 0, 0, 0}};
+    auto p = pair_grad_norms(a, b);
+    ASSERT_EQ(p.size(), 2u);  // update 1 has no finite norm in a, update 3 is not in b
+    EXPECT_EQ(p[0].update, 0);
+    EXPECT_DOUBLE_EQ(p[0].diff, 0.5);
+    EXPECT_EQ(p[1].update, 2);
+    EXPECT_NEAR(p[1].diff, -0.2, 1e-15);
+    // 100 * 0.5 / 0.5 = 100 %, 100 * (0.8 - 1.0) / 1.0 = -20 %
+    PercentSeries s = residual_percent(p, false);
+    EXPECT_DOUBLE_EQ(s.points[0].percent, 100.0);
+    EXPECT_NEAR(s.points[1].percent, -20.0, 1e-12);
+}
+
 TEST(CompareStats, TimingWindowFollowsThePaperWhenLongEnough) {
     EXPECT_EQ(timing_window(10536), (std::pair<int64_t, int64_t>{100, 499}));
     EXPECT_EQ(timing_window(300), (std::pair<int64_t, int64_t>{100, 299}));
@@ -106,6 +158,53 @@ TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     EXPECT_EQ(bad.l3[0].window_b, (std::vector<int32_t>{1, 2, 9, 4}));
     EXPECT_FALSE(bad.passed());
     EXPECT_GE(bad.failures.size(), 3u);
+}
+
+TEST(CompareLegs, ResidualPercentSeriesAreLegMinusReference) {
+    ExperimentSpec spec;
+    spec.lora_dropout = 0.0;
+    auto engine = leg("engine-cpu", 2.0, "aa", {1, 2, 3, 4});
+    engine.implementation = "engine";
+    engine.trace.evals = {{0, 2.02}, {2, 1.5}};
+    engine.trace.steps = {{0, 4.0, 2.0, 0, 0, 0}, {1, 3.0, 1.1, 0, 0, 0}, {2, 2.0, 0.9, 0, 0, 0}};
+    auto ref = leg("reference-cpu", 2.0, "aa", {1, 2, 3, 4});
+    ref.implementation = "reference";
+    ref.trace.evals = {{0, 2.0}, {2, 1.6}};
+    ref.trace.steps = {{0, 5.0, 2.5, 0, 0, 0}, {1, 3.0, 1.0, 0, 0, 0}, {2, 2.5, 1.0, 0, 0, 0}};
+
+    // Default run order (engine, reference): the reference is b.
+    Comparison c = compare_legs({engine, ref}, spec);
+    ASSERT_EQ(c.l4.size(), 1u);
+    const L4Entry& e = c.l4[0];
+    EXPECT_EQ(e.residual_leg, "engine-cpu");
+    EXPECT_EQ(e.residual_reference, "reference-cpu");
+    ASSERT_EQ(e.eval_percent.points.size(), 2u);
+    EXPECT_NEAR(e.eval_percent.points[0].percent, 1.0, 1e-12);        // 100 * 0.02 / 2.0
+    EXPECT_NEAR(e.eval_percent.points[1].percent, -6.25, 1e-12);      // 100 * -0.1 / 1.6
+    ASSERT_EQ(e.loss_percent.points.size(), 3u);
+    EXPECT_DOUBLE_EQ(e.loss_percent.points[0].percent, -20.0);        // 100 * -1 / 5
+    EXPECT_DOUBLE_EQ(e.loss_percent.points[1].percent, 0.0);
+    EXPECT_DOUBLE_EQ(e.loss_percent.points[2].percent, -20.0);        // 100 * -0.5 / 2.5
+    ASSERT_EQ(e.grad_points.size(), 3u);
+    EXPECT_EQ(e.grad.n, 3);
+    EXPECT_NEAR(e.grad.max_abs, 0.5, 1e-15);
+    EXPECT_EQ(e.grad.max_abs_update, 0);
+    ASSERT_EQ(e.grad_percent.points.size(), 3u);
+    EXPECT_DOUBLE_EQ(e.grad_percent.points[0].percent, -20.0);        // 100 * -0.5 / 2.5
+    EXPECT_NEAR(e.grad_percent.points[1].percent, 10.0, 1e-12);       // 100 * 0.1 / 1.0
+    EXPECT_NEAR(e.grad_percent.points[2].percent, -10.0, 1e-12);      // 100 * -0.1 / 1.0
+    EXPECT_DOUBLE_EQ(e.grad_percent.max_abs, 20.0);
+    EXPECT_EQ(e.grad_percent.max_abs_update, 0);
+
+    // Reference first: differences stay a - b (run order), the percent is still leg minus reference.
+    Comparison r = compare_legs({ref, engine}, spec);
+    const L4Entry& f = r.l4[0];
+    EXPECT_EQ(f.residual_leg, "engine-cpu");
+    EXPECT_EQ(f.residual_reference, "reference-cpu");
+    EXPECT_NEAR(f.eval_points[0].diff, -0.02, 1e-15);
+    EXPECT_NEAR(f.eval_percent.points[0].percent, 1.0, 1e-12);
+    EXPECT_DOUBLE_EQ(f.loss_percent.points[0].percent, -20.0);
+    EXPECT_DOUBLE_EQ(f.grad_percent.points[0].percent, -20.0);
 }
 
 #include "tandem/error.h"

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace tandem::experiments;
 
 TEST(ReportExport, LatexEscapesSpecialCharacters) {
@@ -50,4 +52,25 @@ TEST(ReportExport, WholeReportHasEveryLevelAndTheVerdict) {
         EXPECT_NE(r.find("FAILED"), std::string::npos);
     }
     EXPECT_THROW(parse_report_format("pdf"), tandem::Error);
+}
+
+TEST(ReportExport, L4NotesGiveTheLargestResidualPercent) {
+    Comparison c;
+    c.legs = {"engine", "reference"};
+    L4Entry e;
+    e.leg_a = "engine";
+    e.leg_b = "reference";
+    e.residual_leg = "engine";
+    e.residual_reference = "reference";
+    // 100 * (2.5 - 2.0) / 2.0 = 25 % at update 0; 100 * (0.9 - 1.0) / 1.0 = -10 % at update 4.
+    e.eval_percent = residual_percent({{0, 2.5, 2.0, 0.5}, {4, 0.9, 1.0, -0.1}}, false);
+    e.grad_percent = residual_percent({{3, 0.5, 0.0, 0.5}}, false);  // reference 0: undefined
+    c.l4.push_back(e);
+    const auto tables = report_tables(c);
+    const auto l4 = std::find_if(tables.begin(), tables.end(), [](const Table& t) { return t.id == "l4"; });
+    ASSERT_NE(l4, tables.end());
+    ASSERT_FALSE(l4->notes.empty());
+    EXPECT_NE(l4->notes[0].find("largest |engine - reference| 2.500e+01% (update 0) held-out CE, n/a training loss, n/a grad norm"),
+              std::string::npos)
+        << l4->notes[0];
 }

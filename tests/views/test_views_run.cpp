@@ -3,6 +3,7 @@
 // checks what the views then show against what was written.
 #include "tandem/experiments/catalog.h"
 #include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/runs_browser.h"
@@ -11,6 +12,7 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QChart>
 #include <QHelpEvent>
 #include <QMimeData>
 #include <QMouseEvent>
@@ -22,6 +24,7 @@
 #include <QTemporaryDir>
 #include <QTextEdit>
 #include <QValueAxis>
+#include <QXYSeries>
 #include <QtTest>
 
 #include <cmath>
@@ -39,6 +42,15 @@ struct LegShape {
     double offset;
 };
 const LegShape kLegs[] = {{"engine", 37, 5, 0.0}, {"reference", 23, 10, 0.01}};
+
+// The one grad norm that differs between the legs: the engine's at update kPlantedUpdate.
+constexpr int kPlantedUpdate = 7;
+constexpr double kPlantedGradNorm = 2.5;
+double grad_norm_at(const LegShape& leg, int u) {
+    return leg.name == "engine" && u == kPlantedUpdate ? kPlantedGradNorm : 1.0 + 0.1 * std::sin(u);
+}
+double loss_at(const LegShape& leg, int u) { return 3.0 - 0.01 * u + leg.offset; }
+double heldout_at(const LegShape& leg, int u) { return 3.1 - 0.01 * u + leg.offset; }
 
 int eval_count(const LegShape& leg) { return (leg.steps + leg.eval_every - 1) / leg.eval_every + 1; }  // 0, k, 2k, ... < steps, and the end
 
@@ -64,16 +76,17 @@ void write_run(const std::filesystem::path& file) {
     ex::ExperimentInfo info;
     info.name = "views-test";
     info.run_id = "views-test-20261129-100000";
+    info.spec_json = R"({"name":"views-test","model":{"config":"tiny"}})";  // what compare_run_file needs for L4
     w.write_experiment(info);
     for (const auto& leg : kLegs) {
         w.create_leg(leg.name, {{"implementation", leg.name}, {"device", std::string("cpu")}, {"status", std::string("finished")}});
         std::vector<ex::StepRow> steps;
         for (int u = 0; u < leg.steps; ++u)
-            steps.push_back({u, 3.0 - 0.01 * u + leg.offset, 1.0 + 0.1 * std::sin(u), 1e-3, 100, 0.5});
+            steps.push_back({u, loss_at(leg, u), grad_norm_at(leg, u), 1e-3, 100, 0.5});
         w.append_steps(leg.name, steps);
         std::vector<ex::EvalRow> evals;
-        for (int u = 0; u < leg.steps; u += leg.eval_every) evals.push_back({u, 3.1 - 0.01 * u + leg.offset});
-        evals.push_back({leg.steps, 3.1 - 0.01 * leg.steps + leg.offset});
+        for (int u = 0; u < leg.steps; u += leg.eval_every) evals.push_back({u, heldout_at(leg, u)});
+        evals.push_back({leg.steps, heldout_at(leg, leg.steps)});
         w.append_eval(leg.name, evals);
         ex::LegTrace trace;
         trace.has_l3 = true;
@@ -162,6 +175,78 @@ private Q_SLOTS:
         QToolTip::hideText();
         diff->select(0, 0, 1);
         QVERIFY(diff->current_diff().identical);
+    }
+
+    void residual_panel_plots_leg_minus_reference_in_percent() {
+        QTemporaryDir dir;
+        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+        write_run(file);
+        const auto comparison = ex::compare_run_file(file);  // what experiments/ computed
+        QCOMPARE(comparison.l4.size(), std::size_t(1));
+        const auto& l4 = comparison.l4[0];
+
+        MainWindow window;
+        window.resize(1200, 800);
+        window.show();
+        QSignalSpy shown(&window, &MainWindow::run_snapshot_shown);
+        window.open_run(QString::fromStdString(file.string()));
+        QVERIFY(shown.wait(10000));
+        auto* view = window.trajectories();
+        const auto name = QString::fromUtf8("engine − reference");
+        const auto& chart = view->panel_chart(2);
+        auto plotted = [&] {
+            for (auto* s : chart.chart()->series())
+                if (s->name() == name) return static_cast<QXYSeries*>(s)->points();
+            return QList<QPointF>{};
+        };
+        const auto& engine = kLegs[0];
+        const auto& reference = kLegs[1];
+        // Hand-computed float64: 100 * (engine - reference) / |reference| at each paired update.
+        auto percent = [](double leg, double ref) { return 100.0 * (leg - ref) / std::fabs(ref); };
+
+        // Held-out loss: evaluations paired at updates 0, 10, 20 (engine every 5, reference every 10).
+        view->set_residual_metric(Metric::HeldoutLoss);
+        view->redraw_now();
+        QCOMPARE(chart.chart()->axes(Qt::Vertical).value(0)->titleText(), QString::fromUtf8("leg − reference (%)"));
+        QCOMPARE(chart.drawn_point_count(name), 3);
+        auto points = plotted();
+        for (int i = 0; i < 3; ++i) {
+            const int u = 10 * i;
+            QCOMPARE(points[i].x(), double(u));
+            QCOMPARE(points[i].y(), l4.eval_percent.points[static_cast<std::size_t>(i)].percent);
+            QVERIFY(std::fabs(points[i].y() - percent(heldout_at(engine, u), heldout_at(reference, u))) < 1e-12);
+        }
+
+        // Training loss: every update both legs ran (the reference's 23).
+        view->set_residual_metric(Metric::TrainLoss);
+        view->redraw_now();
+        QCOMPARE(chart.drawn_point_count(name), reference.steps);
+        points = plotted();
+        for (int u = 0; u < reference.steps; ++u)
+            QVERIFY(std::fabs(points[u].y() - percent(loss_at(engine, u), loss_at(reference, u))) < 1e-12);
+
+        // Grad norm: equal everywhere but at the planted update.
+        view->set_residual_metric(Metric::GradNorm);
+        view->redraw_now();
+        QCOMPARE(chart.drawn_point_count(name), reference.steps);
+        points = plotted();
+        const double planted = percent(kPlantedGradNorm, grad_norm_at(reference, kPlantedUpdate));
+        QCOMPARE(points[kPlantedUpdate].y(), l4.grad_percent.points[kPlantedUpdate].percent);
+        QVERIFY(std::fabs(points[kPlantedUpdate].y() - planted) < 1e-12);
+        QVERIFY(planted > 100.0);  // 2.5 against about 1.07: the plant is visible, not rounding noise
+        for (int u = 0; u < reference.steps; ++u)
+            if (u != kPlantedUpdate) QCOMPARE(points[u].y(), 0.0);
+
+        // Hover over the planted update: the read-out names the pair and shows the percent.
+        auto* panel = view->panel_view(2);
+        const QPointF at = panel->chart()->mapToPosition(QPointF(kPlantedUpdate, planted));
+        const QPointF local = panel->mapFromScene(panel->chart()->mapToScene(at));
+        QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
+        QApplication::sendEvent(panel->viewport(), &move);
+        QTRY_VERIFY2(view->hover_text().contains(QStringLiteral("update %1").arg(kPlantedUpdate)), qPrintable(view->hover_text()));
+        QVERIFY2(view->hover_text().contains(QStringLiteral("leg − reference (%), grad norm")), qPrintable(view->hover_text()));
+        QVERIFY2(view->hover_text().contains(name + QStringLiteral("</span> ") + QString::number(planted, 'g', 6) + QStringLiteral("%")),
+                 qPrintable(view->hover_text()));
     }
 
     void a_run_being_written_is_followed_live() {

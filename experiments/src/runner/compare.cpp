@@ -93,6 +93,41 @@ std::vector<PairedPoint> pair_losses(const std::vector<StepRow>& a, const std::v
     return out;
 }
 
+std::vector<PairedPoint> pair_grad_norms(const std::vector<StepRow>& a, const std::vector<StepRow>& b) {
+    std::map<int64_t, double> mb;
+    for (const auto& s : b)
+        if (std::isfinite(s.grad_norm)) mb[s.update] = s.grad_norm;
+    std::vector<PairedPoint> out;
+    for (const auto& s : a) {
+        if (!std::isfinite(s.grad_norm)) continue;
+        if (auto it = mb.find(s.update); it != mb.end()) out.push_back({s.update, s.grad_norm, it->second, s.grad_norm - it->second});
+    }
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.update < y.update; });
+    return out;
+}
+
+bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
+    return implementation_a == "reference" && implementation_b != "reference";
+}
+
+PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool reference_is_a) {
+    PercentSeries s;
+    for (const auto& p : points) {
+        PercentPoint q;
+        q.update = p.update;
+        q.leg = reference_is_a ? p.b : p.a;
+        q.reference = reference_is_a ? p.a : p.b;
+        const double denom = std::fabs(q.reference);
+        q.percent = denom > 0 && std::isfinite(denom) ? 100.0 * (q.leg - q.reference) / denom : std::nan("");
+        if (std::isfinite(q.percent) && (s.max_abs_update < 0 || std::fabs(q.percent) > s.max_abs)) {
+            s.max_abs = std::fabs(q.percent);
+            s.max_abs_update = q.update;
+        }
+        s.points.push_back(q);
+    }
+    return s;
+}
+
 std::pair<int64_t, int64_t> timing_window(int64_t updates) {
     if (updates <= 0) return {-1, -1};
     if (updates > 200) return {100, std::min<int64_t>(updates - 1, 499)};
@@ -316,8 +351,16 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             l4.leg_b = b.name;
             l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
             l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
+            l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);
             l4.eval = diff_stats(l4.eval_points);
             l4.loss = diff_stats(l4.loss_points);
+            l4.grad = diff_stats(l4.grad_points);
+            const bool ref_first = reference_is_first(a.implementation, b.implementation);
+            l4.residual_leg = ref_first ? b.name : a.name;
+            l4.residual_reference = ref_first ? a.name : b.name;
+            l4.eval_percent = residual_percent(l4.eval_points, ref_first);
+            l4.loss_percent = residual_percent(l4.loss_points, ref_first);
+            l4.grad_percent = residual_percent(l4.grad_points, ref_first);
             if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
             if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
             l4.gated = masks_line_up(spec, a.name, b.name);
@@ -390,7 +433,7 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
         ev.summary = {{"mean_signed_diff", e.eval.mean_signed}, {"mean_abs_diff", e.eval.mean_abs},
                       {"std_diff", e.eval.std}, {"max_abs_diff", e.eval.max_abs},
                       {"max_abs_diff_update", e.eval.max_abs_update}, {"sign_changes", e.eval.sign_changes},
-                      {"mean_abs_rel", e.eval.mean_abs_rel}, {"paired", e.eval.n}};
+                      {"mean_abs_rel", e.eval.mean_abs_rel}, {"paired", e.eval.n}, {"max_abs_percent", e.eval_percent.max_abs}};
         writer.write_comparison(e.leg_a, e.leg_b, ev);
         ComparisonSeries lo;
         lo.series = "loss";
@@ -398,8 +441,16 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
         lo.summary = {{"mean_signed_diff", e.loss.mean_signed}, {"mean_abs_diff", e.loss.mean_abs},
                       {"std_diff", e.loss.std}, {"max_abs_diff", e.loss.max_abs},
                       {"max_abs_diff_update", e.loss.max_abs_update}, {"sign_changes", e.loss.sign_changes},
-                      {"paired", e.loss.n}};
+                      {"paired", e.loss.n}, {"max_abs_percent", e.loss_percent.max_abs}};
         writer.write_comparison(e.leg_a, e.leg_b, lo);
+        ComparisonSeries gn;
+        gn.series = "grad_norm";
+        gn.points = e.grad_points;
+        gn.summary = {{"mean_signed_diff", e.grad.mean_signed}, {"mean_abs_diff", e.grad.mean_abs},
+                      {"std_diff", e.grad.std}, {"max_abs_diff", e.grad.max_abs},
+                      {"max_abs_diff_update", e.grad.max_abs_update}, {"sign_changes", e.grad.sign_changes},
+                      {"paired", e.grad.n}, {"max_abs_percent", e.grad_percent.max_abs}};
+        writer.write_comparison(e.leg_a, e.leg_b, gn);
     }
     for (size_t i = 0; i < c.l1.size(); ++i) {
         const auto& l1 = c.l1[i];

@@ -20,6 +20,10 @@ std::string fmt(double x, const char* f = "%.6g") {
     return b;
 }
 std::string fmt_opt(const std::optional<double>& x, const char* f = "%.8f") { return x ? fmt(*x, f) : "n/a"; }
+// "1.234e-03% (update 40)": the largest |residual %| of a series, or "n/a" when it has no finite point.
+std::string percent_at(const PercentSeries& s) {
+    return s.max_abs_update < 0 ? "n/a" : fmt(s.max_abs, "%.3e") + "% (update " + std::to_string(s.max_abs_update) + ")";
+}
 std::string sec(double s) { return s < 0 ? "n/a" : fmt(s, "%.3f"); }
 std::string bytes(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
 std::string yesno(bool pass) { return pass ? "pass" : "FAIL"; }
@@ -85,7 +89,9 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                                fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
                                std::to_string(e.loss.sign_changes), fmt(e.loss.mean_abs_rel, "%.3e"), "-"});
             tb.notes.push_back(legs + ": final loss " + fmt_opt(e.final_loss_a) + " vs " + fmt_opt(e.final_loss_b) +
-                               (e.note.empty() ? "" : "; " + e.note));
+                               "; largest |" + e.residual_leg + " - " + e.residual_reference + "| " +
+                               percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
+                               percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
         }
         tb.notes.push_back("differences are a - b; dispersion = population std of the differences; pass (shared masks and plan): mean |diff| / mean |b| <= " +
                            fmt(t.l4_mean_abs_rel, "%.0e"));

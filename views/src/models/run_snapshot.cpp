@@ -23,7 +23,7 @@ const Series& LegTrajectory::series(Metric metric) const {
 std::size_t RunSnapshot::point_count() const {
     std::size_t n = 0;
     for (const auto& leg : legs) n += leg.heldout_loss.size() + leg.grad_norm.size() + leg.train_loss.size();
-    for (const auto& r : residuals) n += r.diff.size();
+    for (const auto& r : residuals) n += r.percent.size();
     return n;
 }
 

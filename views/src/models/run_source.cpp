@@ -26,19 +26,23 @@ std::string attr_text(const ex::Attributes& attributes, const std::string& key) 
     return {};
 }
 
-// Residual series from experiments' L4 comparison: paired points of the two legs, a − b, exactly as
-// compare_legs paired them. A run still missing what the comparison needs (spec, a second leg)
-// simply has none yet.
+ResidualTrajectory residual_of(const ex::L4Entry& entry, Metric metric, const ex::PercentSeries& percent) {
+    ResidualTrajectory r{entry.residual_leg, entry.residual_reference, metric, {}};
+    for (const auto& p : percent.points)
+        if (std::isfinite(p.percent)) r.percent.push_back({static_cast<double>(p.update), p.percent});
+    return r;
+}
+
+// Residual series from experiments' L4 comparison: leg minus reference in percent at every paired
+// update, exactly as compare_legs computed them. A run still missing what the comparison needs
+// (spec, a second leg) simply has none yet.
 void add_residuals(RunSnapshot& snapshot, const std::filesystem::path& file) {
     try {
         const auto comparison = ex::compare_run_file(file);
         for (const auto& entry : comparison.l4) {
-            ResidualTrajectory eval{entry.leg_a, entry.leg_b, Metric::HeldoutLoss, {}};
-            for (const auto& p : entry.eval_points) eval.diff.push_back({static_cast<double>(p.update), p.diff});
-            ResidualTrajectory loss{entry.leg_a, entry.leg_b, Metric::TrainLoss, {}};
-            for (const auto& p : entry.loss_points) loss.diff.push_back({static_cast<double>(p.update), p.diff});
-            snapshot.residuals.push_back(std::move(eval));
-            snapshot.residuals.push_back(std::move(loss));
+            snapshot.residuals.push_back(residual_of(entry, Metric::HeldoutLoss, entry.eval_percent));
+            snapshot.residuals.push_back(residual_of(entry, Metric::TrainLoss, entry.loss_percent));
+            snapshot.residuals.push_back(residual_of(entry, Metric::GradNorm, entry.grad_percent));
         }
     } catch (const std::exception&) {
         snapshot.residuals.clear();

@@ -16,6 +16,10 @@
 
 namespace tandem::views {
 
+const char* const residual_axis_title = "leg − reference (%)";
+
+std::string residual_name(const ResidualTrajectory& r) { return r.leg + " − " + r.reference; }
+
 QColor leg_color(std::size_t leg_index) {
     // Okabe–Ito palette: distinguishable for colour-blind readers and in greyscale print.
     static const QColor palette[] = {QColor(0, 114, 178), QColor(213, 94, 0), QColor(0, 158, 115),
@@ -81,7 +85,7 @@ std::optional<std::pair<double, double>> TrajectoryChart::full_x_range(const Run
     };
     if (options.residual) {
         for (const auto& r : snapshot.residuals)
-            if (r.metric == options.metric) extend(r.diff);
+            if (r.metric == options.metric) extend(r.percent);
     } else {
         for (const auto& leg : snapshot.legs) extend(leg.series(options.metric));
     }
@@ -103,8 +107,7 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
         chart_->legend()->setFont(font);
     }
     chart_->legend()->setVisible(options.legend);
-    y_axis_->setTitleText(options.residual ? QStringLiteral("Δ %1").arg(metric_label(options.metric) == std::string("held-out loss") ? "held-out" : "loss")
-                                           : QString::fromLatin1(metric_label(options.metric)));
+    y_axis_->setTitleText(options.residual ? QString::fromUtf8(residual_axis_title) : QString::fromLatin1(metric_label(options.metric)));
     if (!log) static_cast<QValueAxis*>(y_axis_)->setLabelFormat(options.residual ? QStringLiteral("%.1e") : QStringLiteral("%.4g"));
 
     // What to draw: (name, color index, series) triples.
@@ -116,7 +119,7 @@ void TrajectoryChart::update(const RunSnapshot& snapshot, const ChartOptions& op
             std::size_t color = 0;
             for (std::size_t i = 0; i < snapshot.legs.size(); ++i)
                 if (snapshot.legs[i].leg == r.leg) color = i;
-            curves.push_back({QString::fromStdString(r.leg + " − " + r.reference), color, &r.diff});
+            curves.push_back({QString::fromStdString(residual_name(r)), color, &r.percent});
         }
     } else {
         for (std::size_t i = 0; i < snapshot.legs.size(); ++i)

@@ -127,6 +127,9 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     residual_metric_ = new QComboBox(this);
     residual_metric_->addItem(tr("held-out loss"), static_cast<int>(Metric::HeldoutLoss));
     residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
+    residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
+    residual_metric_->setObjectName(QStringLiteral("residual_metric"));
+    residual_metric_->setToolTip(tr("Residual panel: leg − reference in percent of |reference|, as experiments/ computed it"));
     bar->addWidget(residual_metric_);
     auto* reset = new QPushButton(tr("&Fit all"), this);
     reset->setToolTip(tr("Show every update (Home, double-click or middle-click in a chart)"));
@@ -150,7 +153,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     hover_label_ = new QLabel(this);
     hover_label_->setObjectName(QStringLiteral("hover"));
     hover_label_->setTextFormat(Qt::RichText);
-    hover_label_->setMinimumHeight(hover_label_->fontMetrics().height() * 2);
+    hover_label_->setMinimumHeight(hover_label_->fontMetrics().height() * 3);
     layout->addWidget(hover_label_);
 
     redraw_timer_ = new QTimer(this);
@@ -185,6 +188,13 @@ ChartOptions TrajectoryView::panel_options(int panel) const {
 const TrajectoryChart& TrajectoryView::panel_chart(int panel) const { return *charts_.at(static_cast<std::size_t>(panel)); }
 QChartView* TrajectoryView::panel_view(int panel) const { return panels_.at(static_cast<std::size_t>(panel)); }
 QString TrajectoryView::hover_text() const { return hover_label_->text(); }
+
+void TrajectoryView::set_residual_metric(Metric metric) {
+    const int index = residual_metric_->findData(static_cast<int>(metric));
+    if (index >= 0) residual_metric_->setCurrentIndex(index);  // the combo box schedules the redraw
+}
+
+Metric TrajectoryView::residual_metric() const { return static_cast<Metric>(residual_metric_->currentData().toInt()); }
 
 void TrajectoryView::set_snapshot(RunSnapshot snapshot) {
     snapshot_ = std::move(snapshot);
@@ -257,6 +267,28 @@ void TrajectoryView::on_hover(double update) {
         if (!text.isEmpty()) text += QStringLiteral("<br>");
         text += QStringLiteral("<b>%1</b> @ update %2: %3")
                     .arg(QString::fromLatin1(metric_label(metric)), QString::number(shown_update, 'f', 0), parts.join(QStringLiteral(" · ")));
+    }
+    // The residual panel's series (percent, leg − reference) at the paired update nearest the pointer.
+    const Metric residual = residual_metric();
+    QStringList parts;
+    double shown_update = update;
+    for (const auto& r : snapshot_.residuals) {
+        if (r.metric != residual) continue;
+        auto p = nearest_point(r.percent, update);
+        if (!p) continue;
+        shown_update = p->update;
+        std::size_t color = 0;
+        for (std::size_t i = 0; i < snapshot_.legs.size(); ++i)
+            if (snapshot_.legs[i].leg == r.leg) color = i;
+        parts << QStringLiteral("<span style='color:%1'>%2</span> %3%")
+                     .arg(leg_color(color).name(), QString::fromStdString(residual_name(r)).toHtmlEscaped(),
+                          QString::number(p->value, 'g', 6));
+    }
+    if (!parts.isEmpty()) {
+        if (!text.isEmpty()) text += QStringLiteral("<br>");
+        text += QStringLiteral("<b>%1, %2</b> @ update %3: %4")
+                    .arg(QString::fromUtf8(residual_axis_title), QString::fromLatin1(metric_label(residual)),
+                         QString::number(shown_update, 'f', 0), parts.join(QStringLiteral(" · ")));
     }
     hover_label_->setText(text);
 }

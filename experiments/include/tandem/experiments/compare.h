@@ -6,10 +6,17 @@
 // dispersion is the population standard deviation of the differences (numpy's std, ddof = 0);
 // percentiles are numpy's default (linear interpolation between closest ranks); a sign change is a
 // pair of consecutive non-zero differences of opposite sign.
+//
+// Residuals in percent ("leg minus reference", docs/report.md): for every paired point,
+// percent = 100 * (leg - reference) / |reference|. The reference side is the pair's second leg b
+// (run order, as the differences), except when a is a reference-implementation leg and b is not:
+// then a is the reference and the percent is 100 * (b - a) / |a|. A reference value of 0 (or a
+// non-finite value) gives NaN, never a made-up number.
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/run_file.h"
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,6 +52,23 @@ DiffStats diff_stats(const std::vector<PairedPoint>& points);
 // Points present in both series (by update), in update order.
 std::vector<PairedPoint> pair_evals(const std::vector<EvalRow>& a, const std::vector<EvalRow>& b);
 std::vector<PairedPoint> pair_losses(const std::vector<StepRow>& a, const std::vector<StepRow>& b);
+// Grad norms at updates present in both series where both norms are finite, in update order.
+std::vector<PairedPoint> pair_grad_norms(const std::vector<StepRow>& a, const std::vector<StepRow>& b);
+
+struct PercentPoint {
+    int64_t update = 0;
+    double leg = 0, reference = 0;  // the two values, reference side as in the header comment
+    double percent = 0;             // 100 * (leg - reference) / |reference|; NaN when reference is 0
+};
+struct PercentSeries {
+    std::vector<PercentPoint> points;
+    double max_abs = std::nan("");  // largest |percent| over the finite points (NaN when none)
+    int64_t max_abs_update = -1;
+};
+// reference_is_a: the pair's first leg is the reference (see the header comment).
+PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool reference_is_a);
+// Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
+bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
 
 // ---- levels ----------------------------------------------------------------------------------------
 struct L1Entry {
@@ -84,6 +108,12 @@ struct L4Entry {
     std::string leg_a, leg_b;
     std::vector<PairedPoint> eval_points, loss_points;
     DiffStats eval, loss;
+    std::vector<PairedPoint> grad_points;  // grad norm per paired update (finite in both legs)
+    DiffStats grad;
+    // Residuals in percent, leg minus reference: residual_leg / residual_reference name the sides
+    // ((leg_a, leg_b) unless leg_a is the only reference-implementation leg of the pair).
+    std::string residual_leg, residual_reference;
+    PercentSeries eval_percent, loss_percent, grad_percent;
     std::optional<double> final_loss_a, final_loss_b;
     bool gated = false;  // a pass/fail applies (shared masks + shared plan in both legs)
     bool pass = true;
@@ -122,7 +152,7 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 // Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
 std::vector<LegData> read_legs(const RunFileReader& reader);
 
-// Writes /comparisons/<a>~<b> (paired evals, paired losses, summary attributes).
+// Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes).
 void write_comparisons(RunFileWriter& writer, const Comparison& c);
 
 }  // namespace tandem::experiments

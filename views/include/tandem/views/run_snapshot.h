@@ -28,13 +28,15 @@ struct LegTrajectory {
     const Series& series(Metric metric) const;
 };
 
-// A residual series (leg minus reference) as experiments/ paired it (compare.h L4Entry: diff = a − b).
-// Absolute units: experiments/ exposes no percent series yet (see docs/workbench.md).
+// A residual series in percent, leg minus reference, as experiments/ computed it (compare.h L4Entry:
+// residual_leg, residual_reference, eval_percent / loss_percent / grad_percent:
+// 100 · (leg − reference) / |reference| at every paired update). Points experiments/ left undefined
+// (reference value 0) are not drawn.
 struct ResidualTrajectory {
     std::string leg;
     std::string reference;
     Metric metric = Metric::HeldoutLoss;
-    Series diff;  // a − b at every paired update, as compare_legs paired them
+    Series percent;
 };
 
 struct RunSnapshot {

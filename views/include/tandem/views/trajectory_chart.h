@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
 QT_BEGIN_NAMESPACE
@@ -32,6 +33,10 @@ struct ChartOptions {
 };
 
 QColor leg_color(std::size_t leg_index);
+
+// The residual panel's y-axis title and the name of one residual curve ("engine − reference").
+extern const char* const residual_axis_title;
+std::string residual_name(const ResidualTrajectory& r);
 
 class TrajectoryChart {
 public:

@@ -41,6 +41,9 @@ public:
     void set_smoothing(double weight);
     void set_x_range(std::optional<std::pair<double, double>> range);  // nullopt: fit everything
     std::optional<std::pair<double, double>> visible_x_range() const { return x_range_; }
+    // What the residual panel shows: held-out loss, training loss or grad norm (percent, leg − reference).
+    void set_residual_metric(Metric metric);
+    Metric residual_metric() const;
 
     // The panels, for export and tests: 0 held-out loss, 1 grad norm, 2 residual.
     int panel_count() const { return static_cast<int>(panels_.size()); }

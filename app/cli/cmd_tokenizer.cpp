@@ -7,6 +7,7 @@
 #include "tandem/assets.h"
 #include "tandem/atomic_file.h"
 #include "tandem/data/chat_template.h"
+#include "tandem/data/corpus.h"
 #include "tandem/data/text_json.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/error.h"
@@ -383,6 +384,13 @@ void add_bench_tokenizer(CLI::App& app, int& exit_code) {
                     hf_method.c_str());
         std::printf("load tokenizer.json: tandem %.3f s, HF %.3f s\n", load_s, hf_load);
         std::printf("token count %zu, %s\n", total_tokens, tokens_match ? "identical on both sides" : "DIFFERS between tandem and HF");
+        // The whole data boundary once: convert, dedup, render, tokenize and mask every source row
+        // (what `tandem corpus build` does before writing its files), single-threaded.
+        t0 = std::chrono::steady_clock::now();
+        const data::CorpusBuild corpus = data::build_corpus(corpora_dir(root), tok, data::CorpusOptions{});
+        const double corpus_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("build + tokenize the whole corpus: %.3f s (%zu source rows, %zu records converted)\n", corpus_s,
+                    corpus.input_total(), corpus.records.size());
         std::filesystem::remove(texts_file);
         exit_code = tokens_match ? kOk : kCheckFailed;
     });

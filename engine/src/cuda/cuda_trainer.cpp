@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tandem/engine/dropout.h"
+#include "tandem/engine/io.h"
 #include "tandem/engine/ops.h"
 #include "tandem/engine/optim.h"
 #include "tandem/error.h"
@@ -46,17 +47,6 @@ constexpr int kProjections = 7;
 const std::array<const char*, kProjections> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"};
 enum Proj { Q = 0, K = 1, Vp = 2, O = 3, Gate = 4, Up = 5, Down = 6 };
-
-std::string module_path(int64_t layer, int p) {
-    const char* block = p <= O ? "self_attn" : "mlp";
-    return "model.layers." + std::to_string(layer) + "." + block + "." + kProjNames[size_t(p)];
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
 
 template <class T>
 using Buf = k::DeviceBuffer<T>;
@@ -152,8 +142,8 @@ struct CudaTrainer::Impl {
         auto it = base.find(name);
         if (it == base.end()) throw Error("base weights: tensor '" + name + "' is missing");
         if (it->second.shape != shape)
-            throw Error("base weights: tensor '" + name + "' has shape " + shape_str(it->second.shape) +
-                        ", expected " + shape_str(shape));
+            throw Error("base weights: tensor '" + name + "' has shape " + shape_text(it->second.shape) +
+                        ", expected " + shape_text(shape));
         Buf<float> b = upload(it->second, MemoryCategory::Weights);
         CUDA_CHECK(cudaStreamSynchronize(stream));  // the host copy may go now
         base.erase(it);
@@ -196,7 +186,7 @@ struct CudaTrainer::Impl {
             w.q_norm = take_weight(base, p + "self_attn.q_norm.weight", {D});
             w.k_norm = take_weight(base, p + "self_attn.k_norm.weight", {D});
             for (int j = 0; j < kProjections; ++j)
-                w.w[size_t(j)] = take_weight(base, module_path(l, j) + ".weight", {out_dim[size_t(j)], in_dim[size_t(j)]});
+                w.w[size_t(j)] = take_weight(base, hf_projection_name(l, kProjNames[size_t(j)]), {out_dim[size_t(j)], in_dim[size_t(j)]});
         }
 
         // LoRA layout: the CPU model's (layer-major, projections in order, A then B).
@@ -207,12 +197,11 @@ struct CudaTrainer::Impl {
             for (int j = 0; j < kProjections; ++j) {
                 a_off[size_t(l)][size_t(j)] = b_off[size_t(l)][size_t(j)] = -1;
                 if (!adapted[size_t(j)]) continue;
-                const std::string base_name = "base_model.model." + module_path(l, j);
                 a_off[size_t(l)][size_t(j)] = off;
-                slots.push_back(AdapterSlot{base_name + ".lora_A.weight", {r, in_dim[size_t(j)]}, off, l, j, true});
+                slots.push_back(AdapterSlot{peft_lora_name(l, kProjNames[size_t(j)], 'A'), {r, in_dim[size_t(j)]}, off, l, j, true});
                 off += r * in_dim[size_t(j)];
                 b_off[size_t(l)][size_t(j)] = off;
-                slots.push_back(AdapterSlot{base_name + ".lora_B.weight", {out_dim[size_t(j)], r}, off, l, j, false});
+                slots.push_back(AdapterSlot{peft_lora_name(l, kProjNames[size_t(j)], 'B'), {out_dim[size_t(j)], r}, off, l, j, false});
                 off += out_dim[size_t(j)] * r;
             }
         }
@@ -527,8 +516,8 @@ struct CudaTrainer::Impl {
             auto it = map.find(s.name);
             if (it == map.end()) throw Error(std::string(what) + ": tensor '" + s.name + "' is missing");
             if (it->second.shape != s.shape)
-                throw Error(std::string(what) + ": tensor '" + s.name + "' has shape " + shape_str(it->second.shape) +
-                            ", expected " + shape_str(s.shape));
+                throw Error(std::string(what) + ": tensor '" + s.name + "' has shape " + shape_text(it->second.shape) +
+                            ", expected " + shape_text(s.shape));
             std::copy(it->second.data.begin(), it->second.data.end(), host.begin() + s.offset);
         }
         if (n_params > 0) {

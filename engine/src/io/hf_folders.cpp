@@ -16,12 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
-
 json read_json_file(const fs::path& path) {
     const std::string text = read_file(path);
     try {

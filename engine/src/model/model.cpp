@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "tandem/engine/io.h"
 #include "tandem/engine/ops.h"
 #include "tandem/error.h"
 
@@ -19,17 +20,6 @@ constexpr int kProjections = 7;
 const std::array<const char*, kProjections> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"};
 enum Proj { Q = 0, K = 1, Vp = 2, O = 3, Gate = 4, Up = 5, Down = 6 };
-
-std::string module_path(int64_t layer, int p) {
-    const char* block = p <= O ? "self_attn" : "mlp";
-    return "model.layers." + std::to_string(layer) + "." + block + "." + kProjNames[size_t(p)];
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
 
 // Frozen base weights of one decoder layer (pointers into the owned TensorMap).
 struct LayerWeights {
@@ -106,8 +96,8 @@ struct Qwen3LoraModel::Impl {
         auto it = base.find(name);
         if (it == base.end()) throw Error("base weights: tensor '" + name + "' is missing");
         if (it->second.shape != shape)
-            throw Error("base weights: tensor '" + name + "' has shape " + shape_str(it->second.shape) +
-                        ", expected " + shape_str(shape));
+            throw Error("base weights: tensor '" + name + "' has shape " + shape_text(it->second.shape) +
+                        ", expected " + shape_text(shape));
         return it->second.ptr();
     }
 
@@ -142,7 +132,7 @@ struct Qwen3LoraModel::Impl {
             w.q_norm = weight(p + "self_attn.q_norm.weight", {D});
             w.k_norm = weight(p + "self_attn.k_norm.weight", {D});
             for (int j = 0; j < kProjections; ++j)
-                w.w[size_t(j)] = weight(module_path(l, j) + ".weight", {out_dim[size_t(j)], in_dim[size_t(j)]});
+                w.w[size_t(j)] = weight(hf_projection_name(l, kProjNames[size_t(j)]), {out_dim[size_t(j)], in_dim[size_t(j)]});
         }
 
         // LoRA parameter layout: layer-major, projections in order, A then B.
@@ -153,11 +143,10 @@ struct Qwen3LoraModel::Impl {
             for (int j = 0; j < kProjections; ++j) {
                 a_off[size_t(l)][size_t(j)] = b_off[size_t(l)][size_t(j)] = -1;
                 if (!adapted[size_t(j)]) continue;
-                const std::string base_name = "base_model.model." + module_path(l, j);
-                AdapterSlot a{base_name + ".lora_A.weight", {r, in_dim[size_t(j)]}, off, l, j, true};
+                AdapterSlot a{peft_lora_name(l, kProjNames[size_t(j)], 'A'), {r, in_dim[size_t(j)]}, off, l, j, true};
                 a_off[size_t(l)][size_t(j)] = off;
                 off += r * in_dim[size_t(j)];
-                AdapterSlot b{base_name + ".lora_B.weight", {out_dim[size_t(j)], r}, off, l, j, false};
+                AdapterSlot b{peft_lora_name(l, kProjNames[size_t(j)], 'B'), {out_dim[size_t(j)], r}, off, l, j, false};
                 b_off[size_t(l)][size_t(j)] = off;
                 off += out_dim[size_t(j)] * r;
                 slots.push_back(std::move(a));
@@ -382,8 +371,8 @@ void Qwen3LoraModel::load_adapter(const TensorMap& peft_tensors) {
         auto it = peft_tensors.find(slot.name);
         if (it == peft_tensors.end()) throw Error("adapter: tensor '" + slot.name + "' is missing");
         if (it->second.shape != slot.shape)
-            throw Error("adapter: tensor '" + slot.name + "' has shape " + shape_str(it->second.shape) +
-                        ", expected " + shape_str(slot.shape));
+            throw Error("adapter: tensor '" + slot.name + "' has shape " + shape_text(it->second.shape) +
+                        ", expected " + shape_text(slot.shape));
     }
     if (peft_tensors.size() != impl_->slots.size()) {
         for (const auto& [name, t] : peft_tensors) {

@@ -2,6 +2,7 @@
 #include "tandem/experiments/compare.h"
 
 #include "tandem/data/token_diff.h"
+#include "tandem/engine/tensor.h"
 #include "tandem/error.h"
 
 #include <algorithm>
@@ -150,12 +151,6 @@ L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t) {
     return e;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-    std::string o = "[";
-    for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
-    return o + "]";
-}
-
 L2Entry compare_l2(const LegData& a, const LegData& b) {
     L2Entry e;
     e.leg_a = a.name;
@@ -177,7 +172,7 @@ L2Entry compare_l2(const LegData& a, const LegData& b) {
         ++e.compared;
         const TensorDigest& o = *it->second;
         if (d.shape != o.shape)
-            e.mismatches.push_back(d.name + ": shape " + shape_text(d.shape) + " vs " + shape_text(o.shape));
+            e.mismatches.push_back(d.name + ": shape " + engine::shape_text(d.shape) + " vs " + engine::shape_text(o.shape));
         else if (d.sha256 != o.sha256) {
             std::ostringstream w;
             w.precision(9);

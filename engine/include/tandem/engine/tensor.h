@@ -27,4 +27,11 @@ struct Tensor {
 // Named tensors, keyed by their file names (HF / peft names), sorted for deterministic files.
 using TensorMap = std::map<std::string, Tensor>;
 
+// "[2, 3]" — how every error message and report prints a shape.
+inline std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string out = "[";
+    for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "]";
+}
+
 }  // namespace tandem::engine

@@ -1,5 +1,6 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
+#include "test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -10,16 +11,10 @@
 namespace fs = std::filesystem;
 
 namespace {
-fs::path fresh_dir(const std::string& name) {
-    fs::path d = fs::temp_directory_path() / ("tandem-test-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-}
 }  // namespace
 
 TEST(AtomicFile, WritesAndReplacesWithoutLeavingTemporaries) {
-    fs::path d = fresh_dir("atomic");
+    fs::path d = tandem::test::fresh_dir("atomic");
     fs::path f = d / "a.json";
     tandem::write_file_atomic(f, "first");
     EXPECT_EQ(tandem::read_file(f), "first");
@@ -35,7 +30,7 @@ TEST(AtomicFile, FailureNamesThePathAndKeepsTheOldFile) {
     if (::geteuid() == 0) {
         // root ignores permission bits; use a folder that does not exist instead.
     }
-    fs::path d = fresh_dir("atomic-fail");
+    fs::path d = tandem::test::fresh_dir("atomic-fail");
     fs::path f = d / "missing-folder" / "b.json";
     try {
         tandem::write_file_atomic(f, "x");

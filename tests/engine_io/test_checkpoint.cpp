@@ -3,6 +3,7 @@
 #include "tandem/engine/checkpoint.h"
 #include "tandem/engine/generate.h"
 #include "tandem/error.h"
+#include "test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -19,12 +20,6 @@ namespace {
 
 const std::string kSpec = "aaaa1111";
 
-fs::path fresh_dir(const std::string& name) {
-    const fs::path d = fs::temp_directory_path() / ("tandem-ckpt-" + std::to_string(::getpid())) / name;
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-}
 
 Checkpoint make(int64_t update, uint64_t seed) {
     Checkpoint ck;
@@ -83,7 +78,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Checkpoint, RoundTripIsBitExact) {
-    const fs::path leg = fresh_dir("roundtrip");
+    const fs::path leg = tandem::test::fresh_dir("roundtrip");
     const Checkpoint ck = make(7, 1);
     const fs::path dir = write_checkpoint(leg, ck);
     EXPECT_EQ(dir.filename(), "ckpt-000007");
@@ -101,7 +96,7 @@ TEST(Checkpoint, RoundTripIsBitExact) {
 }
 
 TEST(Checkpoint, BriefFormSplitsAdapterFromOptimizerTensors) {
-    const fs::path leg = fresh_dir("brief");
+    const fs::path leg = tandem::test::fresh_dir("brief");
     const Checkpoint ck = make(3, 2);
     TensorMap all = ck.adapter;
     all.insert(ck.optimizer.begin(), ck.optimizer.end());
@@ -112,7 +107,7 @@ TEST(Checkpoint, BriefFormSplitsAdapterFromOptimizerTensors) {
 }
 
 TEST(Checkpoint, CorruptedFileFallsBackToThePreviousOne) {
-    const fs::path leg = fresh_dir("corrupt");
+    const fs::path leg = tandem::test::fresh_dir("corrupt");
     write_checkpoint(leg, make(1, 1));
     const fs::path newer = write_checkpoint(leg, make(2, 2));
     flip_byte(newer / "optimizer.safetensors", fs::file_size(newer / "optimizer.safetensors") - 3);
@@ -125,7 +120,7 @@ TEST(Checkpoint, CorruptedFileFallsBackToThePreviousOne) {
 }
 
 TEST(Checkpoint, TruncatedManifestFallsBack) {
-    const fs::path leg = fresh_dir("truncated");
+    const fs::path leg = tandem::test::fresh_dir("truncated");
     write_checkpoint(leg, make(10, 1));
     const fs::path newer = write_checkpoint(leg, make(20, 2));
     fs::resize_file(newer / "manifest.json", fs::file_size(newer / "manifest.json") / 2);
@@ -136,7 +131,7 @@ TEST(Checkpoint, TruncatedManifestFallsBack) {
 }
 
 TEST(Checkpoint, UncommittedAndTruncatedDataFallBack) {
-    const fs::path leg = fresh_dir("uncommitted");
+    const fs::path leg = tandem::test::fresh_dir("uncommitted");
     write_checkpoint(leg, make(5, 1));
     // A crash before the manifest: the folder exists under its final name without manifest.json
     // (cannot happen with write_checkpoint, but a copy or a foreign tool could leave one).
@@ -155,7 +150,7 @@ TEST(Checkpoint, UncommittedAndTruncatedDataFallBack) {
 }
 
 TEST(Checkpoint, NoCheckpointIsAClearError) {
-    const fs::path leg = fresh_dir("none");
+    const fs::path leg = tandem::test::fresh_dir("none");
     EXPECT_EQ(error_of([&] { load_latest_checkpoint(leg, kSpec); }),
               leg.string() + ": no checkpoint to resume from (no ckpt-<update> folder)");
     EXPECT_FALSE(find_latest_checkpoint(leg / "absent", kSpec).has_value());
@@ -167,7 +162,7 @@ TEST(Checkpoint, NoCheckpointIsAClearError) {
 }
 
 TEST(Checkpoint, RefusesACheckpointOfAnotherSpec) {
-    const fs::path leg = fresh_dir("spec");
+    const fs::path leg = tandem::test::fresh_dir("spec");
     write_checkpoint(leg, make(1, 1));
     const std::string msg = error_of([&] { load_latest_checkpoint(leg, "bbbb2222"); });
     EXPECT_NE(msg.find("ckpt-000001: checkpoint was written for experiment spec aaaa1111, not bbbb2222"), std::string::npos)
@@ -178,7 +173,7 @@ TEST(Checkpoint, RefusesACheckpointOfAnotherSpec) {
 }
 
 TEST(Checkpoint, RewritingAnUpdateReplacesIt) {
-    const fs::path leg = fresh_dir("rewrite");
+    const fs::path leg = tandem::test::fresh_dir("rewrite");
     write_checkpoint(leg, make(3, 1));
     write_checkpoint(leg, make(3, 9));
     const auto got = load_latest_checkpoint(leg, kSpec);
@@ -188,7 +183,7 @@ TEST(Checkpoint, RewritingAnUpdateReplacesIt) {
 }
 
 TEST(Checkpoint, NewestIsByUpdateNumber) {
-    const fs::path leg = fresh_dir("order");
+    const fs::path leg = tandem::test::fresh_dir("order");
     for (int64_t u : {2, 100, 30}) write_checkpoint(leg, make(u, static_cast<uint64_t>(u)));
     const auto l = list_checkpoints(leg);
     ASSERT_EQ(l.size(), 3u);

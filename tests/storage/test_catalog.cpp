@@ -2,6 +2,8 @@
 // refuses files that are not SQLite or are newer, and keeps runs/legs consistent.
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
+#include "test_support.h"
+#include "tandem/atomic_file.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -26,19 +28,7 @@ extern char** environ;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-    fs::path d = fs::temp_directory_path() / ("tandem-test-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-}
 
-std::string bytes_of(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 // Runs SQL through the raw C API (the test's own connection, independent of Catalog).
 void raw_exec(const fs::path& file, const std::string& sql) {
@@ -96,7 +86,7 @@ ex::ProbeResult cpu_probe(double gbps) {
 }  // namespace
 
 TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
-    const fs::path file = fresh_dir("catalog-new") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-new") / "tandem.db";
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
     EXPECT_EQ(ex::kCatalogSchemaVersion, 2);
@@ -114,14 +104,14 @@ TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
 }
 
 TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
-    const fs::path file = fresh_dir("catalog-empty") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-empty") / "tandem.db";
     { std::ofstream touch(file); }
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), 2);
 }
 
 TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
-    const fs::path file = fresh_dir("catalog-v1") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-v1") / "tandem.db";
     raw_exec(file, kVersion1Ddl);
     raw_exec(file, "INSERT INTO probes (device, device_name, method, bytes, repeats, gbps_memcpy, measured_at, hostname) "
                    "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
@@ -145,9 +135,9 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
 }
 
 TEST(Catalog, RefusesAFileThatIsNotSqliteAndLeavesItsBytes) {
-    const fs::path file = fresh_dir("catalog-text") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-text") / "tandem.db";
     { std::ofstream(file) << "definitely not a database, just text that is long enough to have a header\n"; }
-    const std::string before = bytes_of(file);
+    const std::string before = tandem::read_file(file);
     try {
         ex::Catalog c(file);
         FAIL() << "opened a text file as a catalog";
@@ -157,12 +147,12 @@ TEST(Catalog, RefusesAFileThatIsNotSqliteAndLeavesItsBytes) {
         EXPECT_NE(message.find("not an SQLite database"), std::string::npos) << message;
         EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line";
     }
-    EXPECT_EQ(bytes_of(file), before);
+    EXPECT_EQ(tandem::read_file(file), before);
     EXPECT_FALSE(fs::exists(file.string() + "-wal"));
 }
 
 TEST(Catalog, RefusesASchemaNewerThanThisBuild) {
-    const fs::path file = fresh_dir("catalog-newer") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-newer") / "tandem.db";
     raw_exec(file, "CREATE TABLE future (x); PRAGMA user_version = 99;");
     try {
         ex::Catalog c(file);
@@ -173,13 +163,13 @@ TEST(Catalog, RefusesASchemaNewerThanThisBuild) {
 }
 
 TEST(Catalog, RefusesAMissingFolder) {
-    const fs::path file = fresh_dir("catalog-missing") / "nope" / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-missing") / "nope" / "tandem.db";
     EXPECT_THROW(ex::Catalog c(file), tandem::Error);
     EXPECT_FALSE(fs::exists(file.parent_path()));
 }
 
 TEST(Catalog, RunsAndLegsUpsertListAndDeleteTogether) {
-    const fs::path file = fresh_dir("catalog-runs") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-runs") / "tandem.db";
     ex::Catalog c(file);
     ex::RunRecord run{"clinical-tiny-20261129-090000", "clinical-tiny", "abc", "/r", "/r/run.h5",
                       "2026-11-29T09:00:00Z", std::nullopt, "running", "0.1.0", "host", 4242, ""};
@@ -240,7 +230,7 @@ TEST(Catalog, RunsAndLegsUpsertListAndDeleteTogether) {
 }
 
 TEST(Catalog, TwoConnectionsSeeEachOthersCommits) {
-    const fs::path file = fresh_dir("catalog-two") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-two") / "tandem.db";
     ex::Catalog writer(file);
     ex::Catalog reader(file);
     writer.add_probe(cpu_probe(10), "", "h");
@@ -250,7 +240,7 @@ TEST(Catalog, TwoConnectionsSeeEachOthersCommits) {
 // A writer child adds rows and prints the count after each commit; it is SIGKILLed at a random
 // moment. The catalog must open, pass integrity_check, and hold every reported row intact.
 TEST(Catalog, SurvivesAWriterKilledMidInsert) {
-    const fs::path dir = fresh_dir("catalog-kill");
+    const fs::path dir = tandem::test::fresh_dir("catalog-kill");
     const std::string tool = std::string(TANDEM_TEST_BINARY_DIR) + "/tests/storage/storage_tool";
     ASSERT_TRUE(fs::exists(tool)) << tool;
     std::mt19937 rng(99);

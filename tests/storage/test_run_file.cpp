@@ -3,6 +3,8 @@
 #include "tandem/error.h"
 #include "tandem/experiments/host_info.h"
 #include "tandem/experiments/run_file.h"
+#include "test_support.h"
+#include "tandem/atomic_file.h"
 
 #include <gtest/gtest.h>
 
@@ -26,19 +28,7 @@ extern char** environ;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-    fs::path d = fs::temp_directory_path() / ("tandem-test-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-}
 
-std::string bytes_of(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 ex::ProbeResult sample_probe(const std::string& device, bool with_d2d) {
     ex::ProbeResult p;
@@ -60,7 +50,7 @@ ex::ProbeResult sample_probe(const std::string& device, bool with_d2d) {
 }  // namespace
 
 TEST(RunFile, EveryGroupRoundTripsThroughWriterAndReader) {
-    const fs::path dir = fresh_dir("runfile-roundtrip");
+    const fs::path dir = tandem::test::fresh_dir("runfile-roundtrip");
     const fs::path file = dir / "run.h5";
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<double> u(-3, 3);
@@ -151,7 +141,7 @@ TEST(RunFile, EveryGroupRoundTripsThroughWriterAndReader) {
 }
 
 TEST(RunFile, ReopenedWriterAddsToAnExistingFileAndReplacesAProbeWhole) {
-    const fs::path file = fresh_dir("runfile-reopen") / "run.h5";
+    const fs::path file = tandem::test::fresh_dir("runfile-reopen") / "run.h5";
     {
         ex::RunFileWriter w(file);
         w.write_probe(sample_probe("cuda:0", true));
@@ -171,9 +161,9 @@ TEST(RunFile, ReopenedWriterAddsToAnExistingFileAndReplacesAProbeWhole) {
 }
 
 TEST(RunFile, RefusesAFileThatIsNotHdf5AndLeavesItUntouched) {
-    const fs::path file = fresh_dir("runfile-nothdf5") / "notes.h5";
+    const fs::path file = tandem::test::fresh_dir("runfile-nothdf5") / "notes.h5";
     { std::ofstream(file) << "these are my notes, not a run file\n"; }
-    const std::string before = bytes_of(file);
+    const std::string before = tandem::read_file(file);
     try {
         ex::RunFileWriter w(file);
         FAIL() << "opened a text file as a run file";
@@ -182,11 +172,11 @@ TEST(RunFile, RefusesAFileThatIsNotHdf5AndLeavesItUntouched) {
         EXPECT_NE(std::string(e.what()).find("not an HDF5 file"), std::string::npos) << e.what();
     }
     EXPECT_THROW(ex::RunFileReader r(file), tandem::Error);
-    EXPECT_EQ(bytes_of(file), before);
+    EXPECT_EQ(tandem::read_file(file), before);
 }
 
 TEST(RunFile, CreatingInAMissingFolderNamesThePath) {
-    const fs::path file = fresh_dir("runfile-missing") / "no-such-folder" / "run.h5";
+    const fs::path file = tandem::test::fresh_dir("runfile-missing") / "no-such-folder" / "run.h5";
     try {
         ex::RunFileWriter w(file);
         FAIL();
@@ -196,7 +186,7 @@ TEST(RunFile, CreatingInAMissingFolderNamesThePath) {
 }
 
 TEST(RunFile, RejectsLegNamesThatAreNotPathComponents) {
-    const fs::path file = fresh_dir("runfile-names") / "run.h5";
+    const fs::path file = tandem::test::fresh_dir("runfile-names") / "run.h5";
     ex::RunFileWriter w(file);
     for (const std::string& bad : std::vector<std::string>{"", "a/b", "..", ".", "a~b", "with space", std::string(65, 'x')})
         EXPECT_THROW(w.create_leg(bad), tandem::Error) << "'" << bad << "'";
@@ -204,12 +194,12 @@ TEST(RunFile, RejectsLegNamesThatAreNotPathComponents) {
 }
 
 TEST(RunFile, ReadersSeeOnlyCommittedDataAndAFailedSessionIsDropped) {
-    const fs::path file = fresh_dir("runfile-sessions") / "run.h5";
+    const fs::path file = tandem::test::fresh_dir("runfile-sessions") / "run.h5";
     {
         ex::RunFileWriter w(file);
         w.append_steps("leg", {{0, 1, 1, 0, 10, 0.5}});
     }
-    const std::string committed = bytes_of(file);
+    const std::string committed = tandem::read_file(file);
     {
         ex::RunFileWriter w(file);
         w.append_steps("leg", {{1, 2, 2, 0, 20, 0.5}});
@@ -224,7 +214,7 @@ TEST(RunFile, ReadersSeeOnlyCommittedDataAndAFailedSessionIsDropped) {
         EXPECT_THROW(w.set_leg_attributes("leg", {{"huge", std::string(70000, 'x')}}), tandem::Error);
         EXPECT_THROW(w.commit(), tandem::Error);
     }
-    EXPECT_EQ(bytes_of(file), committed) << "a failed session changed the published file";
+    EXPECT_EQ(tandem::read_file(file), committed) << "a failed session changed the published file";
     EXPECT_FALSE(fs::exists(file.parent_path() / ".run.h5.writing")) << "working copy left behind";
     {
         ex::RunFileWriter w(file);  // the next session starts clean
@@ -240,7 +230,7 @@ TEST(RunFile, ReadersSeeOnlyCommittedDataAndAFailedSessionIsDropped) {
 // it is SIGKILLed at a random moment. The file must open, and hold at least every reported row,
 // each with exactly the values the writer computed for it.
 TEST(RunFile, FileLeftByAWriterKilledMidAppendStillOpensWithEveryFlushedRow) {
-    const fs::path dir = fresh_dir("runfile-kill");
+    const fs::path dir = tandem::test::fresh_dir("runfile-kill");
     const std::string tool = std::string(TANDEM_TEST_BINARY_DIR) + "/tests/storage/storage_tool";
     ASSERT_TRUE(fs::exists(tool)) << tool;
     std::mt19937 rng(12345);

@@ -1,0 +1,18 @@
+#pragma once
+// Small helpers shared by the GoogleTest suites (tests/ is on every suite's include path).
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace tandem::test {
+
+// An empty folder of this process under the temporary directory: /tmp/tandem-test-<name>-<pid>.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+    const std::filesystem::path d =
+        std::filesystem::temp_directory_path() / ("tandem-test-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+}
+
+}  // namespace tandem::test

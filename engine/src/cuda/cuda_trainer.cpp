@@ -43,7 +43,7 @@ int parse_device(const std::string& name) {
 
 namespace {
 
-constexpr int kProjections = 7;
+constexpr int kProjections = AdapterLayout::kProjections;
 const std::array<const char*, kProjections> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"};
 enum Proj { Q = 0, K = 1, Vp = 2, O = 3, Gate = 4, Up = 5, Down = 6 };
@@ -164,10 +164,10 @@ struct CudaTrainer::Impl {
             throw Error("CUDA engine: head_dim " + std::to_string(D) + " not supported (32, 64 or 128)");
         if (r <= 0) throw Error("LoRA config: rank must be positive");
         scaling = static_cast<float>(lora.scaling());
-        in_dim = {C, C, C, H * D, C, C, I};
-        out_dim = {H * D, KV * D, KV * D, C, I, I, C};
-        adapted.fill(false);
-        for (const auto& t : lora.targets) adapted[size_t(projection_index(t.c_str()))] = true;
+        const AdapterLayout layout = AdapterLayout::make(cfg, lora);
+        adapted = layout.adapted;
+        in_dim = layout.in_dim;
+        out_dim = layout.out_dim;
 
         embed = take_weight(base, "model.embed_tokens.weight", {V, C});
         final_norm = take_weight(base, "model.norm.weight", {C});
@@ -189,23 +189,11 @@ struct CudaTrainer::Impl {
                 w.w[size_t(j)] = take_weight(base, hf_projection_name(l, kProjNames[size_t(j)]), {out_dim[size_t(j)], in_dim[size_t(j)]});
         }
 
-        // LoRA layout: the CPU model's (layer-major, projections in order, A then B).
-        a_off.assign(size_t(L), {});
-        b_off.assign(size_t(L), {});
-        int64_t off = 0;
-        for (int64_t l = 0; l < L; ++l) {
-            for (int j = 0; j < kProjections; ++j) {
-                a_off[size_t(l)][size_t(j)] = b_off[size_t(l)][size_t(j)] = -1;
-                if (!adapted[size_t(j)]) continue;
-                a_off[size_t(l)][size_t(j)] = off;
-                slots.push_back(AdapterSlot{peft_lora_name(l, kProjNames[size_t(j)], 'A'), {r, in_dim[size_t(j)]}, off, l, j, true});
-                off += r * in_dim[size_t(j)];
-                b_off[size_t(l)][size_t(j)] = off;
-                slots.push_back(AdapterSlot{peft_lora_name(l, kProjNames[size_t(j)], 'B'), {out_dim[size_t(j)], r}, off, l, j, false});
-                off += out_dim[size_t(j)] * r;
-            }
-        }
-        n_params = off;
+        // LoRA layout: the CPU model's (AdapterLayout), so checkpoints cross backends unchanged.
+        slots = layout.slots;
+        a_off = layout.a_off;
+        b_off = layout.b_off;
+        const int64_t off = n_params = layout.num_params;
         params = make<float>(off, MemoryCategory::AdapterOptimizer);
         grads = make<float>(off, MemoryCategory::AdapterOptimizer);
         adam_m = make<float>(off, MemoryCategory::AdapterOptimizer);

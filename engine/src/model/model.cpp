@@ -14,9 +14,37 @@
 
 namespace tandem::engine {
 
+AdapterLayout AdapterLayout::make(const Qwen3Config& c, const LoraConfig& lora) {
+    AdapterLayout lay;
+    const int64_t C = c.hidden_size, HD = c.num_attention_heads * c.head_dim, KVD = c.num_key_value_heads * c.head_dim,
+                  I = c.intermediate_size, r = lora.rank;
+    lay.in_dim = {C, C, C, HD, C, C, I};
+    lay.out_dim = {HD, KVD, KVD, C, I, I, C};
+    for (const auto& t : lora.targets) lay.adapted[size_t(projection_index(t.c_str()))] = true;
+    lay.a_off.assign(size_t(c.num_hidden_layers), {});
+    lay.b_off.assign(size_t(c.num_hidden_layers), {});
+    int64_t off = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        for (int j = 0; j < kProjections; ++j) {
+            const size_t J = size_t(j);
+            lay.a_off[size_t(l)][J] = lay.b_off[size_t(l)][J] = -1;
+            if (!lay.adapted[J]) continue;
+            const std::string& target = all_lora_targets()[J];
+            lay.a_off[size_t(l)][J] = off;
+            lay.slots.push_back(AdapterSlot{peft_lora_name(l, target, 'A'), {r, lay.in_dim[J]}, off, l, j, true});
+            off += r * lay.in_dim[J];
+            lay.b_off[size_t(l)][J] = off;
+            lay.slots.push_back(AdapterSlot{peft_lora_name(l, target, 'B'), {lay.out_dim[J], r}, off, l, j, false});
+            off += lay.out_dim[J] * r;
+        }
+    }
+    lay.num_params = off;
+    return lay;
+}
+
 namespace {
 
-constexpr int kProjections = 7;
+constexpr int kProjections = AdapterLayout::kProjections;
 const std::array<const char*, kProjections> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"};
 enum Proj { Q = 0, K = 1, Vp = 2, O = 3, Gate = 4, Up = 5, Down = 6 };
@@ -115,10 +143,10 @@ struct Qwen3LoraModel::Impl {
         if (D % 2 != 0) throw Error("Qwen3 config: head_dim must be even (RoPE rotates halves)");
         if (r <= 0) throw Error("LoRA config: rank must be positive");
         scaling = static_cast<float>(lora.scaling());
-        in_dim = {C, C, C, H * D, C, C, I};
-        out_dim = {H * D, KV * D, KV * D, C, I, I, C};
-        adapted.fill(false);
-        for (const auto& t : lora.targets) adapted[size_t(projection_index(t.c_str()))] = true;
+        const AdapterLayout layout = AdapterLayout::make(cfg, lora);
+        adapted = layout.adapted;
+        in_dim = layout.in_dim;
+        out_dim = layout.out_dim;
 
         embed = weight("model.embed_tokens.weight", {V, C});
         final_norm = weight("model.norm.weight", {C});
@@ -135,26 +163,12 @@ struct Qwen3LoraModel::Impl {
                 w.w[size_t(j)] = weight(hf_projection_name(l, kProjNames[size_t(j)]), {out_dim[size_t(j)], in_dim[size_t(j)]});
         }
 
-        // LoRA parameter layout: layer-major, projections in order, A then B.
-        a_off.assign(size_t(L), {});
-        b_off.assign(size_t(L), {});
-        int64_t off = 0;
-        for (int64_t l = 0; l < L; ++l) {
-            for (int j = 0; j < kProjections; ++j) {
-                a_off[size_t(l)][size_t(j)] = b_off[size_t(l)][size_t(j)] = -1;
-                if (!adapted[size_t(j)]) continue;
-                AdapterSlot a{peft_lora_name(l, kProjNames[size_t(j)], 'A'), {r, in_dim[size_t(j)]}, off, l, j, true};
-                a_off[size_t(l)][size_t(j)] = off;
-                off += r * in_dim[size_t(j)];
-                AdapterSlot b{peft_lora_name(l, kProjNames[size_t(j)], 'B'), {out_dim[size_t(j)], r}, off, l, j, false};
-                b_off[size_t(l)][size_t(j)] = off;
-                off += out_dim[size_t(j)] * r;
-                slots.push_back(std::move(a));
-                slots.push_back(std::move(b));
-            }
-        }
-        params.assign(size_t(off), 0.0f);
-        grads.assign(size_t(off), 0.0f);
+        // LoRA parameters: one flat buffer in the shared layout (AdapterLayout).
+        slots = layout.slots;
+        a_off = layout.a_off;
+        b_off = layout.b_off;
+        params.assign(size_t(layout.num_params), 0.0f);
+        grads.assign(size_t(layout.num_params), 0.0f);
         acts.resize(size_t(L));
     }
 

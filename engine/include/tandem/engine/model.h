@@ -11,6 +11,7 @@
 // LoRA parameters live in ONE contiguous float buffer (and one gradient buffer of the same layout),
 // so the optimizer, clipping and checkpoints handle a single span. Layout: layer-major, then
 // projections in {q,k,v,o,gate,up,down} order (only the targeted ones), then A [r,in] then B [out,r].
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,19 @@ struct AdapterSlot {
     int64_t layer = 0;
     int projection = 0;          // 0..6 (q,k,v,o,gate,up,down)
     bool is_a = true;
+};
+
+// The flat LoRA layout of a (config, adapter) pair — computed here once and shared by the CPU model
+// and the CUDA trainer, so both backends (and their checkpoints) agree by construction.
+struct AdapterLayout {
+    static constexpr int kProjections = 7;  // q, k, v, o, gate, up, down
+    std::array<bool, kProjections> adapted{};
+    std::array<int64_t, kProjections> in_dim{}, out_dim{};
+    std::vector<AdapterSlot> slots;                           // A then B per adapted projection, layer-major
+    std::vector<std::array<int64_t, kProjections>> a_off, b_off;  // [layer][projection], -1 = not adapted
+    int64_t num_params = 0;
+
+    static AdapterLayout make(const Qwen3Config& config, const LoraConfig& lora);
 };
 
 struct ModelOptions {

@@ -10,12 +10,61 @@
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/runner.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
 namespace tandem::cli {
 
 namespace {
+
+std::string human_seconds(double s) {
+    if (!std::isfinite(s) || s < 0) return "?";
+    char b[32];
+    if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
+    else if (s < 3600) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+    else std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
+    return b;
+}
+
+std::string progress_line(const experiments::LegProgress& p) {
+    char loss[32] = "-", ev[48] = "-", b[256];
+    if (p.loss) std::snprintf(loss, sizeof loss, "%.4f", *p.loss);
+    if (p.heldout_ce) std::snprintf(ev, sizeof ev, "%.5f@%lld", *p.heldout_ce, static_cast<long long>(p.heldout_update));
+    std::snprintf(b, sizeof b, "%-12s %-9s %5lld/%-5lld loss %-8s eval %-14s %7.0f tok/s  ETA %-7s %s", p.name.c_str(),
+                  p.device.c_str(), static_cast<long long>(p.updates_done), static_cast<long long>(p.updates_total), loss, ev,
+                  p.tokens_per_s, p.eta_s ? human_seconds(*p.eta_s).c_str() : "?", experiments::leg_status_name(p.status));
+    return b;
+}
+
+// One line per leg: redrawn in place on a terminal, else every 10 s and when a leg ends.
+class ProgressPrinter {
+public:
+    void operator()(const std::vector<experiments::LegProgress>& legs, bool final) {
+        const auto now = std::chrono::steady_clock::now();
+        if (tty_) {
+            if (legs.size() == 1 && !final && drawn_ != 0) return;  // a single ended leg: the next redraw shows it
+            if (drawn_) std::printf("\033[%zuA", drawn_);
+            for (const auto& l : legs) std::printf("\r\033[K%s\n", progress_line(l).c_str());
+            drawn_ = legs.size();
+        } else if (legs.size() == 1 && !final) {
+            std::printf("%s\n", progress_line(legs[0]).c_str());  // a leg ended
+        } else if (final || now - last_ > std::chrono::seconds(10)) {
+            for (const auto& l : legs)
+                if (final || l.status == experiments::LegStatus::Running) std::printf("%s\n", progress_line(l).c_str());
+            last_ = now;
+        }
+        std::fflush(stdout);
+    }
+
+private:
+    bool tty_ = isatty(STDOUT_FILENO) != 0;
+    size_t drawn_ = 0;
+    std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 struct RunArgs {
     std::string experiment;
@@ -71,12 +120,12 @@ void add_run_commands(CLI::App& app, int& exit_code) {
         if (!a.assets.empty()) o.assets = a.assets;
         o.cpu_threads = a.threads;
         o.probe = !a.no_probe;
-        o.quiet = a.quiet;
+        if (!a.quiet) o.on_progress = ProgressPrinter();
         o.report_format = a.format;
         experiments::parse_report_format(a.format);
         experiments::RunOutcome r = experiments::run_experiment(o);
-        if (r.status == "interrupted") exit_code = kInterrupted;
-        else if (r.status != "finished") exit_code = kError;
+        if (r.status == experiments::RunStatus::Interrupted) exit_code = kInterrupted;
+        else if (r.status != experiments::RunStatus::Finished) exit_code = kError;
         else if (!r.checks_passed) exit_code = kCheckFailed;
         else exit_code = kOk;
     });

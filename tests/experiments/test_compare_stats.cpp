@@ -116,6 +116,7 @@ namespace {
 LegData leg(const std::string& name, double l1, const std::string& sha, std::vector<int32_t> ids) {
     LegData l;
     l.name = name;
+    l.status = "finished";
     l.trace.l1_ce = l1;
     l.trace.has_l2 = true;
     l.trace.l2.push_back({"model.norm.weight", "base", {4}, 4.0, 4.0, 1.0, sha});
@@ -139,6 +140,7 @@ TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     auto a = leg("a", 2.0, "aa", {1, 2, 3, 4});
     auto b = leg("b", 2.0 * (1 + 5e-6), "aa", {1, 2, 3, 4});
     Comparison ok = compare_legs({a, b}, spec);
+    judge_completeness(ok, {a, b}, ExpectedSeries{0, 1});  // no update planned: the initial evaluation only
     EXPECT_TRUE(ok.l1[0].pass);
     EXPECT_TRUE(ok.l2[0].pass);
     EXPECT_TRUE(ok.l3[0].pass);
@@ -146,6 +148,7 @@ TEST(CompareLegs, FlagsEachLevelThatDiffers) {
 
     auto c = leg("c", 2.1, "bb", {1, 2, 9, 4});
     Comparison bad = compare_legs({a, c}, spec);
+    judge_completeness(bad, {a, c}, ExpectedSeries{0, 1});
     EXPECT_FALSE(bad.l1[0].pass);
     EXPECT_FALSE(bad.l2[0].pass);
     ASSERT_EQ(bad.l2[0].mismatches.size(), 1u);
@@ -205,6 +208,65 @@ TEST(CompareLegs, ResidualPercentSeriesAreLegMinusReference) {
     EXPECT_NEAR(f.eval_percent.points[0].percent, 1.0, 1e-12);
     EXPECT_DOUBLE_EQ(f.loss_percent.points[0].percent, -20.0);
     EXPECT_DOUBLE_EQ(f.grad_percent.points[0].percent, -20.0);
+}
+
+TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
+    ExperimentSpec spec;
+    spec.lora_dropout = 0.0;
+    auto full = [](const std::string& name) {
+        LegData l = leg(name, 2.0, "aa", {1, 2, 3, 4});
+        l.trace.steps.clear();
+        for (int64_t u = 0; u < 6; ++u) l.trace.steps.push_back({u, 2.0 - 0.1 * u, 1.0, 1e-4, 10, 0.1});
+        l.trace.evals = {{0, 2.0}, {4, 1.7}, {6, 1.6}};
+        return l;
+    };
+    const ExpectedSeries six{6, 4};
+    EXPECT_EQ(expected_eval_updates(6, 4), (std::vector<int64_t>{0, 4, 6}));
+    EXPECT_EQ(expected_eval_updates(8, 4), (std::vector<int64_t>{0, 4, 8}));
+    EXPECT_EQ(expected_eval_updates(0, 4), (std::vector<int64_t>{0}));
+
+    LegData a = full("a"), b = full("b");
+    Comparison c = compare_legs({a, b}, spec);
+    judge_completeness(c, {a, b}, six);
+    EXPECT_TRUE(c.passed()) << c.verdict();
+    EXPECT_EQ(c.verdict(), "all cross-checks passed");
+
+    // The resume defect of issue 10: rows 0-3 lost, the levels themselves still agree.
+    LegData holes = full("a");
+    holes.trace.steps.erase(holes.trace.steps.begin(), holes.trace.steps.begin() + 4);
+    c = compare_legs({holes, b}, spec);
+    EXPECT_TRUE(c.failures.empty());  // nothing the levels can see
+    judge_completeness(c, {holes, b}, six);
+    EXPECT_FALSE(c.passed());
+    ASSERT_EQ(c.incomplete.size(), 1u);
+    EXPECT_EQ(c.incomplete[0], "a: 4 of 6 update rows missing (0-3)");
+    EXPECT_EQ(c.verdict(), "incomplete: a: 4 of 6 update rows missing (0-3)");
+
+    LegData twice = full("a");
+    twice.trace.steps.insert(twice.trace.steps.begin() + 2, twice.trace.steps[2]);
+    twice.trace.evals.erase(twice.trace.evals.begin() + 1);
+    twice.status = "failed";
+    auto lines = incompleteness(twice, six);
+    ASSERT_EQ(lines.size(), 3u);
+    EXPECT_EQ(lines[0], "a: leg failed");
+    EXPECT_EQ(lines[1], "a: update(s) 2 recorded more than once");
+    EXPECT_EQ(lines[2], "a: held-out evaluation(s) missing at update(s) 4");
+
+    // Unknown plan length: completeness cannot be confirmed, so it is not claimed.
+    EXPECT_FALSE(incompleteness(full("a"), ExpectedSeries{}).empty());
+
+    LegData nan = full("a");
+    nan.trace.steps[3].loss = std::nan("");
+    c = compare_legs({nan, b}, spec);
+    judge_completeness(c, {nan, b}, six);
+    EXPECT_FALSE(c.passed());
+    EXPECT_EQ(c.verdict().rfind("cross-checks FAILED: a: non-finite loss at update 3", 0), 0u) << c.verdict();
+
+    // A judged comparison without a leg, and one never judged, do not pass.
+    Comparison none;
+    judge_completeness(none, {}, six);
+    EXPECT_FALSE(none.passed());
+    EXPECT_FALSE(Comparison{}.passed());
 }
 
 #include "tandem/error.h"

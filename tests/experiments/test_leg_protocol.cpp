@@ -10,9 +10,9 @@ using namespace tandem::experiments;
 
 TEST(LegProtocol, AccumulatesEvents) {
     LegTrace t;
-    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"hello","implementation":"engine","future_field":[1,2]})"), "hello");
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"hello","implementation":"engine","future_field":[1,2]})"), EventKind::Hello);
     EXPECT_EQ(t.implementation(), "engine");
-    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"l1","heldout_ce":11.5,"tokens":550})"), "l1");
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"l1","heldout_ce":11.5,"tokens":550})"), EventKind::L1);
     ASSERT_TRUE(t.l1_ce.has_value());
     EXPECT_DOUBLE_EQ(*t.l1_ce, 11.5);
     apply_event_line(t, R"({"v":1,"event":"step","update":0,"loss":3.5,"grad_norm":1.25,"lr":0,"tokens":10,"wall_s":0.5})");
@@ -34,18 +34,18 @@ TEST(LegProtocol, AccumulatesEvents) {
 
 TEST(LegProtocol, MalformedLinesAreReportedWithTheirContent) {
     LegTrace t;
-    EXPECT_EQ(apply_event_line(t, "Traceback (most recent call last):"), "");
-    EXPECT_EQ(apply_event_line(t, R"({"event":"step","update":0})"), "");      // no version
-    EXPECT_EQ(apply_event_line(t, R"({"v":2,"event":"step"})"), "");            // unknown version
-    EXPECT_EQ(apply_event_line(t, R"([1,2,3])"), "");                            // not an object
-    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"step","update":0,"loss":)"), "");  // truncated
-    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"step","update":"zero"})"), "step");  // wrong type -> defaults
+    EXPECT_EQ(apply_event_line(t, "Traceback (most recent call last):"), EventKind::Malformed);
+    EXPECT_EQ(apply_event_line(t, R"({"event":"step","update":0})"), EventKind::Malformed);      // no version
+    EXPECT_EQ(apply_event_line(t, R"({"v":2,"event":"step"})"), EventKind::Malformed);            // unknown version
+    EXPECT_EQ(apply_event_line(t, R"([1,2,3])"), EventKind::Malformed);                            // not an object
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"step","update":0,"loss":)"), EventKind::Malformed);  // truncated
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"step","update":"zero"})"), EventKind::Step);  // wrong type -> defaults
     ASSERT_EQ(t.malformed.size(), 5u);
     EXPECT_NE(t.malformed[0].find("Traceback"), std::string::npos);
     EXPECT_NE(t.malformed[0].find("not JSON"), std::string::npos);
     EXPECT_NE(t.malformed[1].find("version"), std::string::npos);
     EXPECT_NE(t.malformed[4].find("\"loss\":"), std::string::npos);
-    EXPECT_EQ(apply_event_line(t, ""), "");  // blank lines are skipped, not malformed
+    EXPECT_EQ(apply_event_line(t, ""), EventKind::Malformed);  // blank lines are skipped, not malformed
     EXPECT_EQ(t.malformed.size(), 5u);
 }
 
@@ -82,7 +82,7 @@ TEST(LegProtocol, WriterAndDigestRoundTrip) {
     ASSERT_NE(std::fgets(buf, sizeof buf, f), nullptr);
     std::fclose(f);
     LegTrace t;
-    EXPECT_EQ(apply_event_line(t, buf), "l2");
+    EXPECT_EQ(apply_event_line(t, buf), EventKind::L2);
     ASSERT_EQ(t.l2.size(), 1u);
     EXPECT_EQ(t.l2[0].sha256, d.sha256);
     EXPECT_EQ(t.l2[0].shape, std::vector<int64_t>{3});

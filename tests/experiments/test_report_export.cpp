@@ -45,6 +45,7 @@ TEST(ReportExport, WholeReportHasEveryLevelAndTheVerdict) {
     Comparison c;
     c.legs = {"a", "b"};
     c.failures = {"L3 a~b: record x: token ids differ"};
+    c.completeness_judged = true;  // complete legs (judge_completeness found nothing missing)
     for (auto f : {ReportFormat::Text, ReportFormat::Markdown, ReportFormat::Csv, ReportFormat::Latex}) {
         std::string r = render_report("run_1", c, f);
         for (const char* title : {"L1", "L2", "L3", "L4", "gradient norm", "Timing and memory", "bandwidth"})

@@ -373,6 +373,116 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
     return c;
 }
 
+std::string Comparison::verdict() const {
+    auto first_of = [](const std::vector<std::string>& v) {
+        return v.front() + (v.size() > 1 ? " (+" + std::to_string(v.size() - 1) + " more)" : "");
+    };
+    if (!completeness_judged) return "incomplete: completeness not judged";
+    if (!incomplete.empty()) return "incomplete: " + first_of(incomplete);
+    if (!failures.empty()) return "cross-checks FAILED: " + first_of(failures);
+    if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
+    return "all cross-checks passed";
+}
+
+std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {
+    std::vector<int64_t> out;
+    if (updates < 0) return out;
+    out.push_back(0);
+    if (interval > 0)
+        for (int64_t u = interval; u < updates; u += interval) out.push_back(u);
+    if (updates > 0) out.push_back(updates);
+    return out;
+}
+
+namespace {
+// "2, 3, 7-9" for a sorted list of integers (at most `max_items` ranges, then "...").
+std::string ranges_text(const std::vector<int64_t>& v, size_t max_items = 6) {
+    std::string o;
+    size_t items = 0;
+    for (size_t i = 0; i < v.size();) {
+        size_t j = i;
+        while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+        if (items == max_items) return o + ", ...";
+        o += (o.empty() ? "" : ", ") + std::to_string(v[i]) + (j > i ? "-" + std::to_string(v[j]) : "");
+        ++items;
+        i = j + 1;
+    }
+    return o;
+}
+}  // namespace
+
+std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries& expected) {
+    std::vector<std::string> out;
+    const std::string& n = leg.name;
+    if (leg.status != "finished") {
+        std::string why = leg.status == "running" || leg.status == "pending" || leg.status.empty()
+                              ? "did not finish (last recorded status: " + (leg.status.empty() ? std::string("none") : leg.status) + ")"
+                              : leg.status;
+        out.push_back(n + ": leg " + why + (leg.trace.error ? " (" + *leg.trace.error + ")" : ""));
+    }
+    const auto& steps = leg.trace.steps;
+    std::vector<int64_t> repeated, disordered;
+    for (size_t i = 1; i < steps.size(); ++i) {
+        if (steps[i].update == steps[i - 1].update) repeated.push_back(steps[i].update);
+        else if (steps[i].update < steps[i - 1].update) disordered.push_back(steps[i].update);
+    }
+    if (!repeated.empty()) out.push_back(n + ": update(s) " + ranges_text(repeated) + " recorded more than once");
+    if (!disordered.empty()) out.push_back(n + ": update(s) " + ranges_text(disordered) + " recorded out of order");
+    if (expected.updates < 0) {
+        out.push_back(n + ": the run does not record how many updates it plans, so missing rows cannot be ruled out");
+        return out;
+    }
+    std::vector<char> seen(static_cast<size_t>(expected.updates), 0);
+    std::vector<int64_t> beyond;
+    for (const auto& s : steps) {
+        if (s.update >= 0 && s.update < expected.updates) seen[static_cast<size_t>(s.update)] = 1;
+        else beyond.push_back(s.update);
+    }
+    std::vector<int64_t> missing;
+    for (int64_t u = 0; u < expected.updates; ++u)
+        if (!seen[static_cast<size_t>(u)]) missing.push_back(u);
+    if (!missing.empty())
+        out.push_back(n + ": " + std::to_string(missing.size()) + " of " + std::to_string(expected.updates) +
+                      " update rows missing (" + ranges_text(missing) + ")");
+    if (!beyond.empty()) out.push_back(n + ": update(s) " + ranges_text(beyond) + " outside the plan");
+    std::vector<int64_t> eval_missing;
+    for (int64_t u : expected_eval_updates(expected.updates, expected.eval_interval)) {
+        bool found = false;
+        for (const auto& e : leg.trace.evals) found = found || e.update == u;
+        if (!found) eval_missing.push_back(u);
+    }
+    if (!eval_missing.empty())
+        out.push_back(n + ": held-out evaluation(s) missing at update(s) " + ranges_text(eval_missing));
+    return out;
+}
+
+std::vector<std::string> non_finite_values(const LegData& leg) {
+    std::vector<std::string> out;
+    for (const auto& s : leg.trace.steps) {
+        if (!std::isfinite(s.loss)) out.push_back(leg.name + ": non-finite loss at update " + std::to_string(s.update));
+        if (!std::isfinite(s.grad_norm))
+            out.push_back(leg.name + ": non-finite grad norm at update " + std::to_string(s.update));
+        if (out.size() >= 4) return out;
+    }
+    for (const auto& e : leg.trace.evals)
+        if (!std::isfinite(e.heldout_ce)) {
+            out.push_back(leg.name + ": non-finite held-out CE at update " + std::to_string(e.update));
+            break;
+        }
+    if (leg.trace.l1_ce && !std::isfinite(*leg.trace.l1_ce)) out.push_back(leg.name + ": non-finite initial held-out CE (L1)");
+    return out;
+}
+
+void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const ExpectedSeries& expected) {
+    c.incomplete.clear();
+    if (legs.empty()) c.incomplete.push_back("the run has no leg");
+    for (const auto& l : legs) {
+        for (auto& line : incompleteness(l, expected)) c.incomplete.push_back(std::move(line));
+        for (auto& line : non_finite_values(l)) c.failures.push_back(std::move(line));
+    }
+    c.completeness_judged = true;
+}
+
 std::vector<LegData> read_legs(const RunFileReader& reader) {
     std::vector<LegData> out;
     auto str = [](const Attributes& a, const char* k) -> std::string {

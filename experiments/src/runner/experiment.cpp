@@ -172,7 +172,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     {
         Fields f(section(top, "lora"), source, "lora");
         s.lora_rank = f.integer("rank", 16, 1);
-        s.lora_alpha = f.number("alpha", 32.0, 0, 1e9, true, "must be a positive number");
+        s.lora_alpha = f.number("alpha", 32.0, 0, 1e9, true, "must be a number in (0, 1e9]");
         s.lora_use_rslora = f.boolean("use_rslora", true);
         s.lora_dropout = f.number("dropout", 0.05, 0, 0.999, false, "must be in [0, 1)");
         s.lora_targets = string_list(f, "targets", kKnownTargets, kKnownTargets);
@@ -181,7 +181,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     {
         Fields f(section(top, "optimizer"), source, "optimizer");
         std::string kind = f.str("name", std::string("adamw"), {"adamw"});
-        s.lr = f.number("lr", 1e-4, 0, 10, true, "must be a positive number");
+        s.lr = f.number("lr", 1e-4, 0, 10, true, "must be a number in (0, 10]");
         if (f.has("betas")) {
             const json& b = f.raw("betas");
             if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number() ||
@@ -190,7 +190,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
             s.beta1 = b[0].get<double>();
             s.beta2 = b[1].get<double>();
         }
-        s.eps = f.number("eps", 1e-8, 0, 1, true, "must be a positive number");
+        s.eps = f.number("eps", 1e-8, 0, 1, true, "must be a number in (0, 1]");
         s.weight_decay = f.number("weight_decay", 0.0, 0, 1, false, "must be in [0, 1]");
         f.reject_unknown();
     }
@@ -200,7 +200,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         s.warmup_fraction = f.number("warmup_fraction", 0.03, 0, 1, false, "must be in [0, 1]");
         f.reject_unknown();
     }
-    s.clip = top.number("clip", 1.0, 0, 1e9, true, "must be a positive number");
+    s.clip = top.number("clip", 1.0, 0, 1e9, true, "must be a number in (0, 1e9]");
     {
         Fields f(section(top, "batch"), source, "batch");
         s.micro_batch = f.integer("micro_batch", 2, 1);
@@ -294,6 +294,10 @@ json ExperimentSpec::to_json() const {
 std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }
 
 ExperimentSpec load_experiment(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw Error(path.string() + ": is a folder, not an experiment file (e.g. experiments/clinical-tiny.json)");
+    if (!std::filesystem::exists(path, ec)) throw Error(path.string() + ": no such experiment file");
     std::string text = read_file(path);
     json j;
     try {

@@ -70,6 +70,36 @@ L3Record l3_record_from_json(const json& r) {
 
 }  // namespace
 
+const char* event_kind_name(EventKind kind) {
+    switch (kind) {
+        case EventKind::Hello: return "hello";
+        case EventKind::Resume: return "resume";
+        case EventKind::L1: return "l1";
+        case EventKind::L2: return "l2";
+        case EventKind::L3: return "l3";
+        case EventKind::Step: return "step";
+        case EventKind::Eval: return "eval";
+        case EventKind::Timing: return "timing";
+        case EventKind::Memory: return "memory";
+        case EventKind::Checkpoint: return "checkpoint";
+        case EventKind::Done: return "done";
+        case EventKind::Error: return "error";
+        case EventKind::Unknown: return "unknown";
+        case EventKind::Malformed: return "malformed";
+    }
+    return "malformed";
+}
+
+namespace {
+EventKind event_kind_of(const std::string& name) {
+    for (EventKind k : {EventKind::Hello, EventKind::Resume, EventKind::L1, EventKind::L2, EventKind::L3, EventKind::Step,
+                        EventKind::Eval, EventKind::Timing, EventKind::Memory, EventKind::Checkpoint, EventKind::Done,
+                        EventKind::Error})
+        if (name == event_kind_name(k)) return k;
+    return EventKind::Unknown;
+}
+}  // namespace
+
 std::string LegTrace::implementation() const { return text(hello, "implementation"); }
 
 std::optional<json> parse_event_line(std::string_view line, std::string* reason) {
@@ -86,37 +116,43 @@ std::optional<json> parse_event_line(std::string_view line, std::string* reason)
     return j;
 }
 
-std::string apply_event_line(LegTrace& t, std::string_view line) {
+EventKind apply_event_line(LegTrace& t, std::string_view line) {
     ++t.lines;
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
-    if (line.empty()) return "";
+    if (line.empty()) return EventKind::Malformed;
     std::string reason;
     auto parsed = parse_event_line(line, &reason);
     if (!parsed) {
         t.malformed.push_back("line " + std::to_string(t.lines) + ": " + reason + ": " + clip_line(line));
-        return "";
+        return EventKind::Malformed;
     }
     const json& j = *parsed;
-    const std::string kind = j["event"].get<std::string>();
+    const std::string name = j["event"].get<std::string>();
+    const EventKind kind = event_kind_of(name);
     try {
-        if (kind == "hello") {
+        switch (kind) {
+        case EventKind::Hello:
             t.hello = j;
-        } else if (kind == "l1") {
+            break;
+        case EventKind::L1:
             t.l1_ce = num_or_nan(j, "heldout_ce");
             t.l1_tokens = integer(j, "tokens", 0);
-        } else if (kind == "l2") {
+            break;
+        case EventKind::L2:
             t.has_l2 = true;
             t.l2.clear();
             if (j.contains("tensors") && j["tensors"].is_array())
                 for (const auto& d : j["tensors"]) t.l2.push_back(digest_from_json(d));
-        } else if (kind == "l3") {
+            break;
+        case EventKind::L3:
             t.has_l3 = true;
             t.l3.clear();
             t.l3_template = text(j, "template");
             t.l3_max_len = integer(j, "max_len", 0);
             if (j.contains("records") && j["records"].is_array())
                 for (const auto& r : j["records"]) t.l3.push_back(l3_record_from_json(r));
-        } else if (kind == "step") {
+            break;
+        case EventKind::Step: {
             StepRow s;
             s.update = integer(j, "update", -1);
             s.loss = num_or_nan(j, "loss");
@@ -130,37 +166,49 @@ std::string apply_event_line(LegTrace& t, std::string_view line) {
             }
             t.steps.push_back(s);
             t.step_input_tokens.push_back(integer(j, "input_tokens", -1));
-        } else if (kind == "eval") {
+            break;
+        }
+        case EventKind::Eval: {
             EvalRow e;
             e.update = integer(j, "update", -1);
             e.heldout_ce = num_or_nan(j, "heldout_ce");
             while (!t.evals.empty() && t.evals.back().update >= e.update) t.evals.pop_back();
             t.evals.push_back(e);
-        } else if (kind == "timing") {
+            break;
+        }
+        case EventKind::Timing:
             t.model_load_s = num(j, "model_load_s", t.model_load_s);
             t.tokenize_s = num(j, "tokenize_s", t.tokenize_s);
             t.setup_s = num(j, "setup_s", t.setup_s);
             t.train_s = num(j, "train_s", t.train_s);
             t.total_s = num(j, "total_s", t.total_s);
-        } else if (kind == "memory") {
+            break;
+        case EventKind::Memory:
             t.peak_host_bytes = std::max(t.peak_host_bytes, integer(j, "peak_host_rss_bytes", -1));
             t.peak_device_bytes = std::max(t.peak_device_bytes, integer(j, "peak_device_bytes", -1));
-        } else if (kind == "checkpoint") {
+            break;
+        case EventKind::Checkpoint:
             t.checkpoints.emplace_back(integer(j, "update", -1), text(j, "path"));
-        } else if (kind == "resume") {
+            break;
+        case EventKind::Resume:
             ++t.resumes;
             t.done = false;
             t.error.reset();
-        } else if (kind == "done") {
+            break;
+        case EventKind::Done:
             t.done = true;
-        } else if (kind == "error") {
+            break;
+        case EventKind::Error:
             t.error = text(j, "message");
+            break;
+        case EventKind::Unknown:  // ignored (forward compatibility)
+        case EventKind::Malformed:
+            break;
         }
-        // Any other event kind is ignored (forward compatibility).
     } catch (const std::exception& e) {
-        t.malformed.push_back("line " + std::to_string(t.lines) + ": bad " + kind + " event (" + e.what() +
+        t.malformed.push_back("line " + std::to_string(t.lines) + ": bad " + name + " event (" + e.what() +
                               "): " + clip_line(line));
-        return "";
+        return EventKind::Malformed;
     }
     return kind;
 }

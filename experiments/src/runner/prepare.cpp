@@ -25,15 +25,6 @@ void say(const PrepareOptions& opt, const std::string& line) {
     if (opt.log) opt.log(line);
 }
 
-std::string utc_stamp() {
-    std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-    return buf;
-}
-
 void copy_file_into(const fs::path& from, const fs::path& dir) {
     std::error_code ec;
     fs::copy_file(from, dir / from.filename(), fs::copy_options::overwrite_existing, ec);
@@ -61,13 +52,6 @@ engine::LoraConfig lora_config_of(const ExperimentSpec& spec) {
     l.dropout = spec.lora_dropout;
     l.targets = spec.lora_targets;
     return l;
-}
-
-fs::path new_run_folder(const fs::path& out_dir, const std::string& experiment) {
-    fs::path base = out_dir / (experiment + "-" + utc_stamp());
-    fs::path p = base;
-    for (int i = 2; fs::exists(p); ++i) p = base.string() + "-" + std::to_string(i);
-    return p;
 }
 
 PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, const PrepareOptions& opt) {

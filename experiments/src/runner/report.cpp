@@ -256,16 +256,21 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
         if (f == ReportFormat::Csv) o << "# " << tables[i].title << "\n";
         o << render_table(tables[i], f) << "\n";
     }
-    std::string verdict = c.passed() ? "all cross-checks passed" : "cross-checks FAILED";
+    // The verdict line, then every reason: what is incomplete first (it makes the levels moot).
+    const std::string verdict = c.verdict();
+    std::vector<std::string> reasons;
+    for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
+    for (const auto& x : c.failures) reasons.push_back(x);
+    if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     if (f == ReportFormat::Latex) {
-        o << "% verdict: " << verdict << "\n";
-        for (const auto& x : c.failures) o << "% " << latex_escape(x) << "\n";
+        o << "% verdict: " << latex_escape(verdict) << "\n";
+        for (const auto& x : reasons) o << "% " << latex_escape(x) << "\n";
     } else if (f == ReportFormat::Csv) {
         o << "# verdict: " << verdict << "\n";
-        for (const auto& x : c.failures) o << "# " << x << "\n";
+        for (const auto& x : reasons) o << "# " << x << "\n";
     } else {
-        o << (f == ReportFormat::Markdown ? "**" + verdict + "**" : verdict) << "\n";
-        for (const auto& x : c.failures) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
+        o << (f == ReportFormat::Markdown ? "**" + md_escape(verdict) + "**" : verdict) << "\n";
+        for (const auto& x : reasons) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
     }
     return o.str();
 }
@@ -277,7 +282,9 @@ Comparison compare_run_file(const fs::path& run, std::string* title) {
     auto exp = reader.experiment();
     if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
     ExperimentSpec spec = parse_experiment(nlohmann::json::parse(exp->spec_json), file.string() + " /experiment spec");
-    Comparison c = compare_legs(read_legs(reader), spec);
+    const std::vector<LegData> legs = read_legs(reader);
+    Comparison c = compare_legs(legs, spec);
+    judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
     if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
     return c;

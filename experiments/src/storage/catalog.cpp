@@ -5,11 +5,13 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 namespace tandem::experiments {
@@ -80,6 +82,10 @@ const std::vector<std::vector<const char*>>& migrations() {
     return steps;
 }
 
+// How long a write waits for other catalog writers before giving up (the busy timeout covers the
+// common case; step() retries what it does not).
+constexpr double kBusyRetrySeconds = 30.0;
+
 class Statement {
 public:
     Statement(sqlite3* db, const std::string& file, const char* sql) : db_(db), file_(file) {
@@ -103,12 +109,28 @@ public:
         return bind(i, *v);
     }
 
-    // true while rows come; false when done.
+    // true while rows come; false when done. A busy or locked database is retried for up to
+    // kBusyRetrySeconds (docs/catalog.md): SQLite's busy handler is not called in every case (taking
+    // the WAL lock at open, recovering the WAL index), so a busy answer is retried here too.
     bool step() {
-        const int rc = sqlite3_step(stmt_);
-        if (rc == SQLITE_ROW) return true;
-        if (rc == SQLITE_DONE) return false;
-        throw Error(file_ + ": " + sqlite3_errmsg(db_));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kBusyRetrySeconds);
+        auto pause = std::chrono::milliseconds(2);
+        for (;;) {
+            const int rc = sqlite3_step(stmt_);
+            if (rc == SQLITE_ROW) return true;
+            if (rc == SQLITE_DONE) return false;
+            const int primary = rc & 0xff;
+            if ((primary == SQLITE_BUSY || primary == SQLITE_LOCKED) && std::chrono::steady_clock::now() < deadline) {
+                sqlite3_reset(stmt_);
+                std::this_thread::sleep_for(pause);
+                pause = std::min(pause * 2, std::chrono::milliseconds(100));
+                continue;
+            }
+            throw Error(file_ + ": " + sqlite3_errmsg(db_) +
+                        (primary == SQLITE_BUSY || primary == SQLITE_LOCKED
+                             ? " (still busy after " + std::to_string(static_cast<int>(kBusyRetrySeconds)) + " s)"
+                             : std::string()));
+        }
     }
     void run() {
         while (step()) {
@@ -196,7 +218,7 @@ Catalog::Catalog(const std::filesystem::path& path) : path_(path) {
         throw Error(name + ": cannot open catalog (" + message + ")");
     }
     try {
-        sqlite3_busy_timeout(db_, 5000);
+        sqlite3_busy_timeout(db_, static_cast<int>(kBusyRetrySeconds * 1000));
         sqlite3_extended_result_codes(db_, 1);
         {
             Statement wal(db_, name, "PRAGMA journal_mode = WAL");

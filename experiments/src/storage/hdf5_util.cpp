@@ -9,7 +9,13 @@ namespace tandem::experiments::h5 {
 
 void silence_library_errors() {
     static std::once_flag once;
-    std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+    std::call_once(once, [] {
+        // No library shutdown at exit: HDF5 1.10 keeps a file whose close failed (a full disk) in its
+        // ID table, and its exit handler then crashes closing it (exit 139 instead of our one-line
+        // error). tandem closes every file it opens itself. Must precede any other HDF5 call.
+        H5dont_atexit();
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    });
 }
 
 std::string take_error_detail() {

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -161,8 +162,22 @@ void copy_bytes(const std::filesystem::path& from, int to_fd, const std::string&
     ::close(from_fd);
 }
 
+// Reserves room for the session's growth past the copy's end, so that a full disk shows up here as
+// a clean error instead of inside HDF5's writes and close (which HDF5 1.10 does not survive well).
+// HDF5 truncates the file to its used size when it closes it.
+void reserve_room(int fd, const std::string& name) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw Error(name + ": cannot write the working copy (" + std::strerror(errno) + ")");
+    const off_t room = std::max<off_t>(off_t{4} << 20, st.st_size / 4);
+    const int rc = ::posix_fallocate(fd, st.st_size, room);
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+        throw Error(name + ": cannot write the working copy (" + std::strerror(rc) + ")");
+}
+
+// HDF5's own file locking ("unable to lock file, errno = 11, ..."): another HDF5 program holds it.
+// Match the whole phrase: other messages contain "lock" too ("sblock->base_addr" of a truncated file).
 bool is_lock_conflict(const std::string& detail) {
-    return detail.find("lock") != std::string::npos;
+    return detail.find("unable to lock file") != std::string::npos;
 }
 
 }  // namespace
@@ -231,6 +246,7 @@ void RunFileWriter::ensure_open() {
         std::error_code ec;
         if (std::filesystem::exists(path_, ec)) {
             copy_bytes(path_, lock_fd_, name);
+            reserve_room(lock_fd_, name);
             file_ = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
             if (file_ < 0) h5::fail(name, "cannot open run file for writing");
         } else {
@@ -363,7 +379,8 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
                               {"spec_sha256", experiment.spec_sha256},
                               {"tandem_version", experiment.tandem_version.empty() ? std::string(TANDEM_VERSION)
                                                                                    : experiment.tandem_version},
-                              {"run_id", experiment.run_id}});
+                              {"run_id", experiment.run_id},
+                              {"total_updates", experiment.total_updates}});
     });
 }
 
@@ -412,35 +429,55 @@ void RunFileWriter::set_leg_attributes(const std::string& leg, const Attributes&
     create_leg(leg, attributes);
 }
 
+namespace {
+// Opens /legs/<leg>/<name> (created empty when absent), emptied first when `replace`, then appends.
+void write_table_rows(const std::string& f, hid_t file, const std::string& leg, const char* name, hid_t file_type,
+                      hid_t memory_type, hsize_t chunk_rows, const void* rows, hsize_t count, bool replace) {
+    Handle group = h5::require_group(f, file, leg_path(leg));
+    Handle dataset;
+    if (h5::exists(group, name)) {
+        dataset = Handle(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+        if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/" + name);
+        if (replace) {
+            hsize_t zero[1] = {0};
+            if (H5Dset_extent(dataset, zero) < 0) h5::fail(f, "cannot empty " + leg_path(leg) + "/" + name);
+        }
+    } else {
+        dataset = h5::create_table(f, group, name, file_type, chunk_rows);
+    }
+    h5::append_rows(f, dataset, memory_type, rows, count);
+}
+}  // namespace
+
 void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) {
     validate_leg_name(leg);
     guarded([&] {
-        const std::string f = path_.string();
-        Handle group = h5::require_group(f, file_, leg_path(leg));
-        Handle dataset;
-        if (h5::exists(group, "steps")) {
-            dataset = Handle(H5Dopen2(group, "steps", H5P_DEFAULT), H5Dclose);
-            if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/steps");
-        } else {
-            dataset = h5::create_table(f, group, "steps", step_type(true), kStepChunkRows);
-        }
-        h5::append_rows(f, dataset, step_type(false), rows.data(), rows.size());
+        write_table_rows(path_.string(), file_, leg, "steps", step_type(true), step_type(false), kStepChunkRows,
+                         rows.data(), rows.size(), false);
+    });
+}
+
+void RunFileWriter::replace_steps(const std::string& leg, const std::vector<StepRow>& rows) {
+    validate_leg_name(leg);
+    guarded([&] {
+        write_table_rows(path_.string(), file_, leg, "steps", step_type(true), step_type(false), kStepChunkRows,
+                         rows.data(), rows.size(), true);
     });
 }
 
 void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
     validate_leg_name(leg);
     guarded([&] {
-        const std::string f = path_.string();
-        Handle group = h5::require_group(f, file_, leg_path(leg));
-        Handle dataset;
-        if (h5::exists(group, "eval")) {
-            dataset = Handle(H5Dopen2(group, "eval", H5P_DEFAULT), H5Dclose);
-            if (!dataset.valid()) h5::fail(f, "cannot open " + leg_path(leg) + "/eval");
-        } else {
-            dataset = h5::create_table(f, group, "eval", eval_type(true), kEvalChunkRows);
-        }
-        h5::append_rows(f, dataset, eval_type(false), rows.data(), rows.size());
+        write_table_rows(path_.string(), file_, leg, "eval", eval_type(true), eval_type(false), kEvalChunkRows,
+                         rows.data(), rows.size(), false);
+    });
+}
+
+void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
+    validate_leg_name(leg);
+    guarded([&] {
+        write_table_rows(path_.string(), file_, leg, "eval", eval_type(true), eval_type(false), kEvalChunkRows,
+                         rows.data(), rows.size(), true);
     });
 }
 
@@ -519,9 +556,12 @@ RunFileReader::RunFileReader(const std::filesystem::path& path, double wait_s) :
         file_ = H5Fopen(name.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
         if (file_ >= 0) return;
         const std::string detail = h5::take_error_detail();
+        if (detail.find("truncated file") != std::string::npos)
+            throw Error(name + ": run file is truncated (" + detail +
+                        "); it was cut short, e.g. copied while a run was writing it or on a full disk");
         if (!is_lock_conflict(detail) || std::chrono::steady_clock::now() >= deadline)
             throw Error(name + ": cannot open run file" + (detail.empty() ? "" : " (" + detail + ")") +
-                        (is_lock_conflict(detail) ? "; a writer still holds it" : ""));
+                        (is_lock_conflict(detail) ? "; another HDF5 program holds it locked" : ""));
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
 }
@@ -576,7 +616,7 @@ std::optional<ExperimentInfo> RunFileReader::experiment() const {
     if (!h5::exists(file_, "/experiment")) return std::nullopt;
     const Attributes a = attributes("/experiment");
     return ExperimentInfo{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
-                          text_attr(a, "tandem_version"), text_attr(a, "run_id")};
+                          text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1)};
 }
 
 std::vector<ProbeResult> RunFileReader::probes() const {

@@ -12,9 +12,7 @@ ReportTables load_report_tables(const std::filesystem::path& path) {
     const auto comparison = experiments::compare_run_file(file, &title);
     ReportTables out;
     out.tables = experiments::report_tables(comparison);
-    out.note = title + " — the tables of `tandem report " + file.parent_path().string() + "`; " +
-               (comparison.passed() ? std::string("every check passed.")
-                                    : std::to_string(comparison.failures.size()) + " check(s) failed: " + comparison.failures.front());
+    out.note = title + " — the tables of `tandem report " + file.parent_path().string() + "`; " + comparison.verdict() + ".";
     return out;
 }
 

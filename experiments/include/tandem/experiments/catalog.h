@@ -3,8 +3,9 @@
 // and paths, so the GUI and the report can list everything without opening run files.
 // Schema, migrations and pragmas: docs/catalog.md.
 //
-// - WAL journal, synchronous=FULL, foreign_keys=ON, busy timeout 5 s; one Catalog object = one
-//   connection; use one writer (the runner / `tandem probe`) at a time, readers may be many.
+// - WAL journal, synchronous=FULL, foreign_keys=ON, busy timeout 30 s plus retries of busy statements
+//   (docs/catalog.md); one Catalog object = one connection; many processes may write at once
+//   (concurrent runs), each write waiting its turn.
 // - Schema version in PRAGMA user_version; opening migrates forward from any older version (an
 //   empty or missing file is version 0), each step inside one transaction. A file with a NEWER
 //   version than this build knows is refused (never downgraded).

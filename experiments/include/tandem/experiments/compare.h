@@ -140,8 +140,30 @@ struct Comparison {
     std::vector<TimingRow> timing;
     std::vector<ProbeResult> probes;
     std::vector<std::string> failures;  // one line per level that failed its threshold
-    bool passed() const { return failures.empty(); }
+    // What the legs lack (judge_completeness): a leg that did not finish, missing or repeated updates,
+    // missing evaluations. A comparison over incomplete legs never passes.
+    std::vector<std::string> incomplete;
+    bool completeness_judged = false;
+    bool passed() const { return completeness_judged && incomplete.empty() && failures.empty(); }
+    // One line: "all cross-checks passed", "incomplete: <first reason> (+N more)", "cross-checks FAILED:
+    // <first failure> (+N more)", or for one leg "complete; one leg, nothing to cross-check".
+    std::string verdict() const;
 };
+
+// What a complete run holds for every leg (docs/report.md "Complete runs").
+struct ExpectedSeries {
+    int64_t updates = -1;        // optimizer updates in the plan; -1 when unknown
+    int64_t eval_interval = 0;   // the spec's eval.interval
+};
+// Evaluation updates of the schedule: 0, every interval, and the last (`updates`).
+std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval);
+// What one leg lacks, one line each (empty when complete): not finished, steps missing / repeated /
+// out of order, evaluations missing.
+std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries& expected);
+// Non-finite training loss, grad norm or held-out CE, one line each ("engine: non-finite loss at update 3").
+std::vector<std::string> non_finite_values(const LegData& leg);
+// Judges every leg: fills c.incomplete (and c.failures with non-finite values) and marks it judged.
+void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const ExpectedSeries& expected);
 
 // The median-s/update window: the paper's updates 101-500 (first 100 discarded) when the run is long
 // enough, else [n/5, n-1] (0-based, inclusive).

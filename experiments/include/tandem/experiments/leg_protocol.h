@@ -23,6 +23,12 @@ namespace tandem::experiments {
 
 inline constexpr int kLegProtocolVersion = 1;
 
+// The event kinds of protocol version 1 (docs/leg-protocol.md). `Unknown`: a well-formed event of a
+// kind this version does not know (ignored, forward compatibility); `Malformed`: not an event at all.
+enum class EventKind { Hello, Resume, L1, L2, L3, Step, Eval, Timing, Memory, Checkpoint, Done, Error, Unknown, Malformed };
+// "hello", "step", ... as on the wire; "unknown" / "malformed" for the last two.
+const char* event_kind_name(EventKind kind);
+
 struct TensorDigest {
     std::string name;   // HF / peft file name
     std::string kind;   // "base" | "adapter"
@@ -70,9 +76,10 @@ struct LegTrace {
 // Parses one line; nullopt (with `reason`) when it is not a protocol event object.
 std::optional<nlohmann::json> parse_event_line(std::string_view line, std::string* reason);
 
-// Applies one line to the trace; returns the event kind, or "" when the line was malformed (it is
-// then recorded in trace.malformed). Never throws.
-std::string apply_event_line(LegTrace& trace, std::string_view line);
+// Applies one line to the trace; returns the event kind, Malformed when the line was not an event
+// (it is then recorded in trace.malformed; a blank line is Malformed without being recorded).
+// Never throws.
+EventKind apply_event_line(LegTrace& trace, std::string_view line);
 
 // Replays a whole events.jsonl (missing file: empty trace).
 LegTrace read_events_file(const std::filesystem::path& path);

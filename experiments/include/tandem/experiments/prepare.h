@@ -28,9 +28,6 @@ struct PreparedRun {
     nlohmann::json summary;      // what was prepared, also written to prepare.json
 };
 
-// A new run folder name: <experiment>-<YYYYmmdd-HHMMSS> (UTC); a suffix -2, -3 ... when taken.
-std::filesystem::path new_run_folder(const std::filesystem::path& out_dir, const std::string& experiment);
-
 // Writes every shared artifact into `folder` (created). Throws tandem::Error naming the step.
 PreparedRun prepare_run(const ExperimentSpec& spec, const std::filesystem::path& folder, const PrepareOptions& opt);
 

@@ -39,6 +39,7 @@ struct ExperimentInfo {
     std::string spec_sha256;     // lowercase hex (docs/run-folder.md)
     std::string tandem_version;  // filled with TANDEM_VERSION when empty
     std::string run_id;          // the run folder's name, also the catalog's runs.id
+    std::int64_t total_updates = -1;  // optimizer updates in the run's plan (-1: not recorded, older files)
 };
 
 // /probes/<device>: one bandwidth measurement of one device. `directions` holds the figures:
@@ -149,6 +150,9 @@ public:
     void set_leg_attributes(const std::string& leg, const Attributes& attributes);  // merged
     void append_steps(const std::string& leg, const std::vector<StepRow>& rows);
     void append_eval(const std::string& leg, const std::vector<EvalRow>& rows);
+    // The whole series replaced by `rows` (the runner rebuilding a leg's history from its events).
+    void replace_steps(const std::string& leg, const std::vector<StepRow>& rows);
+    void replace_eval(const std::string& leg, const std::vector<EvalRow>& rows);
     void write_timing(const std::string& leg, const LegTiming& timing);
     void write_memory(const std::string& leg, const LegMemory& memory);
     // A check result as JSON text (a scalar UTF-8 string dataset; replaced when written again).

@@ -1,0 +1,393 @@
+// Leg journals, leftover leg processes, untrusted checkpoints, and the recorder that keeps run.h5
+// and the catalog in step with the legs' traces.
+#include "run_record.h"
+
+#include "tandem/atomic_file.h"
+#include "tandem/error.h"
+#include "tandem/experiments/host_info.h"
+#include "tandem/version.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <set>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string utc_stamp() {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+    return buf;
+}
+
+bool same_bits(const StepRow& a, const StepRow& b) {
+    auto eq = [](double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; };
+    return a.update == b.update && eq(a.loss, b.loss) && eq(a.grad_norm, b.grad_norm) && eq(a.lr, b.lr) &&
+           a.tokens == b.tokens && eq(a.wall_s, b.wall_s);
+}
+bool same_bits(const EvalRow& a, const EvalRow& b) {
+    return a.update == b.update && std::memcmp(&a.heldout_ce, &b.heldout_ce, sizeof(double)) == 0;
+}
+
+// Brings `held` (what the file holds) to `want` (the trace): appends when `want` extends `held`,
+// rewrites otherwise. Returns false when nothing changed.
+template <class Row, class Append, class Replace>
+bool sync_series(std::vector<Row>& held, const std::vector<Row>& want, Append append, Replace replace) {
+    size_t common = 0;
+    while (common < held.size() && common < want.size() && same_bits(held[common], want[common])) ++common;
+    if (common == held.size() && common == want.size()) return false;
+    if (common == held.size()) append(std::vector<Row>(want.begin() + static_cast<std::ptrdiff_t>(common), want.end()));
+    else replace(want);
+    held = want;
+    return true;
+}
+
+}  // namespace
+
+// ---- run folders ------------------------------------------------------------------------------------
+
+fs::path create_run_folder(const fs::path& out_dir, const std::string& experiment) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (!fs::is_directory(out_dir))
+        throw Error(out_dir.string() + ": cannot use as the folder for run folders (" +
+                    (fs::exists(out_dir) ? std::string("it is not a folder") : ec.message()) + ")");
+    const fs::path base = out_dir / (experiment + "-" + utc_stamp());
+    for (int i = 1; i < 10000; ++i) {
+        fs::path p = i == 1 ? base : fs::path(base.string() + "-" + std::to_string(i));
+        if (::mkdir(p.c_str(), 0755) == 0) return p;  // atomic: exactly one runner creates it
+        if (errno != EEXIST) throw Error(p.string() + ": cannot create run folder (" + std::strerror(errno) + ")");
+    }
+    throw Error(base.string() + ": cannot find a free run folder name");
+}
+
+// ---- journals ---------------------------------------------------------------------------------------
+
+LegJournal::LegJournal(const fs::path& leg_dir) : events_path_(leg_dir / "events.jsonl") {
+    std::error_code ec;
+    fs::create_directories(leg_dir, ec);
+    if (ec) throw Error(leg_dir.string() + ": cannot create leg folder (" + ec.message() + ")");
+    events_fd_ = ::open(events_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (events_fd_ < 0) throw Error(events_path_.string() + ": cannot open (" + std::strerror(errno) + ")");
+    stderr_log_.open(leg_dir / "stderr.log", std::ios::app);
+}
+
+LegJournal::~LegJournal() {
+    if (events_fd_ >= 0) ::close(events_fd_);
+}
+
+void LegJournal::append_event(std::string_view line) {
+    std::string text(line);
+    text += '\n';
+    size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(events_fd_, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw Error(events_path_.string() + ": cannot record the leg's events (" + std::strerror(errno) + ")");
+        done += static_cast<size_t>(n);
+    }
+    if (!line.empty()) last_line_ = line.size() > 2000 ? std::string(line.substr(0, 2000)) + "..." : std::string(line);
+}
+
+void LegJournal::log(std::string_view line) {
+    stderr_log_ << line << '\n';
+    stderr_log_.flush();
+    if (!stderr_log_) stderr_log_.clear();  // stderr.log is a courtesy: a full disk is reported via events
+}
+
+void LegJournal::end_partial_line() {
+    const int fd = ::open(events_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    char last = '\n';
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+        if (::pread(fd, &last, 1, st.st_size - 1) != 1) last = '\n';
+    }
+    ::close(fd);
+    if (last != '\n') {
+        if (::write(events_fd_, "\n", 1) != 1)
+            throw Error(events_path_.string() + ": cannot record the leg's events (" + std::strerror(errno) + ")");
+    }
+}
+
+// ---- left-over leg processes --------------------------------------------------------------------------
+
+void record_leg_process(const fs::path& leg_dir, const ProcessIdentity& p) {
+    write_file_atomic(leg_dir / "process.json",
+                      json{{"pid", p.pid}, {"start_ticks", p.start_ticks}, {"runner_pid", ::getpid()}}.dump() + "\n");
+}
+
+void clear_leg_process(const fs::path& leg_dir) {
+    std::error_code ec;
+    fs::remove(leg_dir / "process.json", ec);
+}
+
+bool stop_left_over_process(const fs::path& leg_dir) {
+    const fs::path f = leg_dir / "process.json";
+    if (!fs::exists(f)) return false;
+    ProcessIdentity p;
+    try {
+        json j = json::parse(read_file(f));
+        p.pid = j.at("pid").get<pid_t>();
+        p.start_ticks = j.at("start_ticks").get<unsigned long long>();
+    } catch (const std::exception&) {
+        clear_leg_process(leg_dir);
+        return false;
+    }
+    bool stopped = false;
+    if (still_running(p)) {
+        signal_group(p.pid, SIGKILL);
+        ::kill(p.pid, SIGKILL);
+        for (int i = 0; i < 100 && still_running(p); ++i) ::usleep(20000);
+        stopped = true;
+    }
+    clear_leg_process(leg_dir);
+    return stopped;
+}
+
+// ---- checkpoints -------------------------------------------------------------------------------------
+
+std::vector<std::string> set_aside_untrusted_checkpoints(const fs::path& run_dir, const std::string& leg,
+                                                         const LegTrace& trace) {
+    const fs::path leg_dir = run_dir / "legs" / leg;
+    std::set<std::string> announced;
+    for (const auto& [update, path] : trace.checkpoints) announced.insert(fs::path(path).filename().string());
+    std::vector<std::string> moved;
+    std::error_code ec;
+    if (!fs::is_directory(leg_dir, ec)) return moved;
+    for (const auto& e : fs::directory_iterator(leg_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (!e.is_directory() || name.rfind("ckpt-", 0) != 0) continue;
+        if (announced.count(name)) continue;
+        const fs::path aside = leg_dir / "untrusted";
+        fs::create_directories(aside, ec);
+        fs::path target = aside / (name + "-" + utc_stamp());
+        for (int i = 2; fs::exists(target); ++i) target = aside / (name + "-" + utc_stamp() + "-" + std::to_string(i));
+        fs::rename(e.path(), target, ec);
+        if (ec) throw Error(e.path().string() + ": cannot set aside an unannounced checkpoint (" + ec.message() + ")");
+        moved.push_back(name);
+    }
+    std::sort(moved.begin(), moved.end());
+    return moved;
+}
+
+// ---- the recorder -------------------------------------------------------------------------------------
+
+RunRecorder::RunRecorder(fs::path run_file, const fs::path& catalog)
+    : run_file_(std::move(run_file)), catalog_(catalog) {}
+
+void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& prepared,
+                               const std::vector<LegState>& legs, bool resumed) {
+    HostInfo host = collect_host_info();
+    hostname_ = host.hostname;
+    total_updates_ = prepared.total_updates;
+    if (auto existing = catalog_.run(prepared.run_id)) run_ = *existing;
+    run_.id = prepared.run_id;
+    run_.experiment = spec.name;
+    run_.spec_sha256 = spec.sha256();
+    run_.folder = prepared.folder.string();
+    run_.run_file = run_file_.string();
+    if (run_.started_at.empty()) run_.started_at = utc_timestamp_now();
+    run_.status = "running";
+    run_.finished_at.reset();
+    run_.tandem_version = TANDEM_VERSION;
+    run_.hostname = host.hostname;
+    run_.runner_pid = static_cast<int64_t>(::getpid());
+    run_.note = resumed ? "resumed" : "";
+    catalog_.upsert_run(run_);
+
+    tracked_.clear();
+    {
+        RunFileWriter w(run_file_);
+        // /host and /experiment are (re)written when absent: a runner killed during preparation or
+        // before its first commit left no run file.
+        std::optional<ExperimentInfo> existing;
+        if (fs::exists(run_file_)) existing = RunFileReader(run_file_).experiment();
+        if (!resumed || !existing) w.write_host(host);
+        ExperimentInfo info;
+        info.name = spec.name;
+        info.spec_json = spec.to_json().dump();
+        info.spec_sha256 = spec.sha256();
+        info.run_id = prepared.run_id;
+        info.total_updates = prepared.total_updates;
+        w.write_experiment(info);
+        for (const auto& l : legs) {
+            w.create_leg(l.plan->name, {{"implementation", l.plan->implementation}, {"device", l.plan->device},
+                                        {"threads", static_cast<int64_t>(l.threads)}, {"status", l.status}});
+            Tracked t;
+            t.name = l.plan->name;
+            t.trace = l.trace;
+            if (resumed) {
+                // The series are rebuilt from the trace, whatever the file held (the file may miss rows
+                // a killed runner never committed).
+                w.replace_steps(t.name, l.trace->steps);
+                w.replace_eval(t.name, l.trace->evals);
+                t.steps = l.trace->steps;
+                t.evals = l.trace->evals;
+            }
+            tracked_.push_back(std::move(t));
+        }
+    }
+    for (const auto& l : legs) catalog_.upsert_leg(leg_record(l));
+    flush();  // checks already in the traces (resume)
+}
+
+void RunRecorder::record_probe(const ProbeResult& p) {
+    RunFileWriter(run_file_).write_probe(p);
+    catalog_.add_probe(p, run_file_.string(), hostname_);
+}
+
+void RunRecorder::flush() {
+    std::optional<RunFileWriter> w;
+    auto writer = [&]() -> RunFileWriter& {
+        if (!w) w.emplace(run_file_);
+        return *w;
+    };
+    for (auto& t : tracked_) {
+        const LegTrace& tr = *t.trace;
+        sync_series(
+            t.steps, tr.steps, [&](const std::vector<StepRow>& rows) { writer().append_steps(t.name, rows); },
+            [&](const std::vector<StepRow>& rows) { writer().replace_steps(t.name, rows); });
+        sync_series(
+            t.evals, tr.evals, [&](const std::vector<EvalRow>& rows) { writer().append_eval(t.name, rows); },
+            [&](const std::vector<EvalRow>& rows) { writer().replace_eval(t.name, rows); });
+        if (tr.l1_ce && !t.l1) {
+            writer().write_check(t.name, CheckLevel::L1, l1_to_json(tr).dump());
+            t.l1 = true;
+        }
+        if (tr.has_l2 && !t.l2) {
+            writer().write_check(t.name, CheckLevel::L2, l2_to_json(tr).dump());
+            t.l2 = true;
+        }
+        if (tr.has_l3 && !t.l3) {
+            writer().write_check(t.name, CheckLevel::L3, l3_to_json(tr).dump());
+            t.l3 = true;
+        }
+    }
+    if (w) w->commit();  // errors surface here, not in a destructor that must not throw
+}
+
+void RunRecorder::write_leg_summary(const LegState& l) {
+    const LegTrace& t = *l.trace;
+    LegTiming tm;
+    tm.model_load_s = t.model_load_s;
+    tm.tokenize_s = t.tokenize_s;
+    tm.total_s = t.total_s;
+    auto [first, last] = timing_window(static_cast<int64_t>(t.steps.size()));
+    tm.window_first = first;
+    tm.window_last = last;
+    std::vector<double> win;
+    double tok = 0, wall = 0;
+    for (const auto& s : t.steps) {
+        if (s.update >= first && s.update <= last) win.push_back(s.wall_s);
+        tok += static_cast<double>(s.tokens);
+        wall += s.wall_s;
+    }
+    if (!win.empty()) tm.median_update_s = percentile(win, 50);
+    if (wall > 0) tm.tokens_per_s = tok / wall;
+    tm.extra["setup_s"] = t.setup_s;
+    tm.extra["train_s"] = t.train_s;
+    LegMemory m;
+    m.peak_device_bytes = t.peak_device_bytes;
+    m.peak_host_bytes = t.peak_host_bytes;
+    Attributes a{{"status", l.status}, {"exit_status", static_cast<int64_t>(l.exit_status)},
+                 {"updates_done", static_cast<int64_t>(t.steps.size())}, {"resumes", static_cast<int64_t>(t.resumes)},
+                 {"malformed_lines", static_cast<int64_t>(t.malformed.size())}, {"hello", t.hello.dump()}};
+    if (t.error) a["error"] = *t.error;
+    if (l.status != "finished" && !l.last_line.empty()) a["last_event"] = l.last_line;
+    if (!t.malformed.empty()) a["first_malformed"] = t.malformed.front();
+    RunFileWriter w(run_file_);
+    w.write_timing(l.plan->name, tm);
+    w.write_memory(l.plan->name, m);
+    w.set_leg_attributes(l.plan->name, a);
+    w.commit();
+}
+
+LegRecord RunRecorder::leg_record(const LegState& l) const {
+    LegRecord r;
+    r.run_id = run_.id;
+    r.name = l.plan->name;
+    r.implementation = l.plan->implementation;
+    r.device = l.plan->device;
+    r.status = l.status;
+    const LegTrace& t = *l.trace;
+    if (l.status != "running" && l.status != "pending") r.exit_status = l.exit_status;
+    if (!l.started_at.empty()) r.started_at = l.started_at;
+    if (l.status == "finished" || l.status == "failed" || l.status == "interrupted") r.finished_at = utc_timestamp_now();
+    r.updates_done = static_cast<int64_t>(t.steps.size());
+    r.updates_total = total_updates_;
+    if (!t.steps.empty() && std::isfinite(t.steps.back().loss)) r.final_loss = t.steps.back().loss;
+    if (!t.evals.empty()) {
+        r.last_eval_update = t.evals.back().update;
+        if (std::isfinite(t.evals.back().heldout_ce)) r.last_eval_ce = t.evals.back().heldout_ce;
+    }
+    double tok = 0, wall = 0;
+    for (const auto& s : t.steps) {
+        tok += static_cast<double>(s.tokens);
+        wall += std::isfinite(s.wall_s) ? s.wall_s : 0;
+    }
+    if (wall > 0) r.tokens_per_s = tok / wall;
+    if (t.peak_device_bytes >= 0) r.peak_device_bytes = t.peak_device_bytes;
+    if (t.peak_host_bytes >= 0) r.peak_host_bytes = t.peak_host_bytes;
+    if (t.error) r.error = *t.error;
+    else if (l.status == "failed") r.error = "exit status " + std::to_string(l.exit_status);
+    return r;
+}
+
+void RunRecorder::update_leg(const LegState& l) { catalog_.upsert_leg(leg_record(l)); }
+
+Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected) {
+    Comparison cmp;
+    std::vector<LegData> legs;
+    {
+        RunFileReader r(run_file_);
+        legs = read_legs(r);
+        cmp = compare_legs(legs, spec);
+        cmp.probes = r.probes();
+    }
+    judge_completeness(cmp, legs, expected);
+    if (legs.size() >= 2) {
+        RunFileWriter w(run_file_);
+        write_comparisons(w, cmp);
+        w.commit();
+    }
+    return cmp;
+}
+
+void RunRecorder::finish(const std::string& run_status, const std::string& verdict) {
+    run_.status = run_status;
+    run_.finished_at = utc_timestamp_now();
+    run_.note = verdict;
+    catalog_.upsert_run(run_);
+}
+
+void RunRecorder::fail(const std::string& reason, const std::vector<LegState>& legs) noexcept {
+    try {
+        for (const auto& l : legs) catalog_.upsert_leg(leg_record(l));
+    } catch (...) {
+    }
+    try {
+        if (run_.id.empty()) return;  // never registered
+        run_.status = "failed";
+        run_.finished_at = utc_timestamp_now();
+        run_.note = "failed: " + reason;
+        catalog_.upsert_run(run_);
+    } catch (...) {
+    }
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,72 @@
+"""Shared pieces of the runner fault tests: a small two-leg experiment, run.h5 series via h5py,
+reading a runner's output until a marker line."""
+import json
+import os
+import select
+import time
+
+SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "tandem"))
+
+
+def small_experiment(tmp, name, **changes):
+    """clinical-tiny cut to 6 updates (evaluations at 0, 2, 4, 6; checkpoints every 2 updates)."""
+    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny.json")) as f:
+        spec = json.load(f)
+    spec["name"] = name
+    spec["batch"]["max_updates"] = 6
+    spec["eval"] = {"interval": 2, "prefix_size": 8}
+    spec["checkpoint"] = {"interval": 2}
+    spec["corpus"]["max_records_per_source"] = 40
+    spec["sequence"]["max_len"] = 128
+    spec["l3_records"] = 16
+    for k, v in changes.items():
+        spec[k] = v
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def h5_series(folder):
+    """Every leg's recorded series (exact values, as Python lists) from run.h5."""
+    import h5py
+
+    out = {}
+    with h5py.File(os.path.join(folder, "run.h5"), "r") as f:
+        for leg in f["legs"]:
+            g = f["legs"][leg]
+            steps = g["steps"][()] if "steps" in g else None
+            ev = g["eval"][()] if "eval" in g else None
+            out[leg] = {
+                "update": [] if steps is None else steps["update"].tolist(),
+                "loss": [] if steps is None else steps["loss"].tolist(),
+                "grad_norm": [] if steps is None else steps["grad_norm"].tolist(),
+                "lr": [] if steps is None else steps["lr"].tolist(),
+                "tokens": [] if steps is None else steps["tokens"].tolist(),
+                "eval_update": [] if ev is None else ev["update"].tolist(),
+                "heldout_ce": [] if ev is None else ev["heldout_ce"].tolist(),
+            }
+    return out
+
+
+def read_progress_until(proc, marker, timeout):
+    """Reads the process's (text, line-buffered) stdout until a line contains `marker`; True when seen."""
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    buf = ""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if not r:
+            if proc.poll() is not None:
+                return False
+            continue
+        chunk = os.read(fd, 65536).decode(errors="replace")
+        if not chunk:
+            return False
+        buf += chunk
+        if marker in buf:
+            return True
+        buf = buf[-4096:]
+    return False

@@ -69,7 +69,7 @@ private:
 struct RunArgs {
     std::string experiment;
     std::string resume;
-    std::string legs = "engine,reference";
+    std::string legs;  // empty: the experiment's legs, else engine,reference
     std::string devices = "cpu";
     std::string out = "runs";
     std::string catalog = "tandem.db";
@@ -94,8 +94,9 @@ void add_run_commands(CLI::App& app, int& exit_code) {
                                           "record run.h5 and the catalog, print the L1-L4 report");
     run->add_option("experiment", run_args->experiment, "experiment file (experiments/*.json)");
     run->add_option("--resume", run_args->resume, "continue the interrupted legs of this run folder from their last checkpoint");
-    run->add_option("--legs", run_args->legs, "legs to run, comma-separated: engine, reference (NAME=IMPL to name one)")
-        ->capture_default_str();
+    run->add_option("--legs", run_args->legs,
+                    "legs to run, comma-separated: engine, reference, sdk-python, sdk-go, or legs the experiment defines "
+                    "(NAME=IMPL to name one; default: the experiment's legs, else engine,reference)");
     run->add_option("--devices", run_args->devices, "devices, assigned to the legs in order: cpu, cuda:0, ...")
         ->capture_default_str();
     run->add_option("--out", run_args->out, "folder for run folders")->capture_default_str();
@@ -113,7 +114,8 @@ void add_run_commands(CLI::App& app, int& exit_code) {
         if (!a.resume.empty()) o.resume = a.resume;
         else {
             o.experiment = a.experiment;
-            o.legs = experiments::plan_legs(a.legs, a.devices);
+            o.legs = a.legs;
+            o.devices = a.devices;
         }
         o.out_dir = a.out;
         o.catalog = a.catalog;
@@ -149,16 +151,49 @@ void add_run_commands(CLI::App& app, int& exit_code) {
     });
 
     auto leg_opts = std::make_shared<experiments::EngineLegOptions>();
-    auto* leg = app.add_subcommand("leg", "Run one leg process (started by `tandem run`; speaks the leg protocol on stdout)");
-    leg->group("");  // hidden from the main help: an internal entry point
+    auto* leg = app.add_subcommand("leg", "One leg of a run: stop, pause or resume it (and the internal `leg engine`)");
     leg->require_subcommand(1);
-    auto* engine = leg->add_subcommand("engine", "the engine leg");
+    auto* engine = leg->add_subcommand("engine", "the engine leg process (started by `tandem run`; speaks the leg protocol)");
+    engine->group("");  // hidden from the help: an internal entry point
     engine->add_option("--run", leg_opts->run, "run folder")->required();
     engine->add_option("--leg", leg_opts->leg, "leg name")->capture_default_str();
     engine->add_option("--device", leg_opts->device, "device")->capture_default_str();
     engine->add_option("--threads", leg_opts->threads, "CPU threads (0: default)");
     engine->add_flag("--resume", leg_opts->resume, "continue from the newest valid checkpoint");
     engine->callback([leg_opts, &exit_code] { exit_code = experiments::run_engine_leg(*leg_opts); });
+
+    // tandem leg stop|pause|resume RUN LEG: one leg of a run, while the others go on.
+    struct LegControlArgs {
+        std::string run, leg, catalog = "tandem.db";
+    };
+    for (auto action : {experiments::LegAction::Stop, experiments::LegAction::Pause, experiments::LegAction::Resume}) {
+        auto a = std::make_shared<LegControlArgs>();
+        const char* help = action == experiments::LegAction::Stop
+                               ? "Stop one leg of a run; `tandem run --resume` then leaves it stopped"
+                           : action == experiments::LegAction::Pause
+                               ? "Pause one leg of a running run (it resumes from its last checkpoint)"
+                               : "Resume a paused or stopped leg (starts `tandem run --resume` when no runner is running)";
+        auto* sub = leg->add_subcommand(experiments::leg_action_name(action), help);
+        sub->add_option("run", a->run, "run folder")->required();
+        sub->add_option("leg", a->leg, "leg name")->required();
+        sub->add_option("--catalog", a->catalog, "SQLite catalog (for resume without a running runner)")->capture_default_str();
+        sub->callback([a, action, &exit_code] {
+            std::string said = experiments::request_leg_action(a->run, a->leg, action);
+            if (!said.empty()) {
+                std::printf("%s\n", said.c_str());
+                exit_code = kOk;
+                return;
+            }
+            experiments::RunnerOptions o;  // resume without a runner: continue the run
+            o.resume = a->run;
+            o.catalog = a->catalog;
+            o.on_progress = ProgressPrinter();
+            experiments::RunOutcome r = experiments::run_experiment(o);
+            exit_code = r.status == experiments::RunStatus::Interrupted ? kInterrupted
+                        : r.status != experiments::RunStatus::Finished ? kError
+                        : r.checks_passed ? kOk : kCheckFailed;
+        });
+    }
 }
 
 }  // namespace tandem::cli

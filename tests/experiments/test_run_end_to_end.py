@@ -253,7 +253,9 @@ def test_malformed_leg_output_is_recorded_and_does_not_stop_the_runner(tmp_path)
             "ev(event='hello', implementation='fake', pid=os.getpid())\n"
             "print('Traceback-like garbage {not json', flush=True)\n"
             "print('{\"v\": 7, \"event\": \"step\"}', flush=True)\n"
+            "ev(event='eval', update=0, heldout_ce=2.0, tokens=5)\n"
             "ev(event='step', update=0, loss=1.5, grad_norm=0.5, lr=0.0, tokens=3, wall_s=0.01, extra={'x': 1})\n"
+            "ev(event='eval', update=1, heldout_ce=1.9, tokens=5)\n"  # a complete run: every planned row
             "ev(event='done', updates=1)\n")
     spec = small_spec("e2e-malformed")
     spec["batch"]["max_updates"] = 1

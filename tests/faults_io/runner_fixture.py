@@ -21,7 +21,7 @@ def small_experiment(tmp, name, **changes):
     spec["sequence"]["max_len"] = 128
     spec["l3_records"] = 16
     for k, v in changes.items():
-        spec[k] = v
+        spec[k] = v  # top-level fields (legs, gate, ...)
     path = os.path.join(tmp, name + ".json")
     with open(path, "w") as f:
         json.dump(spec, f)

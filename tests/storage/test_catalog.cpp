@@ -71,6 +71,27 @@ CREATE INDEX probes_by_device ON probes (device, measured_at);
 PRAGMA user_version = 1;
 )";
 
+// The runs and legs tables of version 2 exactly as released (frozen, like kVersion1Ddl).
+const char* kVersion2Ddl = R"(
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_sha256 TEXT NOT NULL DEFAULT '', folder TEXT NOT NULL,
+  run_file TEXT NOT NULL DEFAULT '', started_at TEXT NOT NULL, finished_at TEXT,
+  status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running','finished','failed','interrupted','cancelled')),
+  tandem_version TEXT NOT NULL DEFAULT '', hostname TEXT NOT NULL DEFAULT '', runner_pid INTEGER,
+  note TEXT NOT NULL DEFAULT '');
+CREATE INDEX runs_by_start ON runs (started_at);
+CREATE TABLE legs (
+  run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL,
+  implementation TEXT NOT NULL DEFAULT '', device TEXT NOT NULL DEFAULT '',
+  status TEXT NOT NULL DEFAULT 'pending'
+    CHECK (status IN ('pending','running','finished','failed','interrupted','cancelled')),
+  exit_status INTEGER, started_at TEXT, finished_at TEXT, updates_done INTEGER, updates_total INTEGER,
+  final_loss REAL, tokens_per_s REAL, median_update_s REAL, peak_device_bytes INTEGER, peak_host_bytes INTEGER,
+  last_eval_update INTEGER, last_eval_ce REAL, error TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, name));
+PRAGMA user_version = 2;
+)";
+
 ex::ProbeResult cpu_probe(double gbps) {
     ex::ProbeResult p;
     p.device = "cpu";
@@ -89,7 +110,7 @@ TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
     const fs::path file = tandem::test::fresh_dir("catalog-new") / "tandem.db";
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
-    EXPECT_EQ(ex::kCatalogSchemaVersion, 2);
+    EXPECT_EQ(ex::kCatalogSchemaVersion, 3);
     EXPECT_EQ(pragma(c.handle(), "journal_mode"), "wal");
     EXPECT_EQ(pragma(c.handle(), "synchronous"), "2");  // FULL
     EXPECT_EQ(pragma(c.handle(), "foreign_keys"), "1");
@@ -107,7 +128,7 @@ TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
     const fs::path file = tandem::test::fresh_dir("catalog-empty") / "tandem.db";
     { std::ofstream touch(file); }
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 2);
+    EXPECT_EQ(c.schema_version(), 3);
 }
 
 TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
@@ -117,7 +138,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
                    "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
     {
         ex::Catalog c(file);
-        EXPECT_EQ(c.schema_version(), 2);
+        EXPECT_EQ(c.schema_version(), 3);
         const auto probes = c.probes();
         ASSERT_EQ(probes.size(), 1u);
         EXPECT_EQ(probes[0].device_name, "Old CPU");
@@ -132,6 +153,34 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
     ex::Catalog again(file);
     EXPECT_EQ(again.probes().size(), 1u);
     EXPECT_EQ(again.runs().size(), 1u);
+}
+
+TEST(Catalog, MigratesAVersion2FileKeepingLegRowsAndAcceptsPausedAndStoppedLegs) {
+    const fs::path file = tandem::test::fresh_dir("catalog-v2") / "tandem.db";
+    raw_exec(file, kVersion1Ddl);
+    raw_exec(file, kVersion2Ddl);
+    raw_exec(file, "INSERT INTO runs (id, experiment, folder, started_at, status) VALUES ('r1', 'x', '/r1', "
+                   "'2026-11-30T10:00:00Z', 'finished')");
+    raw_exec(file, "INSERT INTO legs (run_id, name, implementation, status, updates_done, final_loss) VALUES "
+                   "('r1', 'engine', 'engine', 'finished', 30, 11.5)");
+    ex::Catalog c(file);
+    EXPECT_EQ(c.schema_version(), 3);
+    auto legs = c.legs("r1");
+    ASSERT_EQ(legs.size(), 1u);
+    EXPECT_EQ(legs[0].status, "finished");
+    EXPECT_EQ(legs[0].updates_done, 30);
+    EXPECT_EQ(legs[0].final_loss, 11.5);
+    for (const char* status : {"paused", "stopped"}) {
+        ex::LegRecord l = legs[0];
+        l.status = status;
+        c.upsert_leg(l);
+        EXPECT_EQ(c.legs("r1")[0].status, status);
+    }
+    ex::LegRecord bad = legs[0];
+    bad.status = "sleeping";
+    EXPECT_THROW(c.upsert_leg(bad), tandem::Error);
+    EXPECT_TRUE(c.delete_run("r1"));  // the rebuilt table still cascades from runs
+    EXPECT_TRUE(c.legs("r1").empty());
 }
 
 TEST(Catalog, RefusesAFileThatIsNotSqliteAndLeavesItsBytes) {

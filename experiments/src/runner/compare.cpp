@@ -315,6 +315,7 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
     Comparison c;
     for (const auto& l : legs) {
         c.legs.push_back(l.name);
+        c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
         c.grads.push_back(grad_stats(l, spec.clip));
         c.timing.push_back(timing_row(l));
     }
@@ -522,6 +523,7 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
             t.peak_device_bytes = m->peak_device_bytes;
             t.peak_host_bytes = m->peak_host_bytes;
         }
+        if (auto j = reader.flags(name)) l.flags = flags_from_json(json::parse(*j));
         std::string err = str(attrs, "error");
         if (!err.empty()) t.error = err;
         t.done = l.status == "finished";

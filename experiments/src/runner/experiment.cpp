@@ -3,6 +3,7 @@
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
+#include "tandem/experiments/run_file.h"  // validate_leg_name
 #include "tandem/sha256.h"
 
 #include <algorithm>
@@ -123,6 +124,17 @@ const json& section(Fields& top, const std::string& key) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& leg_implementations() {
+    static const std::vector<std::string> k = {"engine", "reference", "sdk-python", "sdk-go", "command"};
+    return k;
+}
+
+const ExperimentSpec::LegDefinition* ExperimentSpec::leg_definition(const std::string& leg) const {
+    for (const auto& d : legs)
+        if (d.name == leg) return &d;
+    return nullptr;
+}
 
 std::string ExperimentSpec::leg_setting(const std::string& leg, const std::string& field) const {
     if (auto it = overrides.find(leg); it != overrides.end())
@@ -249,6 +261,38 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
             f.reject_unknown();
         }
     }
+    if (top.has("legs")) {
+        const json& o = top.raw("legs");
+        if (!o.is_object() || o.empty()) top.fail("legs", "must be an object {leg: {implementation, command?, device?}}");
+        for (auto it = o.begin(); it != o.end(); ++it) {
+            Fields f(it.value(), source, "legs." + it.key());
+            ExperimentSpec::LegDefinition d;
+            d.name = it.key();
+            try {
+                validate_leg_name(d.name);
+            } catch (const Error& e) {
+                f.fail("", e.what());
+            }
+            d.implementation = f.str("implementation", std::nullopt, leg_implementations());
+            if (f.has("command")) {
+                const json& c = f.raw("command");
+                if (!c.is_array() || c.empty()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
+                for (const auto& a : c) {
+                    if (!a.is_string()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
+                    d.command.push_back(a.get<std::string>());
+                }
+            }
+            if (d.implementation == "command" && d.command.empty()) f.fail("command", "is required for a command leg");
+            if (d.implementation != "command" && !d.command.empty())
+                f.fail("command", "is only for implementation command (the others start their own program)");
+            d.device = f.str("device", std::string());
+            if (!d.device.empty() && d.device != "cpu" && d.device.rfind("cuda:", 0) != 0)
+                f.fail("device", "must be cpu or cuda:N, not '" + d.device + "'");
+            f.reject_unknown();
+            s.legs.push_back(std::move(d));
+        }
+    }
+    if (top.has("gate")) s.gate = GateConfig::from_json(top.raw("gate"), source);
     top.str("$schema", std::string());  // allowed, ignored
     top.reject_unknown();
     return s;
@@ -265,7 +309,7 @@ json ExperimentSpec::to_json() const {
         for (const auto& [k, v] : fields) f[k] = v;
         ov[leg] = f;
     }
-    return json{
+    json j{
         {"name", name},
         {"description", description},
         {"seed", seed},
@@ -289,6 +333,19 @@ json ExperimentSpec::to_json() const {
         {"l3_records", l3_records},
         {"overrides", ov},
     };
+    // Present only when used, so specs (and their sha256) written before legs existed stay the same.
+    if (!legs.empty()) {
+        json lj = json::object();
+        for (const auto& d : legs) {
+            json x{{"implementation", d.implementation}};
+            if (!d.command.empty()) x["command"] = d.command;
+            if (!d.device.empty()) x["device"] = d.device;
+            lj[d.name] = x;
+        }
+        j["legs"] = lj;
+    }
+    if (!gate.is_default()) j["gate"] = gate.to_json();
+    return j;
 }
 
 std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }

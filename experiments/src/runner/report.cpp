@@ -97,6 +97,15 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                            fmt(t.l4_mean_abs_rel, "%.0e"));
         out.push_back(tb);
     }
+    if (!c.flags.empty()) {
+        Table tb{"gate", "Live gate flags", {"leg", "update", "flag", "value", "threshold", "action"}, {}, {}};
+        for (const auto& f : c.flags)
+            tb.rows.push_back({f.leg, std::to_string(f.update), f.kind, fmt(f.value, "%.4g"), fmt(f.threshold, "%.4g"),
+                               gate_action_name(f.action)});
+        for (const auto& f : c.flags) tb.notes.push_back(f.message);
+        tb.notes.push_back("flags: docs/gate.md (non-finite values, step-time anomalies, loss spikes)");
+        out.push_back(tb);
+    }
     {
         Table tb{"grad-norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
         for (const auto& g : c.grads)

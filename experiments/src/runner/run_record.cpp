@@ -159,6 +159,55 @@ bool stop_left_over_process(const fs::path& leg_dir) {
     return stopped;
 }
 
+// ---- requests and stop marks ----------------------------------------------------------------------------
+
+void write_leg_request(const fs::path& leg_dir, LegAction action, const std::string& reason) {
+    write_file_atomic(leg_dir / "request", json{{"action", leg_action_name(action)}, {"reason", reason}}.dump() + "\n");
+}
+
+bool leg_request_pending(const fs::path& leg_dir) { return fs::exists(leg_dir / "request"); }
+
+std::optional<LegRequest> take_leg_request(const fs::path& leg_dir) {
+    const fs::path f = leg_dir / "request";
+    std::error_code ec;
+    if (!fs::exists(f, ec)) return std::nullopt;
+    LegRequest r;
+    bool valid = false;
+    try {
+        json j = json::parse(read_file(f));
+        const std::string a = j.value("action", "");
+        for (LegAction x : {LegAction::Stop, LegAction::Pause, LegAction::Resume})
+            if (a == leg_action_name(x)) {
+                r.action = x;
+                valid = true;
+            }
+        r.reason = j.value("reason", "");
+    } catch (const std::exception&) {
+    }
+    fs::remove(f, ec);
+    if (!valid) return std::nullopt;
+    return r;
+}
+
+void set_stop_mark(const fs::path& leg_dir, const std::string& reason) {
+    std::error_code ec;
+    fs::create_directories(leg_dir, ec);
+    write_file_atomic(leg_dir / "stopped", reason + "\n");
+}
+
+void clear_stop_mark(const fs::path& leg_dir) {
+    std::error_code ec;
+    fs::remove(leg_dir / "stopped", ec);
+}
+
+std::optional<std::string> stop_mark(const fs::path& leg_dir) {
+    const fs::path f = leg_dir / "stopped";
+    if (!fs::exists(f)) return std::nullopt;
+    std::string why = read_file(f);
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    return why.empty() ? std::string("stopped") : why;
+}
+
 // ---- checkpoints -------------------------------------------------------------------------------------
 
 std::vector<std::string> set_aside_untrusted_checkpoints(const fs::path& run_dir, const std::string& leg,
@@ -231,6 +280,7 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
             Tracked t;
             t.name = l.plan->name;
             t.trace = l.trace;
+            if (l.flags) t.flags = *l.flags;
             if (resumed) {
                 // The series are rebuilt from the trace, whatever the file held (the file may miss rows
                 // a killed runner never committed).
@@ -277,8 +327,20 @@ void RunRecorder::flush() {
             writer().write_check(t.name, CheckLevel::L3, l3_to_json(tr).dump());
             t.l3 = true;
         }
+        if (t.flags_dirty) {
+            writer().write_flags(t.name, flags_to_json(t.flags).dump());
+            t.flags_dirty = false;
+        }
     }
     if (w) w->commit();  // errors surface here, not in a destructor that must not throw
+}
+
+void RunRecorder::set_flags(const std::string& leg, const std::vector<GateFlag>& flags) {
+    for (auto& t : tracked_)
+        if (t.name == leg) {
+            t.flags = flags;
+            t.flags_dirty = true;
+        }
 }
 
 void RunRecorder::write_leg_summary(const LegState& l) {
@@ -327,7 +389,7 @@ LegRecord RunRecorder::leg_record(const LegState& l) const {
     const LegTrace& t = *l.trace;
     if (l.status != "running" && l.status != "pending") r.exit_status = l.exit_status;
     if (!l.started_at.empty()) r.started_at = l.started_at;
-    if (l.status == "finished" || l.status == "failed" || l.status == "interrupted") r.finished_at = utc_timestamp_now();
+    if (l.status != "running" && l.status != "pending") r.finished_at = utc_timestamp_now();
     r.updates_done = static_cast<int64_t>(t.steps.size());
     r.updates_total = total_updates_;
     if (!t.steps.empty() && std::isfinite(t.steps.back().loss)) r.final_loss = t.steps.back().loss;
@@ -343,7 +405,8 @@ LegRecord RunRecorder::leg_record(const LegState& l) const {
     if (wall > 0) r.tokens_per_s = tok / wall;
     if (t.peak_device_bytes >= 0) r.peak_device_bytes = t.peak_device_bytes;
     if (t.peak_host_bytes >= 0) r.peak_host_bytes = t.peak_host_bytes;
-    if (t.error) r.error = *t.error;
+    if (!l.note.empty() && (l.status == "paused" || l.status == "stopped")) r.error = l.note;
+    else if (t.error) r.error = *t.error;
     else if (l.status == "failed") r.error = "exit status " + std::to_string(l.exit_status);
     return r;
 }

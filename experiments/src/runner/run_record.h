@@ -72,7 +72,22 @@ struct LegState {
     int exit_status = 0;
     std::string started_at;
     std::string last_line;       // the leg's last event line (kept for a leg that does not finish)
+    const std::vector<GateFlag>* flags = nullptr;  // the gate's flags so far
+    std::string note;            // why the leg was paused or stopped, when it was
 };
+
+// legs/<leg>/request: an action asked of the running runner (tandem leg stop|pause|resume).
+struct LegRequest {
+    LegAction action = LegAction::Stop;
+    std::string reason;
+};
+void write_leg_request(const std::filesystem::path& leg_dir, LegAction action, const std::string& reason);
+bool leg_request_pending(const std::filesystem::path& leg_dir);
+std::optional<LegRequest> take_leg_request(const std::filesystem::path& leg_dir);  // reads and removes it
+// legs/<leg>/stopped: the leg was stopped on request; --resume leaves it until it is resumed.
+void set_stop_mark(const std::filesystem::path& leg_dir, const std::string& reason);
+void clear_stop_mark(const std::filesystem::path& leg_dir);
+std::optional<std::string> stop_mark(const std::filesystem::path& leg_dir);  // the reason, when marked
 
 class RunRecorder {
 public:
@@ -87,6 +102,7 @@ public:
     // trace no longer extends what the file holds (a resumed leg repeating updates), checks written.
     void flush();
     void write_leg_summary(const LegState& leg);  // timing, memory, status attributes
+    void set_flags(const std::string& leg, const std::vector<GateFlag>& flags);  // written at the next flush
     void update_leg(const LegState& leg);         // the catalog's legs row
     // Compares the legs as run.h5 holds them, judges completeness, stores /comparisons.
     Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected);
@@ -102,6 +118,8 @@ private:
         std::vector<StepRow> steps;  // what run.h5 holds
         std::vector<EvalRow> evals;
         bool l1 = false, l2 = false, l3 = false;
+        std::vector<GateFlag> flags;
+        bool flags_dirty = false;
     };
     LegRecord leg_record(const LegState& leg) const;
 

@@ -43,8 +43,19 @@ const char* leg_status_name(LegStatus s) {
         case LegStatus::Finished: return "finished";
         case LegStatus::Failed: return "failed";
         case LegStatus::Interrupted: return "interrupted";
+        case LegStatus::Paused: return "paused";
+        case LegStatus::Stopped: return "stopped";
     }
     return "pending";
+}
+
+const char* leg_action_name(LegAction a) {
+    switch (a) {
+        case LegAction::Stop: return "stop";
+        case LegAction::Pause: return "pause";
+        case LegAction::Resume: return "resume";
+    }
+    return "stop";
 }
 
 const char* run_status_name(RunStatus s) {
@@ -97,11 +108,62 @@ fs::path legs_dir() {
     return fs::path(TANDEM_INSTALL_DATADIR) / "legs";
 }
 
+// The engine's C library, for the SDK legs that drive it (docs/legs.md): $TANDEM_ENGINE_LIB, else the
+// build tree next to this binary, else the installed one.
+std::string engine_c_library() {
+    if (const char* p = std::getenv("TANDEM_ENGINE_LIB"); p && *p) return p;
+    const fs::path built = self_executable().parent_path().parent_path() / "engine" / "libtandem_engine_c.so";
+    if (fs::exists(built)) return built.string();
+    return (fs::path(TANDEM_INSTALL_LIBDIR) / "libtandem_engine_c.so").string();
+}
+
+// The SDK folder (sdk/python, ...): $TANDEM_SDK_DIR, else the source tree, else the installed copy.
+fs::path sdk_dir() {
+    if (const char* d = std::getenv("TANDEM_SDK_DIR"); d && *d) return d;
+    fs::path src = fs::path(TANDEM_SOURCE_DIR) / "sdk";
+    if (fs::exists(src)) return src;
+    return fs::path(TANDEM_INSTALL_DATADIR) / "sdk";
+}
+
+// The Go SDK leg's binary: $TANDEM_SDK_GO_LEG, else the build tree next to this binary, else installed.
+std::string sdk_go_leg() {
+    if (const char* p = std::getenv("TANDEM_SDK_GO_LEG"); p && *p) return p;
+    const fs::path built = self_executable().parent_path().parent_path() / "sdk" / "go" / "tandem-leg-go";
+    if (fs::exists(built)) return built.string();
+    return (fs::path(TANDEM_INSTALL_LIBEXECDIR) / "tandem-leg-go").string();
+}
+
+// {run}, {leg}, {device}, {threads} replaced inside every argument; an argument that is exactly
+// {resume} becomes --resume when the leg resumes and is dropped otherwise.
+std::vector<std::string> expand_command(const std::vector<std::string>& templ, const fs::path& run_dir, const LegPlan& plan,
+                                        int threads, bool resume) {
+    const std::vector<std::pair<std::string, std::string>> values = {
+        {"{run}", run_dir.string()}, {"{leg}", plan.name}, {"{device}", plan.device}, {"{threads}", std::to_string(threads)}};
+    std::vector<std::string> out;
+    for (std::string a : templ) {
+        if (a == "{resume}") {
+            if (resume) out.push_back("--resume");
+            continue;
+        }
+        for (const auto& [key, value] : values)
+            for (size_t pos = a.find(key); pos != std::string::npos; pos = a.find(key, pos + value.size()))
+                a.replace(pos, key.size(), value);
+        out.push_back(a);
+    }
+    return out;
+}
+
+// The program and arguments that run a leg (docs/leg-protocol.md "Command line every leg accepts").
 std::vector<std::string> leg_argv(const LegPlan& plan, const fs::path& run_dir, int threads, bool resume) {
+    if (plan.implementation == "command") return expand_command(plan.command, run_dir, plan, threads, resume);
     std::vector<std::string> argv;
     if (plan.implementation == "engine") argv = {self_executable().string(), "leg", "engine"};
     else if (plan.implementation == "reference") argv = {reference_python(), (legs_dir() / "reference_leg.py").string()};
-    else throw Error("leg " + plan.name + ": unknown implementation '" + plan.implementation + "' (engine, reference)");
+    else if (plan.implementation == "sdk-python") {
+        const char* py = std::getenv("TANDEM_SDK_PYTHON");
+        argv = {py && *py ? py : "python3", (sdk_dir() / "python" / "sdk_leg.py").string()};
+    } else if (plan.implementation == "sdk-go") argv = {sdk_go_leg()};
+    else throw Error("leg " + plan.name + ": unknown implementation '" + plan.implementation + "'");
     for (const std::string& a : {std::string("--run"), run_dir.string(), std::string("--leg"), plan.name,
                                  std::string("--device"), plan.device, std::string("--threads"), std::to_string(threads)})
         argv.push_back(a);
@@ -123,8 +185,12 @@ struct LiveLeg {
     LegTrace trace;
     Clock::time_point stop_sent{};
     bool stop_requested = false;
+    std::optional<LegStatus> status_after_stop;  // Paused / Stopped when the stop was asked for
+    std::string stop_reason;
     int64_t steps_this_attempt = 0;
     double wall_this_attempt = 0;
+    int64_t attempt_first_update = -1;  // first update this attempt reported (the gate's timing history)
+    std::vector<GateFlag> flags;
 };
 
 LegProgress progress_of(const LiveLeg& l, int64_t total) {
@@ -167,8 +233,12 @@ fs::path leg_folder(const Run& run, const std::string& leg) { return run.folder 
 json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& threads) {
     json lj = json::array();
     for (size_t i = 0; i < plans.size(); ++i)
-        lj.push_back({{"name", plans[i].name}, {"implementation", plans[i].implementation}, {"device", plans[i].device},
-                      {"threads", threads[i]}});
+    {
+        json e{{"name", plans[i].name}, {"implementation", plans[i].implementation}, {"device", plans[i].device},
+               {"threads", threads[i]}};
+        if (!plans[i].command.empty()) e["command"] = plans[i].command;
+        lj.push_back(std::move(e));
+    }
     return lj;
 }
 
@@ -205,17 +275,22 @@ void open_leg_journals(Run& run, const std::vector<LegPlan>& plans, const std::v
 Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std::string&)>& say) {
     Run run;
     run.spec = load_experiment(opt.experiment);
-    if (opt.legs.empty()) throw Error("--legs: no leg given (e.g. engine,reference)");
+    // No --legs: the legs the experiment defines, else the engine against the reference.
+    std::string legs = opt.legs;
+    if (legs.empty())
+        for (const auto& d : run.spec.legs) legs += (legs.empty() ? "" : ",") + d.name;
+    if (legs.empty()) legs = "engine,reference";
+    const std::vector<LegPlan> plans = plan_legs(legs, opt.devices, &run.spec);
     {
         Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
     }
-    ResourceEstimate est = preflight(run.spec, opt.legs, opt.out_dir);
+    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir);
     say("estimate: " + est.summary());
-    std::vector<int> threads = threads_per_leg(opt.legs, opt.cpu_threads);
+    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads);
     run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));
     try {
         take_folder_lock(run);
-        write_file_atomic(run.folder / "legs.json", legs_json(opt.legs, threads).dump(1) + "\n");
+        write_file_atomic(run.folder / "legs.json", legs_json(plans, threads).dump(1) + "\n");
         say("preparing " + run.folder.string());
         PrepareOptions po;
         po.assets = opt.assets;
@@ -227,7 +302,7 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
         fs::remove_all(run.folder, ec);
         throw;
     }
-    open_leg_journals(run, opt.legs, threads);
+    open_leg_journals(run, plans, threads);
     return run;
 }
 
@@ -248,10 +323,11 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
     const fs::path legs_file = run.folder / "legs.json";
     try {
         json lj = json::parse(read_file(legs_file));
-        std::vector<LegPlan> no_threads;
         for (const auto& e : lj) {
-            plans.push_back({e.at("name").get<std::string>(), e.at("implementation").get<std::string>(),
-                             e.at("device").get<std::string>()});
+            LegPlan p{e.at("name").get<std::string>(), e.at("implementation").get<std::string>(),
+                      e.at("device").get<std::string>(), {}};
+            if (e.contains("command")) p.command = e.at("command").get<std::vector<std::string>>();
+            plans.push_back(std::move(p));
             threads.push_back(e.contains("threads") ? e.at("threads").get<int>() : 0);
         }
         auto fallback = threads_per_leg(plans, opt.cpu_threads);
@@ -275,8 +351,21 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
             say("stopped leg " + l.plan.name + " left running by an earlier runner");
         l.journal->end_partial_line();
         l.trace = read_events_file(l.journal->events_path());
+        if (fs::exists(run.folder / "run.h5")) {
+            try {
+                if (auto j = RunFileReader(run.folder / "run.h5").flags(l.plan.name)) l.flags = flags_from_json(json::parse(*j));
+            } catch (const std::exception&) {
+                // an unreadable run file is rebuilt from the events; its flags are raised again as the legs continue
+            }
+        }
         if (l.trace.done) {
             l.status = LegStatus::Finished;
+            continue;
+        }
+        if (auto why = stop_mark(leg_folder(run, l.plan.name))) {
+            l.status = LegStatus::Stopped;  // stopped on request: --resume leaves it (tandem leg resume restarts it)
+            l.stop_reason = *why;
+            say("leg " + l.plan.name + " stays stopped (" + *why + "); `tandem leg resume` restarts it");
             continue;
         }
         l.resume = true;
@@ -298,6 +387,8 @@ LegState state_of(const LiveLeg& l) {
     s.exit_status = l.exit_status;
     s.started_at = l.started_at;
     s.last_line = l.journal ? l.journal->last_event_line() : std::string();
+    s.flags = &l.flags;
+    s.note = l.stop_reason;
     return s;
 }
 
@@ -340,7 +431,8 @@ void launch(LiveLeg& l, const Run& run) {
     std::vector<std::string> argv = leg_argv(l.plan, run.folder, l.threads, l.resume);
     const std::string t = std::to_string(l.threads);
     std::vector<std::string> env = {"OMP_NUM_THREADS=" + t, "OPENBLAS_NUM_THREADS=" + t, "MKL_NUM_THREADS=" + t,
-                                    "PYTHONUNBUFFERED=1"};
+                                    "PYTHONUNBUFFERED=1", "TANDEM_ENGINE_LIB=" + engine_c_library(),
+                                    "TANDEM_RUN_DIR=" + run.folder.string(), "TANDEM_LEG=" + l.plan.name};
     l.started_at = utc_timestamp_now();
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
@@ -350,6 +442,10 @@ void launch(LiveLeg& l, const Run& run) {
     l.status = LegStatus::Running;
     l.steps_this_attempt = 0;
     l.wall_this_attempt = 0;
+    l.attempt_first_update = -1;
+    l.stop_requested = false;
+    l.status_after_stop.reset();
+    l.stop_reason.clear();
     l.resume = true;  // a later launch of this leg (after a pause or a crash) continues
 }
 
@@ -358,6 +454,7 @@ void on_event_line(LiveLeg& l, std::string_view line) {
     l.journal->append_event(line);
     EventKind kind = apply_event_line(l.trace, line);
     if (kind == EventKind::Step) {
+        if (l.attempt_first_update < 0) l.attempt_first_update = l.trace.steps.back().update;
         ++l.steps_this_attempt;
         const double w = l.trace.steps.back().wall_s;
         l.wall_this_attempt += std::isfinite(w) ? w : 0;
@@ -401,7 +498,7 @@ void stop_all_legs_now(Run& run) {
 class Supervisor {
 public:
     Supervisor(Run& run, RunRecorder& rec, const RunnerOptions& opt, std::function<void(const std::string&)> say)
-        : run_(run), rec_(rec), opt_(opt), say_(std::move(say)) {}
+        : run_(run), rec_(rec), opt_(opt), say_(std::move(say)), gate_(run.spec.gate) {}
 
     // Runs until no leg runs or waits; returns true when interrupted (SIGINT / SIGTERM).
     bool run() {
@@ -425,7 +522,9 @@ public:
                         launch(l, run_);
                         rec_.update_leg(state_of(l));
                     }
+            take_requests();
             poll_legs();
+            check_gate();
             reap_ended_legs(total);
             const auto now = Clock::now();
             if (now - last_flush > std::chrono::seconds(1)) {
@@ -490,15 +589,70 @@ private:
         }
     }
 
+    // Requests from `tandem leg stop|pause|resume` (legs/<leg>/request), taken between polls.
+    void take_requests() {
+        for (auto& l : run_.legs) {
+            auto req = take_leg_request(leg_folder(run_, l.plan.name));
+            if (!req) continue;
+            l.journal->log("[tandem run] " + utc_timestamp_now() + " request: " + leg_action_name(req->action) +
+                           (req->reason.empty() ? "" : " (" + req->reason + ")"));
+            act_on(l, req->action, req->reason.empty() ? std::string("requested by the user") : req->reason);
+        }
+    }
+
+    void act_on(LiveLeg& l, LegAction action, const std::string& reason) {
+        const fs::path dir = leg_folder(run_, l.plan.name);
+        if (action == LegAction::Resume) {
+            if (l.status == LegStatus::Paused || l.status == LegStatus::Stopped || l.status == LegStatus::Failed ||
+                l.status == LegStatus::Interrupted) {
+                clear_stop_mark(dir);
+                l.status = LegStatus::Pending;
+                l.resume = true;
+                say_("leg " + l.plan.name + ": resuming from its last checkpoint");
+            }
+            return;
+        }
+        const LegStatus after = action == LegAction::Pause ? LegStatus::Paused : LegStatus::Stopped;
+        if (action == LegAction::Stop) set_stop_mark(dir, reason);
+        if (l.status == LegStatus::Running) {
+            l.status_after_stop = after;
+            l.stop_reason = reason;
+            stop_leg(l, SIGTERM);
+            say_("leg " + l.plan.name + ": " + (action == LegAction::Pause ? "pausing" : "stopping") + " (" + reason + ")");
+        } else if (l.status == LegStatus::Pending) {
+            l.status = after;
+            l.stop_reason = reason;
+            rec_.update_leg(state_of(l));
+        }
+    }
+
+    // The live gate over what each leg reported since the last poll.
+    void check_gate() {
+        for (auto& l : run_.legs) {
+            if (l.status != LegStatus::Running) continue;
+            for (GateFlag& f : gate_.check(l.plan.name, l.trace, l.attempt_first_update < 0 ? 0 : l.attempt_first_update)) {
+                l.journal->log("[tandem run] gate: " + f.message + " -> " + gate_action_name(f.action));
+                if (opt_.on_flag) opt_.on_flag(f);
+                else say_("gate: " + f.message + " (" + gate_action_name(f.action) + ")");
+                l.flags.push_back(f);
+                rec_.set_flags(l.plan.name, l.flags);
+                if (f.action == GateAction::Pause && !l.stop_requested) act_on(l, LegAction::Pause, "gate: " + f.message);
+                if (f.action == GateAction::Stop && !l.stop_requested) act_on(l, LegAction::Stop, "gate: " + f.message);
+            }
+        }
+    }
+
     void reap_ended_legs(int64_t total) {
         for (auto& l : run_.legs) {
             if (l.status != LegStatus::Running || l.proc.out_fd >= 0 || l.proc.err_fd >= 0) continue;
             int sig = 0;
             l.exit_status = wait_for_exit(l.proc.pid, &sig);
             if (sig == 0 && l.exit_status == 0 && l.trace.done) l.status = LegStatus::Finished;
+            else if (l.status_after_stop) l.status = *l.status_after_stop;
             else if (stopping_) l.status = LegStatus::Interrupted;
             else l.status = LegStatus::Failed;
-            if (sig != 0 && !l.trace.error)
+            if (l.status_after_stop && !l.trace.done) l.trace.error = l.stop_reason;
+            else if (sig != 0 && !l.trace.error)
                 l.trace.error = std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
             if (sig == 0 && l.exit_status == 0 && !l.trace.done && !l.trace.error)
                 l.trace.error = "exited with status 0 without a done event";
@@ -522,6 +676,7 @@ private:
     RunRecorder& rec_;
     const RunnerOptions& opt_;
     std::function<void(const std::string&)> say_;
+    TrajectoryGate gate_;
     bool stopping_ = false;
 };
 
@@ -553,10 +708,15 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
         std::printf("\n%s", text.c_str());
         std::fflush(stdout);
     }
-    for (const auto& l : run.legs)
-        if (l.status != LegStatus::Finished)
+    for (const auto& l : run.legs) {
+        if (l.status == LegStatus::Finished) continue;
+        if (l.status == LegStatus::Paused || l.status == LegStatus::Stopped)
+            say("leg " + l.plan.name + " " + leg_status_name(l.status) + " (" + l.stop_reason + "); continue it with `tandem leg resume " +
+                run.folder.string() + " " + l.plan.name + "`");
+        else
             say("leg " + l.plan.name + " " + leg_status_name(l.status) + " (exit status " + std::to_string(l.exit_status) + ")" +
                 (l.trace.error ? ": " + *l.trace.error : "") + "; log: " + (leg_folder(run, l.plan.name) / "stderr.log").string());
+    }
     say("run folder: " + run.folder.string());
     return out;
 }
@@ -584,22 +744,69 @@ private:
 
 }  // namespace
 
-std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devices) {
+bool runner_is_running(const fs::path& run_dir) {
+    FileLock probe;
+    if (!fs::exists(run_dir / ".runner.lock")) return false;
+    return !probe.try_lock(run_dir / ".runner.lock");
+}
+
+std::string request_leg_action(const fs::path& run_dir, const std::string& leg, LegAction action, double wait_s) {
+    std::error_code ec;
+    if (!fs::is_directory(run_dir, ec) || !fs::exists(run_dir / "legs.json"))
+        throw Error(run_dir.string() + ": not a tandem run folder (no legs.json)");
+    bool known = false;
+    try {
+        for (const auto& e : json::parse(read_file(run_dir / "legs.json"))) known = known || e.at("name") == leg;
+    } catch (const json::exception& e) {
+        throw Error((run_dir / "legs.json").string() + ": not a valid legs file (" + e.what() + ")");
+    }
+    if (!known) throw Error(run_dir.string() + ": the run has no leg '" + leg + "'");
+    const fs::path dir = run_dir / "legs" / leg;
+    if (!runner_is_running(run_dir)) {
+        if (action == LegAction::Stop) {
+            set_stop_mark(dir, "stopped by the user");
+            return "no runner is running " + run_dir.string() + "; leg " + leg + " is marked stopped (`tandem run --resume` leaves it)";
+        }
+        if (action == LegAction::Pause) return "no runner is running " + run_dir.string() + ": leg " + leg + " is not running";
+        clear_stop_mark(dir);
+        return "";  // the caller continues the run (tandem run --resume)
+    }
+    write_leg_request(dir, action, "requested by the user");
+    const auto deadline = Clock::now() + std::chrono::duration<double>(wait_s);
+    while (leg_request_pending(dir) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (leg_request_pending(dir)) return "asked the runner to " + std::string(leg_action_name(action)) + " leg " + leg + " (not taken yet)";
+    return "the runner took the request: " + std::string(leg_action_name(action)) + " leg " + leg;
+}
+
+std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devices, const ExperimentSpec* spec) {
     std::vector<std::string> names = split_list(legs), devs = split_list(devices);
     if (names.empty()) throw Error("--legs: no leg given (e.g. engine,reference)");
     if (devs.empty()) devs = {"cpu"};
+    const auto& known = leg_implementations();
+    std::string known_list;
+    for (const auto& k : known) known_list += (known_list.empty() ? "" : ", ") + k;
     std::vector<LegPlan> out;
     for (size_t i = 0; i < names.size(); ++i) {
         LegPlan p;
         auto eq = names[i].find('=');
         p.name = eq == std::string::npos ? names[i] : names[i].substr(0, eq);
-        p.implementation = eq == std::string::npos ? names[i] : names[i].substr(eq + 1);
-        if (p.implementation != "engine" && p.implementation != "reference")
-            throw Error("--legs: '" + names[i] + "': implementation must be engine or reference (NAME=IMPL to name a leg)");
+        const ExperimentSpec::LegDefinition* def = spec ? spec->leg_definition(p.name) : nullptr;
+        if (eq != std::string::npos) p.implementation = names[i].substr(eq + 1);
+        else if (def) p.implementation = def->implementation;
+        else p.implementation = p.name;
+        if (std::find(known.begin(), known.end(), p.implementation) == known.end())
+            throw Error("--legs: '" + names[i] + "': not a leg the experiment defines, and '" + p.implementation +
+                        "' is not an implementation (" + known_list + "; NAME=IMPL to name a leg)");
+        if (p.implementation == "command") {
+            if (!def || def->command.empty())
+                throw Error("--legs: '" + names[i] + "': a command leg needs its command in the experiment's legs." +
+                            p.name + ".command");
+            p.command = def->command;
+        }
         validate_leg_name(p.name);
         for (const auto& o : out)
             if (o.name == p.name) throw Error("--legs: leg name '" + p.name + "' given twice");
-        p.device = devs[i % devs.size()];
+        p.device = def && !def->device.empty() ? def->device : devs[i % devs.size()];
         if (p.device != "cpu" && p.device.rfind("cuda:", 0) != 0)
             throw Error("--devices: '" + p.device + "' is not cpu or cuda:N");
         out.push_back(p);

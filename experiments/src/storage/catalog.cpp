@@ -78,6 +78,34 @@ const std::vector<std::vector<const char*>>& migrations() {
               error             TEXT NOT NULL DEFAULT '',
               PRIMARY KEY (run_id, name)
             ))"},
+        // 2 -> 3: legs may be paused or stopped by request (tandem leg pause|stop, the live gate).
+        // SQLite cannot change a CHECK constraint in place: the table is rebuilt with its rows.
+        {R"(CREATE TABLE legs_v3 (
+              run_id            TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+              name              TEXT NOT NULL,
+              implementation    TEXT NOT NULL DEFAULT '',
+              device            TEXT NOT NULL DEFAULT '',
+              status            TEXT NOT NULL DEFAULT 'pending'
+                                CHECK (status IN ('pending','running','finished','failed','interrupted','cancelled',
+                                                  'paused','stopped')),
+              exit_status       INTEGER,
+              started_at        TEXT,
+              finished_at       TEXT,
+              updates_done      INTEGER,
+              updates_total     INTEGER,
+              final_loss        REAL,
+              tokens_per_s      REAL,
+              median_update_s   REAL,
+              peak_device_bytes INTEGER,
+              peak_host_bytes   INTEGER,
+              last_eval_update  INTEGER,
+              last_eval_ce      REAL,
+              error             TEXT NOT NULL DEFAULT '',
+              PRIMARY KEY (run_id, name)
+            ))",
+         "INSERT INTO legs_v3 SELECT * FROM legs",
+         "DROP TABLE legs",
+         "ALTER TABLE legs_v3 RENAME TO legs"},
     };
     return steps;
 }

@@ -516,6 +516,14 @@ void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const 
     });
 }
 
+void RunFileWriter::write_flags(const std::string& leg, const std::string& json) {
+    validate_leg_name(leg);
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
+        h5::write_string_dataset(path_.string(), group, "flags", json);
+    });
+}
+
 void RunFileWriter::write_comparison(const std::string& leg_a, const std::string& leg_b,
                                      const ComparisonSeries& series) {
     validate_comparison_pair(leg_a, leg_b);
@@ -714,6 +722,13 @@ std::optional<LegMemory> RunFileReader::memory(const std::string& leg) const {
 std::optional<std::string> RunFileReader::check(const std::string& leg, CheckLevel level) const {
     validate_leg_name(leg);
     const std::string path = leg_path(leg) + "/checks/" + check_level_name(level);
+    if (!h5::exists(file_, path)) return std::nullopt;
+    return h5::read_string_dataset(path_.string(), file_, path);
+}
+
+std::optional<std::string> RunFileReader::flags(const std::string& leg) const {
+    validate_leg_name(leg);
+    const std::string path = leg_path(leg) + "/flags";
     if (!h5::exists(file_, path)) return std::nullopt;
     return h5::read_string_dataset(path_.string(), file_, path);
 }

@@ -25,7 +25,7 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 2;  // 1: probes; 2: runs + legs
+inline constexpr int kCatalogSchemaVersion = 3;  // 1: probes; 2: runs + legs; 3: legs paused/stopped
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -44,7 +44,7 @@ struct ProbeRecord {
 
 // Status words of runs and legs (CHECK constraints in the schema).
 //   run: running | finished | failed | interrupted | cancelled
-//   leg: pending | running | finished | failed | interrupted | cancelled
+//   leg: pending | running | finished | failed | interrupted | cancelled | paused | stopped
 struct RunRecord {
     std::string id;               // the run folder's name: "<experiment>-<YYYYmmdd-HHMMSS>"
     std::string experiment;       // experiment name

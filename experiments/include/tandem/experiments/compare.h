@@ -13,6 +13,7 @@
 // then a is the reference and the percent is 100 * (b - a) / |a|. A reference value of 0 (or a
 // non-finite value) gives NaN, never a made-up number.
 #include "tandem/experiments/experiment.h"
+#include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/run_file.h"
 
@@ -28,6 +29,7 @@ struct LegData {
     std::string name, implementation, device, status;
     int64_t exit_status = 0;
     LegTrace trace;
+    std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
 };
 
 struct Thresholds {
@@ -139,6 +141,7 @@ struct Comparison {
     std::vector<GradStats> grads;
     std::vector<TimingRow> timing;
     std::vector<ProbeResult> probes;
+    std::vector<GateFlag> flags;        // every leg's gate flags, in leg order
     std::vector<std::string> failures;  // one line per level that failed its threshold
     // What the legs lack (judge_completeness): a leg that did not finish, missing or repeated updates,
     // missing evaluations. A comparison over incomplete legs never passes.

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/experiments/gate.h"
+
 namespace tandem::experiments {
 
 struct ExperimentSpec {
@@ -56,6 +58,20 @@ struct ExperimentSpec {
     // Per-leg overrides of dropout_masks / plan / template: overrides[leg][field] = value.
     std::map<std::string, std::map<std::string, std::string>> overrides;
 
+    // Legs the experiment defines (docs/legs.md), in name order: a name, what runs it, and for a
+    // `command` leg its argument list with {run}, {leg}, {device}, {threads}, {resume} placeholders.
+    struct LegDefinition {
+        std::string name;
+        std::string implementation;        // engine | reference | sdk-python | sdk-go | command
+        std::vector<std::string> command;  // command legs only
+        std::string device;                // "" = from --devices
+    };
+    std::vector<LegDefinition> legs;
+
+    // The live trajectory gate's settings (docs/gate.md): experiment field `gate`.
+    GateConfig gate;
+    const LegDefinition* leg_definition(const std::string& name) const;  // nullptr when not defined
+
     // The setting a leg uses: its override when there is one, else the spec's.
     std::string leg_setting(const std::string& leg, const std::string& field) const;
 
@@ -64,6 +80,9 @@ struct ExperimentSpec {
     // SHA-256 of to_json().dump() (keys sorted, no spaces): docs/run-folder.md.
     std::string sha256() const;
 };
+
+// What may run a leg: the implementations the runner knows how to start.
+const std::vector<std::string>& leg_implementations();  // engine, reference, sdk-python, sdk-go, command
 
 // Parses and validates; `source` (the file name) starts every error message.
 ExperimentSpec parse_experiment(const nlohmann::json& j, const std::string& source);

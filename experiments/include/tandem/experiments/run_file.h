@@ -157,6 +157,8 @@ public:
     void write_memory(const std::string& leg, const LegMemory& memory);
     // A check result as JSON text (a scalar UTF-8 string dataset; replaced when written again).
     void write_check(const std::string& leg, CheckLevel level, const std::string& json);
+    // /legs/<leg>/flags: the live gate's flags as a JSON array (docs/gate.md; replaced when written again).
+    void write_flags(const std::string& leg, const std::string& json);
 
     // /comparisons/<legA>~<legB>/<series> (replaced when written again) and the group's attributes.
     void write_comparison(const std::string& leg_a, const std::string& leg_b, const ComparisonSeries& series);
@@ -206,6 +208,7 @@ public:
     std::optional<LegTiming> timing(const std::string& leg) const;
     std::optional<LegMemory> memory(const std::string& leg) const;
     std::optional<std::string> check(const std::string& leg, CheckLevel level) const;
+    std::optional<std::string> flags(const std::string& leg) const;  // JSON array text
     std::vector<std::pair<std::string, std::string>> comparisons() const;  // (legA, legB) pairs
     Attributes comparison_attributes(const std::string& leg_a, const std::string& leg_b) const;
     std::vector<ComparisonSeries> comparison_series(const std::string& leg_a, const std::string& leg_b) const;

@@ -9,6 +9,8 @@
 // rebuilt from it on --resume, and a checkpoint is trusted only when events.jsonl holds the event
 // that announced it. Legs die with the runner (PR_SET_PDEATHSIG) and a run folder is locked by the
 // runner that owns it.
+#include "tandem/experiments/experiment.h"
+#include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
 
 #include <cstdint>
@@ -20,19 +22,39 @@
 
 namespace tandem::experiments {
 
-// What a leg is: its kind decides the program the runner starts (docs/legs.md).
+// What a leg is: its implementation decides the program the runner starts (docs/legs.md).
 struct LegPlan {
-    std::string name;            // legs/<name>/ and /legs/<name> in run.h5
-    std::string implementation;  // "engine" | "reference"
-    std::string device;          // "cpu", "cuda:0", ...
+    std::string name;                  // legs/<name>/ and /legs/<name> in run.h5
+    std::string implementation;        // engine | reference | sdk-python | sdk-go | command
+    std::string device;                // "cpu", "cuda:0", ...
+    std::vector<std::string> command;  // command legs: the argument template (experiment `legs`)
 };
 
-// "engine,reference" or "a=engine,b=engine" + "cpu,cuda:0" -> legs, devices assigned round-robin.
-std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devices);
+// The legs of a run from --legs and --devices: "engine,reference", "a=engine,b=engine", or names of
+// legs the experiment defines (its `legs` section); devices "cpu,cuda:0" are assigned round-robin
+// unless a definition names one. (`tandem run` without --legs runs the experiment's legs, else
+// engine,reference.)
+std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devices,
+                               const ExperimentSpec* spec = nullptr);
 
 // A leg's state as the runner tracks it (also the catalog's legs.status and run.h5's leg attribute).
-enum class LegStatus { Pending, Running, Finished, Failed, Interrupted };
+// Paused: stopped on request (tandem leg pause, the gate) and resumable from its last checkpoint;
+// Stopped: stopped on request and left so (a later --resume does not restart it).
+enum class LegStatus { Pending, Running, Finished, Failed, Interrupted, Paused, Stopped };
 const char* leg_status_name(LegStatus status);  // "pending", "running", ...
+
+// Asking a run's runner to act on one leg (tandem leg stop|pause|resume RUN LEG, the workbench):
+// a request file legs/<leg>/request that the runner reads within a fraction of a second.
+enum class LegAction { Stop, Pause, Resume };
+const char* leg_action_name(LegAction action);  // "stop", "pause", "resume"
+// True when a runner holds the run folder's lock (is running it now).
+bool runner_is_running(const std::filesystem::path& run_dir);
+// Writes the request; waits up to `wait_s` for the runner to take it. Returns a line for the user.
+// Throws tandem::Error when the folder or the leg does not exist. Without a running runner: `stop`
+// marks the leg stopped (a later --resume leaves it), `pause` has nothing to do, and `resume`
+// clears the stop mark and returns — the caller then starts `tandem run --resume`.
+std::string request_leg_action(const std::filesystem::path& run_dir, const std::string& leg, LegAction action,
+                               double wait_s = 15.0);
 
 // One leg's live figures, for the progress display (app/cli draws them).
 struct LegProgress {
@@ -49,13 +71,17 @@ struct LegProgress {
 struct RunnerOptions {
     std::filesystem::path experiment;              // experiment file (new run)
     std::optional<std::filesystem::path> resume;   // an existing run folder to continue instead
-    std::vector<LegPlan> legs;                     // new runs only
+    std::string legs;                              // new runs only: --legs (see plan_legs)
+    std::string devices = "cpu";                   // new runs only: --devices
     std::filesystem::path out_dir = "runs";
     std::filesystem::path catalog = "tandem.db";
     std::optional<std::filesystem::path> assets;
     int cpu_threads = 0;                           // total for CPU legs; 0: hardware concurrency
     bool probe = true;                             // bandwidth probes of every device used
     std::string report_format = "text";            // printed at the end ("" for none)
+    // Called for every flag of the live gate (docs/gate.md) as it is raised. May be empty (the flags
+    // are still recorded and acted on).
+    std::function<void(const GateFlag&)> on_flag;
     // Called about every 0.5 s while legs run, and once more (final = true) when they have ended;
     // a leg that ends is also reported on its own with final = false. May be empty.
     std::function<void(const std::vector<LegProgress>&, bool final)> on_progress;

@@ -103,6 +103,11 @@ void LegJournal::append_event(std::string_view line) {
     if (!line.empty()) last_line_ = line.size() > 2000 ? std::string(line.substr(0, 2000)) + "..." : std::string(line);
 }
 
+void LegJournal::sync() {
+    if (::fsync(events_fd_) != 0 && errno != EINVAL)
+        throw Error(events_path_.string() + ": cannot record the leg's events (" + std::strerror(errno) + ")");
+}
+
 void LegJournal::log(std::string_view line) {
     stderr_log_ << line << '\n';
     stderr_log_.flush();

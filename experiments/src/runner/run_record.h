@@ -36,6 +36,9 @@ public:
     // Appends one event line (one write(2), so a killed runner leaves whole lines or a partial last
     // one). Throws tandem::Error when the line cannot be written (e.g. the disk is full).
     void append_event(std::string_view line);
+    // fsync of events.jsonl: called before run.h5 commits, so the run file is never ahead of the
+    // events it is rebuilt from (a power loss may drop page-cache writes out of order).
+    void sync();
     // A line for stderr.log (the leg's stderr and the runner's notes); never throws.
     void log(std::string_view line);
     // Ends a partial last line left by a killed runner, so the next attempt starts on its own line.

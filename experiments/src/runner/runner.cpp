@@ -528,6 +528,7 @@ public:
             reap_ended_legs(total);
             const auto now = Clock::now();
             if (now - last_flush > std::chrono::seconds(1)) {
+                for (auto& l : run_.legs) l.journal->sync();
                 rec_.flush();
                 for (const auto& l : run_.legs)
                     if (l.status == LegStatus::Running) rec_.update_leg(state_of(l));
@@ -659,6 +660,7 @@ private:
             l.journal->log("[tandem run] " + utc_timestamp_now() + " leg ended: " + leg_status_name(l.status) +
                            ", exit status " + std::to_string(l.exit_status));
             clear_leg_process(leg_folder(run_, l.plan.name));
+            l.journal->sync();
             rec_.flush();
             rec_.write_leg_summary(state_of(l));
             rec_.update_leg(state_of(l));
@@ -685,6 +687,7 @@ private:
 RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const RunnerOptions& opt,
                       const std::function<void(const std::string&)>& say) {
     say("legs ended; comparing");
+    for (auto& l : run.legs) l.journal->sync();
     rec.flush();  // run.h5's series = the events' latest attempt, row for row
     for (const auto& l : run.legs) {
         rec.write_leg_summary(state_of(l));

@@ -276,30 +276,11 @@ GradStats grad_stats(const LegData& l, double clip) {
 }
 
 TimingRow timing_row(const LegData& l) {
-    TimingRow r;
+    TimingRow r = timing_of(l.trace);
     r.leg = l.name;
     r.implementation = l.implementation;
     r.device = l.device;
     r.status = l.status;
-    const LegTrace& t = l.trace;
-    r.setup_s = t.setup_s;
-    r.model_load_s = t.model_load_s;
-    r.tokenize_s = t.tokenize_s;
-    r.updates = static_cast<int64_t>(t.steps.size());
-    auto [first, last] = timing_window(r.updates);
-    r.window_first = first;
-    r.window_last = last;
-    std::vector<double> w;
-    double tokens = 0, wall = 0;
-    for (const auto& s : t.steps) {
-        if (s.update >= first && s.update <= last) w.push_back(s.wall_s);
-        tokens += static_cast<double>(s.tokens);
-        wall += s.wall_s;
-    }
-    if (!w.empty()) r.median_update_s = percentile(w, 50);
-    if (wall > 0) r.tokens_per_s = tokens / wall;
-    r.peak_device_bytes = t.peak_device_bytes;
-    r.peak_host_bytes = t.peak_host_bytes;
     return r;
 }
 
@@ -372,6 +353,29 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             c.l4.push_back(std::move(l4));
         }
     return c;
+}
+
+TimingRow timing_of(const LegTrace& t) {
+    TimingRow r;
+    r.setup_s = t.setup_s;
+    r.model_load_s = t.model_load_s;
+    r.tokenize_s = t.tokenize_s;
+    r.updates = static_cast<int64_t>(t.steps.size());
+    auto [first, last] = timing_window(r.updates);
+    r.window_first = first;
+    r.window_last = last;
+    std::vector<double> w;
+    double tokens = 0, wall = 0;
+    for (const auto& s : t.steps) {
+        if (s.update >= first && s.update <= last && std::isfinite(s.wall_s)) w.push_back(s.wall_s);
+        tokens += static_cast<double>(s.tokens);
+        wall += std::isfinite(s.wall_s) ? s.wall_s : 0;
+    }
+    if (!w.empty()) r.median_update_s = percentile(w, 50);
+    if (wall > 0) r.tokens_per_s = tokens / wall;
+    r.peak_device_bytes = t.peak_device_bytes;
+    r.peak_host_bytes = t.peak_host_bytes;
+    return r;
 }
 
 std::string Comparison::verdict() const {

@@ -350,22 +350,15 @@ void RunRecorder::set_flags(const std::string& leg, const std::vector<GateFlag>&
 
 void RunRecorder::write_leg_summary(const LegState& l) {
     const LegTrace& t = *l.trace;
+    const TimingRow figures = timing_of(t);
     LegTiming tm;
     tm.model_load_s = t.model_load_s;
     tm.tokenize_s = t.tokenize_s;
     tm.total_s = t.total_s;
-    auto [first, last] = timing_window(static_cast<int64_t>(t.steps.size()));
-    tm.window_first = first;
-    tm.window_last = last;
-    std::vector<double> win;
-    double tok = 0, wall = 0;
-    for (const auto& s : t.steps) {
-        if (s.update >= first && s.update <= last) win.push_back(s.wall_s);
-        tok += static_cast<double>(s.tokens);
-        wall += s.wall_s;
-    }
-    if (!win.empty()) tm.median_update_s = percentile(win, 50);
-    if (wall > 0) tm.tokens_per_s = tok / wall;
+    tm.window_first = figures.window_first;
+    tm.window_last = figures.window_last;
+    tm.median_update_s = figures.median_update_s;
+    tm.tokens_per_s = figures.tokens_per_s;
     tm.extra["setup_s"] = t.setup_s;
     tm.extra["train_s"] = t.train_s;
     LegMemory m;
@@ -402,12 +395,7 @@ LegRecord RunRecorder::leg_record(const LegState& l) const {
         r.last_eval_update = t.evals.back().update;
         if (std::isfinite(t.evals.back().heldout_ce)) r.last_eval_ce = t.evals.back().heldout_ce;
     }
-    double tok = 0, wall = 0;
-    for (const auto& s : t.steps) {
-        tok += static_cast<double>(s.tokens);
-        wall += std::isfinite(s.wall_s) ? s.wall_s : 0;
-    }
-    if (wall > 0) r.tokens_per_s = tok / wall;
+    if (const double tps = timing_of(t).tokens_per_s; tps > 0) r.tokens_per_s = tps;
     if (t.peak_device_bytes >= 0) r.peak_device_bytes = t.peak_device_bytes;
     if (t.peak_host_bytes >= 0) r.peak_host_bytes = t.peak_host_bytes;
     if (!l.note.empty() && (l.status == "paused" || l.status == "stopped")) r.error = l.note;

@@ -206,12 +206,7 @@ LegProgress progress_of(const LiveLeg& l, int64_t total) {
         p.heldout_ce = t.evals.back().heldout_ce;
         p.heldout_update = t.evals.back().update;
     }
-    double tok = 0, wall = 0;
-    for (const auto& s : t.steps) {
-        tok += static_cast<double>(s.tokens);
-        wall += std::isfinite(s.wall_s) ? s.wall_s : 0;
-    }
-    p.tokens_per_s = wall > 0 ? tok / wall : 0;
+    p.tokens_per_s = std::max(0.0, timing_of(t).tokens_per_s);
     if (l.steps_this_attempt > 0 && l.status == LegStatus::Running)
         p.eta_s = l.wall_this_attempt / static_cast<double>(l.steps_this_attempt) * static_cast<double>(total - p.updates_done);
     return p;

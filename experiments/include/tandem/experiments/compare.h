@@ -132,6 +132,10 @@ struct TimingRow {
     int64_t peak_device_bytes = -1, peak_host_bytes = -1;
 };
 
+// The timing figures of one leg's trace (leg, implementation, device and status left empty): the
+// one place the median s/update over the window and tokens/s are computed.
+TimingRow timing_of(const LegTrace& trace);
+
 struct Comparison {
     std::vector<std::string> legs;
     std::vector<L1Entry> l1;

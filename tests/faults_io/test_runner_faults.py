@@ -126,6 +126,27 @@ def mount_tmpfs(path, size):
     return r.returncode == 0, r.stderr.strip()
 
 
+def fill_disk(disk, leave):
+    """Writes a filler file until `leave` bytes are free (the runner keeps writing meanwhile)."""
+    chunk = b"\0" * (1 << 20)
+    with open(os.path.join(disk, "filler"), "wb") as f:
+        while True:
+            st = os.statvfs(disk)
+            free = st.f_bavail * st.f_frsize
+            if free <= leave + len(chunk):
+                break
+            try:
+                f.write(chunk)
+                f.flush()
+            except OSError:
+                break
+    with open(os.path.join(disk, "filler"), "r+b") as f:  # give back what a race took beyond `leave`
+        st = os.statvfs(disk)
+        free = st.f_bavail * st.f_frsize
+        if free < leave:
+            f.truncate(max(0, os.path.getsize(f.name) - (leave - free)))
+
+
 def test_a_full_disk_stops_the_legs_records_why_and_resumes_without_missing_rows(tmp_path, clean):
     expected, _ = clean
     tmp = str(tmp_path)
@@ -140,12 +161,8 @@ def test_a_full_disk_stops_the_legs_records_why_and_resumes_without_missing_rows
         p = subprocess.Popen(run_cmd(tmp, spec, out=out, catalog=catalog), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, bufsize=1)
         # Another program fills the disk once the run folder is prepared, leaving 256 KiB.
-        assert read_progress_until(p, "plan:", 120)
-        time.sleep(1.0)
-        st = os.statvfs(disk)
-        free = st.f_bavail * st.f_frsize
-        with open(os.path.join(disk, "filler"), "wb") as f:
-            f.write(b"\0" * max(0, free - 256 * 1024))
+        assert read_progress_until(p, "initial adapter written", 120)
+        fill_disk(disk, leave=256 * 1024)
         rest = p.communicate(timeout=600)[0]
         assert p.returncode == 1, rest[-3000:]
         err = [l for l in rest.splitlines() if l.startswith("tandem: error:")]

@@ -5,6 +5,7 @@
 #include "tandem/version.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/main_window.h"
+#include "tandem/views/tandem_binary.h"
 #include "tandem/views/trajectory_view.h"
 
 #include <QApplication>
@@ -40,7 +41,7 @@ void describe(QCommandLineParser& parser) {
     parser.addOption({QStringLiteral("catalog"), QStringLiteral("The catalog (tandem.db) whose runs to list."), QStringLiteral("file")});
     parser.addOption({QStringLiteral("experiment"), QStringLiteral("Experiment file preselected in the launcher."), QStringLiteral("file")});
     parser.addOption({QStringLiteral("runs-dir"), QStringLiteral("Where launched runs go (default: runs/ next to the catalog)."), QStringLiteral("dir")});
-    parser.addOption({QStringLiteral("tandem"), QStringLiteral("The tandem CLI the launcher runs (default: next to this binary, else PATH)."), QStringLiteral("file")});
+    parser.addOption({QStringLiteral("tandem"), QStringLiteral("The tandem CLI the launcher runs (default: next to this binary, in the build tree, installed, then PATH)."), QStringLiteral("file")});
     parser.addOption({QStringLiteral("page"), QStringLiteral("Page to show first: runs, launch, trajectories, token-diff, tables."), QStringLiteral("name")});
     parser.addOption({QStringLiteral("screenshot-dir"),
                       QStringLiteral("Open the run, save a PNG of every page into dir, and quit (for docs/screenshots)."), QStringLiteral("dir")});
@@ -91,12 +92,9 @@ int main(int argc, char** argv) {
     tandem::views::MainWindow window;
     window.resize(options.size);
     auto* launcher = window.launcher();
-    QString tandem_cli = options.tandem;
-    if (tandem_cli.isEmpty()) {
-        const auto beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("tandem"));
-        tandem_cli = QFileInfo::exists(beside) ? beside : QStandardPaths::findExecutable(QStringLiteral("tandem"));
-    }
-    launcher->set_tandem_binary(tandem_cli);
+    // Next to this binary, in the build tree, installed, then PATH (or only --tandem FILE).
+    launcher->set_tandem(tandem::views::find_tandem_binary(QCoreApplication::applicationDirPath(), tandem::views::installed_bindir(),
+                                                           qEnvironmentVariable("PATH"), options.tandem));
     launcher->set_legs({{QStringLiteral("engine"), QStringLiteral("engine"), QStringLiteral("cpu")},
                         {QStringLiteral("reference"), QStringLiteral("reference"), QStringLiteral("cpu")}});
     if (!options.catalog.isEmpty()) window.open_catalog(options.catalog);

@@ -19,12 +19,14 @@ TEST(ReportExport, LatexEscapesSpecialCharacters) {
 TEST(ReportExport, TablesRenderInEveryFormat) {
     Table t{"l1", "L1: x_y & z", {"legs", "rel diff"}, {{"engine vs ref_1", "1.0e-08"}, {"a|b", "50%"}}, {"note #1"}};
     std::string tex = render_table(t, ReportFormat::Latex);
-    EXPECT_NE(tex.find("\\begin{tabular}{lr}"), std::string::npos);
+    // Text column left, number column right; numbers through siunitx; the notes under the table.
+    EXPECT_NE(tex.find("\\begin{tabular}{@{}lr@{}}"), std::string::npos);
     EXPECT_NE(tex.find("\\toprule"), std::string::npos);
     EXPECT_NE(tex.find("\\midrule"), std::string::npos);
     EXPECT_NE(tex.find("\\bottomrule"), std::string::npos);
-    EXPECT_NE(tex.find("engine vs ref\\_1 & 1.0e-08 \\\\"), std::string::npos);
-    EXPECT_NE(tex.find("50\\%"), std::string::npos);
+    EXPECT_NE(tex.find("engine vs ref\\_1 & \\num{1.0e-08} \\\\"), std::string::npos);
+    EXPECT_NE(tex.find("\\num{50}\\%"), std::string::npos);
+    EXPECT_NE(tex.find("note \\#1"), std::string::npos);
     EXPECT_NE(tex.find("\\caption{L1: x\\_y \\& z}"), std::string::npos);
     // No unescaped special character survives in the body.
     EXPECT_EQ(tex.find(" & z}"), std::string::npos);

@@ -124,29 +124,29 @@ private Q_SLOTS:
         QCOMPARE(view->snapshot().legs.size(), std::size_t(2));
         for (const auto& leg : kLegs) {
             const auto name = QString::fromStdString(leg.name);
-            QCOMPARE(view->panel_chart(0).drawn_point_count(name), eval_count(leg));  // held-out loss
-            QCOMPARE(view->panel_chart(1).drawn_point_count(name), leg.steps);        // grad norm
+            QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(name), eval_count(leg));  // held-out loss
+            QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(name), leg.steps);        // grad norm
         }
         // Zooming one panel zooms all of them (shared x range); only the points in range (plus
         // one neighbour on each side) are then drawn.
         view->set_x_range(std::make_pair(10.0, 20.0));
         view->redraw_now();
-        QCOMPARE(view->panel_chart(1).drawn_point_count(QStringLiteral("engine")), 11 + 2);
-        QCOMPARE(view->panel_chart(0).x_axis()->min(), 10.0);
-        QCOMPARE(view->panel_chart(2).x_axis()->max(), 20.0);
+        QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine")), 11 + 2);
+        QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).x_axis()->min(), 10.0);
+        QCOMPARE(view->panel_chart(TrajectoryView::ResidualPanel).x_axis()->max(), 20.0);
         // Smoothing adds a smoothed series per leg and keeps the raw one with all its points.
         view->set_x_range(std::nullopt);
         view->set_smoothing(0.6);
         view->redraw_now();
-        QCOMPARE(view->panel_chart(1).drawn_point_count(QStringLiteral("engine")), 37);
-        QCOMPARE(view->panel_chart(1).drawn_point_count(QStringLiteral("engine (smoothed)")), 37);
+        QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine")), 37);
+        QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine (smoothed)")), 37);
         // Log y keeps every (positive) point.
         view->set_log_y(true);
         view->redraw_now();
-        QCOMPARE(view->panel_chart(0).drawn_point_count(QStringLiteral("reference")), eval_count(kLegs[1]));
+        QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(QStringLiteral("reference")), eval_count(kLegs[1]));
 
         // Hover: every leg's value at the nearest recorded update.
-        auto* panel = view->panel_view(1);
+        auto* panel = view->panel_view(TrajectoryView::GradNormPanel);
         const QPointF at = panel->chart()->mapToPosition(QPointF(12, 1.0));
         const QPointF local = panel->mapFromScene(panel->chart()->mapToScene(at));
         QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
@@ -193,7 +193,7 @@ private Q_SLOTS:
         QVERIFY(shown.wait(10000));
         auto* view = window.trajectories();
         const auto name = QString::fromUtf8("engine − reference");
-        const auto& chart = view->panel_chart(2);
+        const auto& chart = view->panel_chart(TrajectoryView::ResidualPanel);
         auto plotted = [&] {
             for (auto* s : chart.chart()->series())
                 if (s->name() == name) return static_cast<QXYSeries*>(s)->points();
@@ -207,7 +207,8 @@ private Q_SLOTS:
         // Held-out loss: evaluations paired at updates 0, 10, 20 (engine every 5, reference every 10).
         view->set_residual_metric(Metric::HeldoutLoss);
         view->redraw_now();
-        QCOMPARE(chart.chart()->axes(Qt::Vertical).value(0)->titleText(), QString::fromUtf8("leg − reference (%)"));
+        QCOMPARE(chart.chart()->axes(Qt::Vertical).value(0)->titleText(), QString::fromUtf8("%"));
+        QVERIFY(chart.chart()->title().contains(QString::fromUtf8("held-out loss: leg − reference")));
         QCOMPARE(chart.drawn_point_count(name), 3);
         auto points = plotted();
         for (int i = 0; i < 3; ++i) {
@@ -238,13 +239,13 @@ private Q_SLOTS:
             if (u != kPlantedUpdate) QCOMPARE(points[u].y(), 0.0);
 
         // Hover over the planted update: the read-out names the pair and shows the percent.
-        auto* panel = view->panel_view(2);
+        auto* panel = view->panel_view(TrajectoryView::ResidualPanel);
         const QPointF at = panel->chart()->mapToPosition(QPointF(kPlantedUpdate, planted));
         const QPointF local = panel->mapFromScene(panel->chart()->mapToScene(at));
         QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
         QApplication::sendEvent(panel->viewport(), &move);
         QTRY_VERIFY2(view->hover_text().contains(QStringLiteral("update %1").arg(kPlantedUpdate)), qPrintable(view->hover_text()));
-        QVERIFY2(view->hover_text().contains(QStringLiteral("leg − reference (%), grad norm")), qPrintable(view->hover_text()));
+        QVERIFY2(view->hover_text().contains(QStringLiteral("residual (%), grad norm")), qPrintable(view->hover_text()));
         QVERIFY2(view->hover_text().contains(name + QStringLiteral("</span> ") + QString::number(planted, 'g', 6) + QStringLiteral("%")),
                  qPrintable(view->hover_text()));
     }
@@ -263,11 +264,11 @@ private Q_SLOTS:
         MainWindow window;
         window.show();
         window.open_run(QString::fromStdString(file.string()));
-        auto drawn = [&] { return window.trajectories()->panel_chart(1).drawn_point_count(QStringLiteral("engine")); };
+        auto drawn = [&] { return window.trajectories()->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine")); };
         QTRY_COMPARE_WITH_TIMEOUT(drawn(), 10, 10000);
         append(10, 15);
         QTRY_COMPARE_WITH_TIMEOUT(drawn(), 25, 10000);  // picked up without reopening
-        QCOMPARE(window.trajectories()->panel_chart(1).x_axis()->max(), 24.0);
+        QCOMPARE(window.trajectories()->panel_chart(TrajectoryView::GradNormPanel).x_axis()->max(), 24.0);
     }
 
     void a_dropped_run_folder_is_opened_and_remembered() {

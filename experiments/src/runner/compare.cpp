@@ -129,6 +129,26 @@ PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool refe
     return s;
 }
 
+double update_tokens_per_second(const StepRow& row) {
+    return row.wall_s > 0 ? static_cast<double>(row.tokens) / row.wall_s : std::nan("");
+}
+
+ResidualPoints residual_points_after(const std::vector<StepRow>& steps_a, const std::vector<EvalRow>& evals_a,
+                                     const std::vector<StepRow>& steps_b, const std::vector<EvalRow>& evals_b,
+                                     bool reference_is_a, int64_t eval_after, int64_t step_after) {
+    auto tail = [](const auto& rows, int64_t after) {
+        auto it = std::upper_bound(rows.begin(), rows.end(), after, [](int64_t u, const auto& r) { return u < r.update; });
+        return std::vector<typename std::decay_t<decltype(rows)>::value_type>(it, rows.end());
+    };
+    const auto sa = tail(steps_a, step_after), sb = tail(steps_b, step_after);
+    const auto ea = tail(evals_a, eval_after), eb = tail(evals_b, eval_after);
+    ResidualPoints r;
+    r.eval = residual_percent(pair_evals(ea, eb), reference_is_a).points;
+    r.loss = residual_percent(pair_losses(sa, sb), reference_is_a).points;
+    r.grad = residual_percent(pair_grad_norms(sa, sb), reference_is_a).points;
+    return r;
+}
+
 std::pair<int64_t, int64_t> timing_window(int64_t updates) {
     if (updates <= 0) return {-1, -1};
     if (updates > 200) return {100, std::min<int64_t>(updates - 1, 499)};

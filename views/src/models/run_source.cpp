@@ -9,7 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 
 namespace tandem::views {
 
@@ -26,27 +29,16 @@ std::string attr_text(const ex::Attributes& attributes, const std::string& key) 
     return {};
 }
 
-ResidualTrajectory residual_of(const ex::L4Entry& entry, Metric metric, const ex::PercentSeries& percent) {
-    ResidualTrajectory r{entry.residual_leg, entry.residual_reference, metric, {}};
-    for (const auto& p : percent.points)
-        if (std::isfinite(p.percent)) r.percent.push_back({static_cast<double>(p.update), p.percent});
-    return r;
+bool has_hdf5_signature(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    char header[8] = {};
+    in.read(header, sizeof header);
+    return in.gcount() == 8 && std::memcmp(header, "\x89HDF\r\n\x1a\n", 8) == 0;
 }
 
-// Residual series from experiments' L4 comparison: leg minus reference in percent at every paired
-// update, exactly as compare_legs computed them. A run still missing what the comparison needs
-// (spec, a second leg) simply has none yet.
-void add_residuals(RunSnapshot& snapshot, const std::filesystem::path& file) {
-    try {
-        const auto comparison = ex::compare_run_file(file);
-        for (const auto& entry : comparison.l4) {
-            snapshot.residuals.push_back(residual_of(entry, Metric::HeldoutLoss, entry.eval_percent));
-            snapshot.residuals.push_back(residual_of(entry, Metric::TrainLoss, entry.loss_percent));
-            snapshot.residuals.push_back(residual_of(entry, Metric::GradNorm, entry.grad_percent));
-        }
-    } catch (const std::exception&) {
-        snapshot.residuals.clear();
-    }
+void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
+    for (const auto& p : points)
+        if (std::isfinite(p.percent)) out.push_back({static_cast<double>(p.update), p.percent});
 }
 
 }  // namespace
@@ -62,30 +54,147 @@ std::filesystem::path resolve_run_file(const std::filesystem::path& path) {
     return path;
 }
 
-RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) {
-    const auto file = resolve_run_file(path);
-    RunSnapshot snapshot;
-    {
-    ex::RunFileReader reader(file, wait_s);
-    snapshot.path = file.string();
-    if (auto experiment = reader.experiment()) snapshot.experiment = experiment->name;
-    for (const auto& name : reader.legs()) {
-        LegTrajectory leg;
-        leg.leg = name;
-        const auto attributes = reader.leg_attributes(name);
-        leg.device = attr_text(attributes, "device");
-        leg.status = attr_text(attributes, "status");
-        for (const auto& row : reader.steps(name)) {
-            const auto u = static_cast<double>(row.update);
-            leg.train_loss.push_back({u, row.loss});
-            leg.grad_norm.push_back({u, row.grad_norm});
-        }
-        for (const auto& row : reader.eval(name)) leg.heldout_loss.push_back({static_cast<double>(row.update), row.heldout_ce});
-        snapshot.legs.push_back(std::move(leg));
+std::optional<std::string> run_path_problem(const std::filesystem::path& path, bool allow_pending) {
+    std::error_code ec;
+    if (path.empty()) return std::string("no run path given");
+    if (!std::filesystem::exists(path, ec)) return path.string() + " does not exist";
+    if (std::filesystem::is_directory(path, ec)) {
+        const auto file = path / "run.h5";
+        if (std::filesystem::exists(file, ec)) return run_path_problem(file, false);
+        if (allow_pending && std::filesystem::exists(path / "experiment.json", ec)) return std::nullopt;
+        return path.string() + " is not a tandem run folder (it holds no run.h5)";
     }
+    if (!std::filesystem::is_regular_file(path, ec)) return path.string() + " is not a file or a folder";
+    if (!has_hdf5_signature(path)) return path.string() + " is not an HDF5 file (not a tandem run file)";
+    return std::nullopt;
+}
+
+bool IncrementalRunReader::Delta::empty() const {
+    if (reset) return false;
+    for (const auto& leg : added.legs)
+        for (Metric m : kAllMetrics)
+            if (!leg.series(m).empty()) return false;
+    for (const auto& r : added.residuals)
+        if (!r.percent.empty()) return false;
+    return true;
+}
+
+void IncrementalRunReader::clear() {
+    run_id_.clear();
+    legs_.clear();
+    pairs_.clear();
+}
+
+IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::path& path, double wait_s) {
+    const auto file = resolve_run_file(path);
+    Delta delta;
+    RunSnapshot& out = delta.added;
+    out.path = file.string();
+    {
+        ex::RunFileReader reader(file, wait_s);
+        const auto experiment = reader.experiment();
+        out.experiment = experiment ? experiment->name : std::string();
+        out.run_id = experiment && !experiment->run_id.empty() ? experiment->run_id : file.parent_path().filename().string();
+        const auto names = reader.legs();
+        // Another run in the same place, legs gone, or tables that shrank: start over.
+        bool reset = out.run_id != run_id_ || names.size() < legs_.size();
+        for (std::size_t i = 0; !reset && i < legs_.size(); ++i) reset = names[i] != legs_[i].name;
+        if (reset) clear();
+        delta.reset = reset;
+        run_id_ = out.run_id;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            if (i == legs_.size()) legs_.push_back({names[i], {}, {}, {}});
+            LegState& state = legs_[i];
+            const auto attributes = reader.leg_attributes(state.name);
+            state.implementation = attr_text(attributes, "implementation");
+            auto steps = reader.steps(state.name, state.steps.size());
+            auto evals = reader.eval(state.name, state.evals.size());
+            rows_read_ += steps.size() + evals.size();
+            // New rows must continue the series; anything else (a rewritten table) means a fresh read.
+            const bool steps_continue = steps.empty() || state.steps.empty() || steps.front().update > state.steps.back().update;
+            const bool evals_continue = evals.empty() || state.evals.empty() || evals.front().update > state.evals.back().update;
+            if (!delta.reset && (!steps_continue || !evals_continue)) {
+                clear();
+                return read(path, wait_s);
+            }
+            LegTrajectory leg;
+            leg.leg = state.name;
+            leg.implementation = state.implementation;
+            leg.device = attr_text(attributes, "device");
+            leg.status = attr_text(attributes, "status");
+            for (const auto& row : steps) {
+                const auto u = static_cast<double>(row.update);
+                leg.train_loss.push_back({u, row.loss});
+                leg.grad_norm.push_back({u, row.grad_norm});
+                leg.learning_rate.push_back({u, row.lr});
+                leg.tokens_per_s.push_back({u, ex::update_tokens_per_second(row)});
+            }
+            for (const auto& row : evals) leg.heldout_loss.push_back({static_cast<double>(row.update), row.heldout_ce});
+            state.steps.insert(state.steps.end(), steps.begin(), steps.end());
+            state.evals.insert(state.evals.end(), evals.begin(), evals.end());
+            out.legs.push_back(std::move(leg));
+        }
     }  // the reader closes here: a live writer waits as little as possible
-    add_residuals(snapshot, file);
-    return snapshot;
+    // Residuals of every pair (compare_legs' order and sides), only at newly paired updates.
+    std::size_t pair = 0;
+    for (std::size_t i = 0; i < legs_.size(); ++i)
+        for (std::size_t j = i + 1; j < legs_.size(); ++j, ++pair) {
+            if (pair == pairs_.size()) pairs_.push_back({});
+            PairState& state = pairs_[pair];
+            const auto& a = legs_[i];
+            const auto& b = legs_[j];
+            const bool ref_first = ex::reference_is_first(a.implementation, b.implementation);
+            const auto points = ex::residual_points_after(a.steps, a.evals, b.steps, b.evals, ref_first, state.eval_after, state.step_after);
+            if (!points.eval.empty()) state.eval_after = points.eval.back().update;
+            if (!points.loss.empty()) state.step_after = points.loss.back().update;
+            const std::string leg = ref_first ? b.name : a.name, reference = ref_first ? a.name : b.name;
+            ResidualTrajectory eval{leg, reference, Metric::HeldoutLoss, {}}, loss{leg, reference, Metric::TrainLoss, {}},
+                grad{leg, reference, Metric::GradNorm, {}};
+            append_percent(eval.percent, points.eval);
+            append_percent(loss.percent, points.loss);
+            append_percent(grad.percent, points.grad);
+            out.residuals.push_back(std::move(eval));
+            out.residuals.push_back(std::move(loss));
+            out.residuals.push_back(std::move(grad));
+        }
+    return delta;
+}
+
+void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) {
+    if (delta.reset) {
+        target = delta.added;
+        return;
+    }
+    target.path = delta.added.path;
+    target.run_id = delta.added.run_id;
+    target.experiment = delta.added.experiment;
+    for (const auto& leg : delta.added.legs) {
+        auto it = std::find_if(target.legs.begin(), target.legs.end(), [&](const LegTrajectory& l) { return l.leg == leg.leg; });
+        if (it == target.legs.end()) {
+            target.legs.push_back(leg);
+            continue;
+        }
+        it->device = leg.device;
+        it->status = leg.status;
+        it->implementation = leg.implementation;
+        for (Metric m : kAllMetrics) {
+            auto& series = it->series(m);
+            const auto& added = leg.series(m);
+            series.insert(series.end(), added.begin(), added.end());
+        }
+    }
+    for (const auto& r : delta.added.residuals) {
+        auto it = std::find_if(target.residuals.begin(), target.residuals.end(), [&](const ResidualTrajectory& t) {
+            return t.leg == r.leg && t.reference == r.reference && t.metric == r.metric;
+        });
+        if (it == target.residuals.end()) target.residuals.push_back(r);
+        else it->percent.insert(it->percent.end(), r.percent.begin(), r.percent.end());
+    }
+}
+
+RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) {
+    IncrementalRunReader reader;
+    return reader.read(path, wait_s).added;
 }
 
 std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalog_path) {

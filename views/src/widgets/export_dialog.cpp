@@ -20,15 +20,25 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     QSettings settings;
     auto* form = new QFormLayout(this);
     panel_ = new QComboBox(this);
+    panel_->setObjectName(QStringLiteral("chart"));
     panel_->addItems(panels);
-    panel_->setCurrentIndex(current_panel);
+    // The chart goes with the remembered file: Save must not write another chart over residual.svg.
+    const int remembered = settings.value(QStringLiteral("export/figure_chart"), -1).toInt();
+    panel_->setCurrentIndex(remembered >= 0 && remembered < panels.size() ? remembered : current_panel);
     form->addRow(tr("&Chart:"), panel_);
     auto* path_row = new QHBoxLayout;
     path_ = new QLineEdit(settings.value(QStringLiteral("export/figure_path"), QStringLiteral("figure.pdf")).toString(), this);
+    path_->setObjectName(QStringLiteral("path"));
     auto* browse = new QPushButton(tr("&Browse…"), this);
     path_row->addWidget(path_, 1);
     path_row->addWidget(browse);
-    form->addRow(tr("&File (.pdf, .svg, .png):"), path_row);
+    // A row whose field is a layout gets no buddy from QFormLayout: without one, "&" shows literally.
+    auto labelled = [this](const QString& text, QWidget* buddy) {
+        auto* label = new QLabel(text, this);
+        label->setBuddy(buddy);
+        return label;
+    };
+    form->addRow(labelled(tr("&File (.pdf, .svg, .png):"), path_), path_row);
     width_ = new QDoubleSpinBox(this);
     height_ = new QDoubleSpinBox(this);
     for (auto* box : {width_, height_}) {
@@ -46,7 +56,7 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     size_row->addWidget(new QLabel(QStringLiteral("×"), this));
     size_row->addWidget(height_);
     size_row->addWidget(unit_);
-    form->addRow(tr("&Size:"), size_row);
+    form->addRow(labelled(tr("&Size:"), width_), size_row);
     font_ = new QSpinBox(this);
     font_->setRange(4, 48);
     font_->setSuffix(tr(" pt"));
@@ -88,6 +98,7 @@ void FigureExportDialog::accept() {
     }
     QSettings settings;
     settings.setValue(QStringLiteral("export/figure_path"), path_->text());
+    settings.setValue(QStringLiteral("export/figure_chart"), panel_->currentIndex());
     settings.setValue(QStringLiteral("export/width"), width_->value());
     settings.setValue(QStringLiteral("export/height"), height_->value());
     settings.setValue(QStringLiteral("export/unit"), unit_->currentIndex());

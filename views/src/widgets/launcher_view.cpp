@@ -11,6 +11,7 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -97,9 +98,13 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
     connect(resume_, &QPushButton::clicked, this, &LauncherView::resume);
     connect(process_, &QProcess::readyRead, this, &LauncherView::on_output);
     connect(process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+        on_output();  // whatever is still buffered, the error line included
         find_run_folder();
         const int exit_code = status == QProcess::NormalExit ? code : -1;
-        state_->setText(exit_code == 0 ? tr("Finished.") : tr("Runner exited with %1.").arg(exit_code));
+        // The runner's own error line says what is wrong (a parse error names the file and field).
+        QString text = exit_code == 0 ? tr("Finished.") : tr("Runner exited with %1.").arg(exit_code);
+        if (exit_code != 0 && !last_error_.isEmpty()) text += QLatin1Char(' ') + last_error_;
+        state_->setText(text);
         start_->setEnabled(true);
         stop_->setEnabled(false);
         resume_->setEnabled(!run_folder_.isEmpty() && exit_code != 0);
@@ -111,6 +116,7 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
     connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
         if (error == QProcess::FailedToStart) {
             state_->setText(tr("Could not start %1: %2").arg(tandem_, process_->errorString()));
+            append_log(state_->text());
             start_->setEnabled(true);
             stop_->setEnabled(false);
             Q_EMIT run_finished(-1);
@@ -129,7 +135,54 @@ LauncherView::~LauncherView() {
 
 void LauncherView::set_runs_dir(const QString& dir) { runs_dir_ = dir; }
 
-void LauncherView::set_experiment(const QString& path) { experiment_->setText(path); }
+void LauncherView::set_tandem(const TandemBinary& binary) {
+    binary_ = binary;
+    tandem_ = binary.path;
+}
+
+void LauncherView::set_tandem_binary(const QString& path) { set_tandem(find_tandem_binary({}, {}, {}, path)); }
+
+void LauncherView::set_experiment(const QString& path) {
+    if (experiment_->text() == path) return;
+    experiment_->setText(path);
+    if (!running()) {
+        // Another experiment: the previous run's rows, folder and state no longer apply.
+        run_folder_.clear();
+        follower_->stop();
+        reset_rows();
+        resume_->setEnabled(false);
+        state_->clear();
+    }
+}
+
+void LauncherView::reset_rows() {
+    for (int r = 0; r < legs_->rowCount(); ++r) {
+        auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(r, ColProgress));
+        bar->setRange(0, 1);
+        bar->setValue(0);
+        bar->setFormat(tr("—"));  // no "0 / 1": the total comes with the run's plan.json
+        legs_->item(r, ColState)->setText(tr("not started"));
+        legs_->item(r, ColState)->setForeground(palette().text().color());
+    }
+}
+
+QString LauncherView::state_text() const { return state_->text(); }
+
+QString LauncherView::leg_progress_text(int row) const {
+    auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(row, ColProgress));
+    return bar ? bar->text() : QString();
+}
+
+QString LauncherView::leg_state_text(int row) const {
+    auto* item = legs_->item(row, ColState);
+    return item ? item->text() : QString();
+}
+
+void LauncherView::append_log(const QString& text) {
+    log_->appendPlainText(text);
+    // Keep the newest lines (the error) in view.
+    log_->verticalScrollBar()->setValue(log_->verticalScrollBar()->maximum());
+}
 
 void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
     legs_->setRowCount(0);
@@ -148,12 +201,10 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
         device->setCurrentText(leg.device);
         legs_->setCellWidget(r, ColDevice, device);
         auto* bar = new QProgressBar(legs_);
-        bar->setRange(0, 1);  // the real total arrives with the run's plan.json
-        bar->setValue(0);
-        bar->setFormat(QStringLiteral("%v / %m"));
         legs_->setCellWidget(r, ColProgress, bar);
         legs_->setItem(r, ColState, new QTableWidgetItem(tr("not started")));
     }
+    reset_rows();
     legs_->resizeColumnsToContents();
 }
 
@@ -171,7 +222,17 @@ bool LauncherView::running() const { return process_->state() != QProcess::NotRu
 
 void LauncherView::launch(const QStringList& arguments) {
     if (running()) return;
-    log_->appendPlainText(QStringLiteral("$ %1 %2").arg(tandem_, arguments.join(QLatin1Char(' '))));
+    if (tandem_.isEmpty()) {
+        // Say where we looked and how to fix it, instead of starting "no program".
+        const QString message = binary_.tried.isEmpty()
+                                    ? tr("No tandem CLI given: start the workbench with --tandem FILE, or put tandem on PATH.")
+                                    : binary_.not_found_message();
+        state_->setText(message);
+        append_log(message);
+        return;
+    }
+    last_error_.clear();
+    append_log(QStringLiteral("$ %1 %2").arg(tandem_, arguments.join(QLatin1Char(' '))));
     folders_before_ = QDir(runs_dir_).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
     start_->setEnabled(false);
     stop_->setEnabled(true);
@@ -200,10 +261,16 @@ void LauncherView::stop() {
 void LauncherView::resume() {
     if (run_folder_.isEmpty()) return;
     launch(resume_arguments(run_folder_, catalog_));
+    if (running()) follower_->follow(run_folder_, 500);  // the rows follow the resumed legs again
 }
 
 void LauncherView::on_output() {
-    log_->appendPlainText(QString::fromUtf8(process_->readAll()).trimmed());
+    const QString text = QString::fromUtf8(process_->readAll()).trimmed();
+    if (text.isEmpty()) return;
+    for (const auto& line : text.split(QLatin1Char('\n')))
+        if (line.startsWith(QStringLiteral("tandem: error:")) || line.startsWith(QStringLiteral("tandem: internal error:")))
+            last_error_ = line.trimmed();
+    append_log(text);
     if (run_folder_.isEmpty()) find_run_folder();
 }
 
@@ -214,7 +281,7 @@ void LauncherView::find_run_folder() {
     for (const auto& name : now) {
         if (folders_before_.contains(name)) continue;
         run_folder_ = QDir(runs_dir_).absoluteFilePath(name);
-        follower_->follow(run_folder_);
+        follower_->follow(run_folder_, 500);
         Q_EMIT run_folder_found(run_folder_);
         return;
     }
@@ -227,6 +294,7 @@ void LauncherView::on_progress(std::shared_ptr<const RunProgress> progress) {
             if (legs_->item(r, ColLeg)->text() == QString::fromStdString(leg.leg)) row = r;
         if (row < 0) continue;
         auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(row, ColProgress));
+        bar->setFormat(QStringLiteral("%v / %m"));
         bar->setRange(0, static_cast<int>(std::max<std::int64_t>(leg.updates_total, leg.updates_done)));
         bar->setValue(static_cast<int>(leg.updates_done));
         QString state = leg.done ? tr("done") : (running() ? tr("running") : tr("stopped"));
@@ -234,10 +302,10 @@ void LauncherView::on_progress(std::shared_ptr<const RunProgress> progress) {
         auto* item = legs_->item(row, ColState);
         if (item->text() != state && !leg.error.empty()) {
             // A crash: show what the leg said last, without touching the other legs.
-            log_->appendPlainText(tr("── leg %1 failed ── last events:").arg(QString::fromStdString(leg.leg)));
-            for (const auto& line : leg.last_events) log_->appendPlainText(QString::fromStdString(line));
-            log_->appendPlainText(tr("── stderr (tail) ──"));
-            log_->appendPlainText(QString::fromStdString(leg.stderr_tail));
+            append_log(tr("── leg %1 failed ── last events:").arg(QString::fromStdString(leg.leg)));
+            for (const auto& line : leg.last_events) append_log(QString::fromStdString(line));
+            append_log(tr("── stderr (tail) ──"));
+            append_log(QString::fromStdString(leg.stderr_tail));
         }
         item->setText(state);
         item->setForeground(leg.error.empty() ? palette().text().color() : QColor(213, 94, 0));

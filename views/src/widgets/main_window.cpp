@@ -32,6 +32,7 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QThread>
+#include <QVBoxLayout>
 
 #include "tandem/atomic_file.h"
 
@@ -58,16 +59,30 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     pages_->addTab(trajectories_, tr("Tra&jectories"));
     pages_->addTab(token_diff_, tr("Token &diff"));
     pages_->addTab(tables_, tr("Ta&bles"));
-    setCentralWidget(pages_);
+    auto* central = new QWidget(this);
+    auto* central_layout = new QVBoxLayout(central);
+    central_layout->setContentsMargins(0, 0, 0, 0);
+    // Errors (a path that is not a run, ...) are shown here at once, in red, until the next action.
+    error_ = new QLabel(central);
+    error_->setObjectName(QStringLiteral("error"));
+    error_->setWordWrap(true);
+    error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    error_->setStyleSheet(QStringLiteral("QLabel { background: #fde2d8; color: #7a1f00; padding: 6px; border: 1px solid #d55e00; }"));
+    error_->hide();
+    central_layout->addWidget(error_);
+    central_layout->addWidget(pages_, 1);
+    setCentralWidget(central);
+    // Below this the charts collapse and the tool rows clip (issue 14, item 11).
+    setMinimumSize(880, 640);
     status_ = new QLabel(this);
     statusBar()->addWidget(status_, 1);
 
     follower_ = new RunFollower(this);
-    connect(follower_, &RunFollower::snapshot_ready, this, &MainWindow::on_snapshot);
+    connect(follower_, &RunFollower::delta_ready, this, &MainWindow::on_delta);
     connect(follower_, &RunFollower::load_failed, this, [this](const QString& m) { status_->setText(m); });
-    connect(runs_, &RunsBrowser::open_run_requested, this, &MainWindow::open_run);
+    connect(runs_, &RunsBrowser::open_run_requested, this, [this](const QString& path) { open_run(path); });
     connect(launcher_, &LauncherView::run_folder_found, this, [this](const QString& folder) {
-        open_run(folder);
+        open_run(folder, true);
         show_page(TrajectoriesPage);
     });
     connect(launcher_, &LauncherView::run_finished, this, [this](int) {
@@ -153,10 +168,26 @@ void MainWindow::open_catalog(const QString& path) {
     QSettings().setValue(QStringLiteral("catalog"), path);
 }
 
-void MainWindow::open_run(const QString& path) {
-    run_path_ = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
+QString MainWindow::error_text() const { return error_->isVisibleTo(this) ? error_->text() : QString(); }
+
+void MainWindow::show_error(const QString& message) {
+    error_->setText(message);
+    error_->setVisible(!message.isEmpty());
+    if (!message.isEmpty()) status_->setText(message);
+}
+
+bool MainWindow::open_run(const QString& path, bool pending) {
+    const QString clean = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
+    if (auto problem = run_path_problem(clean.toStdString(), pending)) {
+        // Said at once; the run that is open stays open and nothing is remembered.
+        show_error(tr("Cannot open %1").arg(QString::fromStdString(*problem)));
+        return false;
+    }
+    show_error({});
+    run_path_ = clean;
     last_point_count_ = 0;
     static_pages_loaded_ = false;
+    snapshot_ = {};
     trajectories_->set_snapshot({});
     follower_->follow(run_path_);
     remember_recent(run_path_);
@@ -164,16 +195,18 @@ void MainWindow::open_run(const QString& path) {
     setWindowTitle(tr("tandem workbench — %1").arg(QFileInfo(run_path_).fileName() == QStringLiteral("run.h5")
                                                        ? QFileInfo(run_path_).dir().dirName()
                                                        : QFileInfo(run_path_).fileName()));
+    return true;
 }
 
-void MainWindow::on_snapshot(std::shared_ptr<const RunSnapshot> snapshot) {
+void MainWindow::on_delta(std::shared_ptr<const RunDelta> delta) {
     Q_ASSERT(QThread::currentThread() == thread());
-    last_point_count_ = snapshot->point_count();
-    trajectories_->set_snapshot(*snapshot);
-    status_->setText(tr("%1: %2 legs, %3 points").arg(QString::fromStdString(snapshot->path)).arg(snapshot->legs.size()).arg(last_point_count_));
+    apply_delta(snapshot_, *delta);
+    last_point_count_ = snapshot_.point_count();
+    trajectories_->apply_delta(*delta);
+    status_->setText(tr("%1: %2 legs, %3 points").arg(QString::fromStdString(snapshot_.path)).arg(snapshot_.legs.size()).arg(last_point_count_));
     if (!static_pages_loaded_) {
         static_pages_loaded_ = true;
-        load_static_pages(QString::fromStdString(snapshot->path));
+        load_static_pages(QString::fromStdString(snapshot_.path));
     }
     Q_EMIT run_snapshot_shown();
 }
@@ -201,8 +234,12 @@ void MainWindow::load_static_pages(const QString& run_file) {
         tokenizer.reset();  // pieces fall back to ⟨id⟩
     }
     std::vector<std::pair<std::int64_t, std::string>> records;
+    std::vector<std::string> previews;
     if (!legs.empty())
-        for (const auto& r : legs.front()) records.emplace_back(r.index, r.id);
+        for (const auto& r : legs.front()) {
+            records.emplace_back(r.index, r.id);
+            previews.push_back(r.text);
+        }
     std::vector<SideSource> sources;
     auto shared_legs = std::make_shared<std::vector<std::vector<LegTokenRecord>>>(std::move(legs));
     for (std::size_t l = 0; l < shared_legs->size(); ++l) {
@@ -229,7 +266,10 @@ void MainWindow::load_static_pages(const QString& run_file) {
             corpus->clear();
         }
         if (records.empty())
-            for (std::size_t i = 0; i < std::min<std::size_t>(corpus->size(), 64); ++i) records.emplace_back((*corpus)[i].index, (*corpus)[i].id);
+            for (std::size_t i = 0; i < std::min<std::size_t>(corpus->size(), 64); ++i) {
+                records.emplace_back((*corpus)[i].index, (*corpus)[i].id);
+                previews.push_back((*corpus)[i].messages.empty() ? std::string() : (*corpus)[i].messages.front().content);
+            }
         for (auto [kind, name] : {std::pair{data::TemplateKind::Qwen3, "template qwen3 (tandem)"},
                                   std::pair{data::TemplateKind::ChatML, "template chatml (tandem)"}}) {
             if (corpus->empty()) break;
@@ -239,7 +279,7 @@ void MainWindow::load_static_pages(const QString& run_file) {
                                }});
         }
     }
-    token_diff_->set_sources(std::move(records), std::move(sources));
+    token_diff_->set_sources(std::move(records), std::move(sources), std::move(previews));
 }
 
 void MainWindow::remember_recent(const QString& path) {
@@ -263,7 +303,8 @@ void MainWindow::rebuild_recent_menu() {
 }
 
 void MainWindow::export_figure_dialog() {
-    const QStringList panels{tr("held-out loss"), tr("grad norm"), tr("residual")};
+    QStringList panels;
+    for (int p = 0; p < TrajectoryView::PanelCount; ++p) panels << TrajectoryView::panel_name(static_cast<TrajectoryView::Panel>(p));
     FigureExportDialog dialog(panels, 0, this);
     if (dialog.exec() != QDialog::Accepted) return;
     try {

@@ -72,6 +72,21 @@ PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool refe
 // Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
 
+// Throughput of one update: supervised tokens / wall seconds (NaN when the wall time is not
+// positive). The per-update curve behind TimingRow::tokens_per_s (which sums over the run).
+double update_tokens_per_second(const StepRow& row);
+
+// The L4 residual points (percent, leg minus reference) of the pair (a, b) at paired updates
+// greater than `eval_after` (held-out CE) / `step_after` (training loss, grad norm), exactly as
+// compare_legs computes them over the whole series: a follower of a growing run adds only these
+// instead of recomputing every level. Rows must be in update order.
+struct ResidualPoints {
+    std::vector<PercentPoint> eval, loss, grad;
+};
+ResidualPoints residual_points_after(const std::vector<StepRow>& steps_a, const std::vector<EvalRow>& evals_a,
+                                     const std::vector<StepRow>& steps_b, const std::vector<EvalRow>& evals_b,
+                                     bool reference_is_a, int64_t eval_after, int64_t step_after);
+
 // ---- levels ----------------------------------------------------------------------------------------
 struct L1Entry {
     std::string leg_a, leg_b;

@@ -205,6 +205,10 @@ public:
     Attributes leg_attributes(const std::string& leg) const;
     std::vector<StepRow> steps(const std::string& leg) const;  // empty when none
     std::vector<EvalRow> eval(const std::string& leg) const;
+    // Only the rows from index `first_row` on (empty when there are none): what a follower reads
+    // after a commit, without reading the rows it already has.
+    std::vector<StepRow> steps(const std::string& leg, std::size_t first_row) const;
+    std::vector<EvalRow> eval(const std::string& leg, std::size_t first_row) const;
     std::optional<LegTiming> timing(const std::string& leg) const;
     std::optional<LegMemory> memory(const std::string& leg) const;
     std::optional<std::string> check(const std::string& leg, CheckLevel level) const;

@@ -2,6 +2,7 @@
 // The workbench window: pages Runs, Launch, Trajectories, Token diff, Tables; menus and shortcuts
 // for the main actions; window layout, recent runs and the catalog remembered in QSettings;
 // run files dropped on the window are opened.
+#include "tandem/views/run_follower.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <QMainWindow>
@@ -32,9 +33,14 @@ public:
     ~MainWindow() override;
 
     void open_catalog(const QString& path);
-    // Opens a run file or folder: follows it (live while legs write), fills every page.
-    void open_run(const QString& path);
+    // Opens a run file or folder: follows it (live while legs write), fills every page. A path
+    // that is not a run is refused at once with an error naming it; the open run stays open and
+    // Recent runs is not touched. `pending`: a run folder the runner is still preparing (launcher).
+    bool open_run(const QString& path, bool pending = false);
     QString current_run() const { return run_path_; }
+    // The error shown in the window's error bar (empty when none).
+    QString error_text() const;
+    void show_error(const QString& message);
 
     void show_page(Page page);
     // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png
@@ -58,7 +64,7 @@ protected:
 
 private:
     void build_menus();
-    void on_snapshot(std::shared_ptr<const RunSnapshot> snapshot);
+    void on_delta(std::shared_ptr<const RunDelta> delta);
     void load_static_pages(const QString& run_file);
     void remember_recent(const QString& path);
     void rebuild_recent_menu();
@@ -75,8 +81,10 @@ private:
     RunFollower* follower_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QLabel* status_ = nullptr;
+    QLabel* error_ = nullptr;
     QString run_path_;
     std::size_t last_point_count_ = 0;
+    RunSnapshot snapshot_;  // the open run as followed so far
     bool static_pages_loaded_ = false;
 };
 

@@ -15,17 +15,24 @@ struct SeriesPoint {
 using Series = std::vector<SeriesPoint>;  // sorted by update
 
 // The trajectories the views can draw, in the order of the tabs/panels.
-enum class Metric { HeldoutLoss, GradNorm, TrainLoss };
+enum class Metric { HeldoutLoss, GradNorm, TrainLoss, LearningRate, Throughput };
 const char* metric_label(Metric metric);  // "held-out loss", ...
+// Every metric, in the order of the trajectory panels.
+inline constexpr Metric kAllMetrics[] = {Metric::HeldoutLoss, Metric::TrainLoss, Metric::GradNorm, Metric::LearningRate,
+                                         Metric::Throughput};
 
 struct LegTrajectory {
     std::string leg;
     std::string device;
     std::string status;  // "running", "done", "failed", ... as recorded
+    std::string implementation;  // "engine", "reference", ... (the run file's leg attribute)
     Series heldout_loss;
     Series grad_norm;
     Series train_loss;
+    Series learning_rate;   // the lr each update used
+    Series tokens_per_s;    // supervised tokens / wall seconds of each update (experiments' update_tokens_per_second)
     const Series& series(Metric metric) const;
+    Series& series(Metric metric);
 };
 
 // A residual series in percent, leg minus reference, as experiments/ computed it (compare.h L4Entry:
@@ -41,6 +48,7 @@ struct ResidualTrajectory {
 
 struct RunSnapshot {
     std::string path;        // the run.h5 file (or its folder)
+    std::string run_id;      // the run's id (/experiment run_id; the folder name when absent)
     std::string experiment;  // experiment name
     std::vector<LegTrajectory> legs;
     std::vector<ResidualTrajectory> residuals;  // empty when experiments/ exposed none

@@ -333,3 +333,57 @@ TEST(Catalog, SurvivesAWriterKilledMidInsert) {
         }
     }
 }
+
+// A frozen copy of the version-2 tables (runs, legs) as released, to build a version-2 file.
+const char* kVersion2Ddl = R"(
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_sha256 TEXT NOT NULL DEFAULT '', folder TEXT NOT NULL,
+  run_file TEXT NOT NULL DEFAULT '', started_at TEXT NOT NULL, finished_at TEXT,
+  status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running','finished','failed','interrupted','cancelled')),
+  tandem_version TEXT NOT NULL DEFAULT '', hostname TEXT NOT NULL DEFAULT '', runner_pid INTEGER, note TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX runs_by_start ON runs (started_at);
+CREATE TABLE legs (
+  run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL, implementation TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending','running','finished','failed','interrupted','cancelled')),
+  exit_status INTEGER, started_at TEXT, finished_at TEXT, updates_done INTEGER, updates_total INTEGER, final_loss REAL,
+  tokens_per_s REAL, median_update_s REAL, peak_device_bytes INTEGER, peak_host_bytes INTEGER, last_eval_update INTEGER,
+  last_eval_ce REAL, error TEXT NOT NULL DEFAULT '', PRIMARY KEY (run_id, name)
+);
+PRAGMA user_version = 2;
+)";
+
+TEST(Catalog, MigratesAVersion2FileToTagsAndNotesKeepingRuns) {
+    const fs::path file = tandem::test::fresh_dir("catalog-v2") / "tandem.db";
+    raw_exec(file, kVersion1Ddl);
+    raw_exec(file, "PRAGMA user_version = 0;");  // kVersion1Ddl set 1; the v2 DDL below sets 2
+    raw_exec(file, kVersion2Ddl);
+    raw_exec(file, "INSERT INTO runs (id, experiment, folder, started_at, status, note) VALUES "
+                   "('old-run', 'clinical-tiny', '/runs/old-run', '2026-11-28T10:00:00Z', 'finished', 'all cross-checks passed')");
+    ex::Catalog c(file);
+    EXPECT_EQ(c.schema_version(), 3);
+    ASSERT_EQ(c.runs().size(), 1u);
+    EXPECT_EQ(c.runs()[0].note, "all cross-checks passed");  // the runner's note is untouched
+    EXPECT_TRUE(c.annotation("old-run").tags.empty());
+    c.set_run_tags("old-run", {" baseline ", "lr-1e-4", "baseline", ""});
+    c.set_run_user_note("old-run", "first CPU run; reference resumed at update 17");
+    const auto a = c.annotation("old-run");
+    EXPECT_EQ(a.tags, (std::vector<std::string>{"baseline", "lr-1e-4"}));
+    EXPECT_EQ(a.note, "first CPU run; reference resumed at update 17");
+    // The runner rewriting its row keeps what the user wrote.
+    auto run = *c.run("old-run");
+    run.note = "cross-checks FAILED";
+    c.upsert_run(run);
+    EXPECT_EQ(c.annotation("old-run").note, "first CPU run; reference resumed at update 17");
+    EXPECT_EQ(c.search_runs("BASELINE"), (std::vector<std::string>{"old-run"}));
+    EXPECT_EQ(c.search_runs("resumed"), (std::vector<std::string>{"old-run"}));
+    EXPECT_TRUE(c.search_runs("gpu").empty());
+    EXPECT_THROW(c.set_run_tags("old-run", {"a,b"}), tandem::Error);
+    EXPECT_THROW(c.set_run_tags("no-such-run", {"x"}), tandem::Error);
+    EXPECT_EQ(c.annotation("old-run").tags.size(), 2u);  // a refused call changes nothing
+    // Deleting the run deletes its tags and note.
+    EXPECT_TRUE(c.delete_run("old-run"));
+    EXPECT_TRUE(c.annotations().empty());
+}
+

@@ -594,4 +594,98 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
     }
 }
 
+RunLegRef parse_run_leg(const std::string& text) {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+        throw Error("'" + text + "' is not RUN:LEG (a run folder or run.h5, a colon, a leg name)");
+    RunLegRef r{text.substr(0, colon), text.substr(colon + 1)};
+    validate_leg_name(r.leg);
+    return r;
+}
+
+namespace {
+
+void walk_diff(const json& a, const json& b, const std::string& key, std::vector<ConfigDifference>& out) {
+    if (a.is_object() && b.is_object()) {
+        std::set<std::string> keys;
+        for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
+        for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
+        for (const auto& k : keys) {
+            const std::string path = key.empty() ? k : key + "." + k;
+            const bool in_a = a.contains(k), in_b = b.contains(k);
+            if (in_a && in_b) walk_diff(a.at(k), b.at(k), path, out);
+            else out.push_back({path, in_a ? std::optional(a.at(k).dump()) : std::nullopt, in_b ? std::optional(b.at(k).dump()) : std::nullopt});
+        }
+        return;
+    }
+    if (a != b) out.push_back({key, a.dump(), b.dump()});
+}
+
+struct OpenedRun {
+    std::string run_id;
+    json spec_json;
+    ExperimentSpec spec;
+    LegData leg;
+};
+
+OpenedRun open_run_leg(const RunLegRef& ref) {
+    const std::filesystem::path file = std::filesystem::is_directory(ref.run) ? ref.run / "run.h5" : ref.run;
+    if (!std::filesystem::exists(file)) throw Error(file.string() + ": no run file");
+    RunFileReader reader(file);
+    auto exp = reader.experiment();
+    if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
+    OpenedRun r;
+    r.run_id = exp->run_id.empty() ? file.parent_path().filename().string() : exp->run_id;
+    r.spec_json = json::parse(exp->spec_json);
+    r.spec = parse_experiment(r.spec_json, file.string() + " /experiment spec");
+    const auto legs = reader.legs();
+    if (std::find(legs.begin(), legs.end(), ref.leg) == legs.end()) {
+        std::string names;
+        for (const auto& l : legs) names += (names.empty() ? "" : ", ") + l;
+        throw Error(file.string() + ": no leg '" + ref.leg + "' (legs: " + (names.empty() ? "none" : names) + ")");
+    }
+    for (auto& l : read_legs(reader))
+        if (l.name == ref.leg) r.leg = std::move(l);
+    return r;
+}
+
+}  // namespace
+
+std::vector<ConfigDifference> diff_specs(const json& a, const json& b) {
+    std::vector<ConfigDifference> out;
+    walk_diff(a, b, "", out);
+    return out;
+}
+
+RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, const Thresholds& t) {
+    OpenedRun a = open_run_leg(a_ref), b = open_run_leg(b_ref);
+    RunsComparison r;
+    r.run_id_a = a.run_id;
+    r.run_id_b = b.run_id;
+    r.label_a = a.run_id + ":" + a_ref.leg;
+    r.label_b = b.run_id + ":" + b_ref.leg;
+    if (r.label_a == r.label_b) r.label_b += " (2)";
+    r.config = diff_specs(a.spec_json, b.spec_json);
+    // Spec A with each leg's own per-leg settings under its new label, so masks/plan line up as
+    // they would inside one run.
+    ExperimentSpec spec = a.spec;
+    spec.overrides.clear();
+    if (auto it = a.spec.overrides.find(a_ref.leg); it != a.spec.overrides.end()) spec.overrides[r.label_a] = it->second;
+    if (auto it = b.spec.overrides.find(b_ref.leg); it != b.spec.overrides.end()) spec.overrides[r.label_b] = it->second;
+    a.leg.name = r.label_a;
+    b.leg.name = r.label_b;
+    r.comparison = compare_legs({a.leg, b.leg}, spec, t);
+    if (!r.config.empty()) {
+        // Different experiments: the trajectories are not expected to agree; report, do not gate.
+        for (auto& e : r.comparison.l4) {
+            e.gated = false;
+            e.pass = true;
+            e.note = "the runs' experiment specs differ (" + std::to_string(r.config.size()) + " setting(s)): reported, not gated";
+        }
+        auto& f = r.comparison.failures;
+        f.erase(std::remove_if(f.begin(), f.end(), [](const std::string& x) { return x.rfind("L4 ", 0) == 0; }), f.end());
+    }
+    return r;
+}
+
 }  // namespace tandem::experiments

@@ -413,6 +413,44 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     return o.str();
 }
 
+Table config_table(const RunsComparison& r) {
+    Table tb{"config", "Experiment settings that differ", {"setting", r.run_id_a, r.run_id_b}, {}, {}};
+    for (const auto& d : r.config) tb.rows.push_back({d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)"});
+    tb.notes.push_back(r.config.empty() ? "the two runs have the same experiment spec"
+                                        : std::to_string(r.config.size()) + " setting(s) differ; L4 is reported, not gated");
+    return tb;
+}
+
+std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresholds& t) {
+    std::vector<Table> out{config_table(r)};
+    for (auto& table : report_tables(r.comparison, t))
+        if (table.id != "probes") out.push_back(std::move(table));  // probes belong to a run, not to a pair of legs
+    return out;
+}
+
+std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, const Thresholds& t) {
+    std::ostringstream o;
+    const std::string title = r.label_a + " vs " + r.label_b;
+    if (f == ReportFormat::Latex) o << "% tandem compare: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
+    else if (f == ReportFormat::Markdown) o << "## tandem compare: " << md_escape(title) << "\n\n";
+    else if (f == ReportFormat::Text) o << "tandem compare: " << title << "\n\n";
+    for (const auto& table : runs_comparison_tables(r, t)) {
+        if (f == ReportFormat::Csv) o << "# " << table.title << "\n";
+        o << render_table(table, f) << "\n";
+    }
+    const auto& c = r.comparison;
+    std::string verdict = c.passed() ? "all cross-checks passed" : "cross-checks FAILED";
+    if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
+        const char* lead = f == ReportFormat::Latex ? "% " : "# ";
+        o << lead << "verdict: " << verdict << "\n";
+        for (const auto& x : c.failures) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
+    } else {
+        o << (f == ReportFormat::Markdown ? "**" + verdict + "**" : verdict) << "\n";
+        for (const auto& x : c.failures) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
+    }
+    return o.str();
+}
+
 Comparison compare_run_file(const fs::path& run, std::string* title) {
     fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
     if (!fs::exists(file)) throw Error(file.string() + ": no run file");

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <cctype>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -106,6 +108,18 @@ const std::vector<std::vector<const char*>>& migrations() {
          "INSERT INTO legs_v3 SELECT * FROM legs",
          "DROP TABLE legs",
          "ALTER TABLE legs_v3 RENAME TO legs"},
+        // 3 -> 4: what users write about runs (tags, a note), apart from the runner's runs.note
+        {R"(CREATE TABLE run_tags (
+              run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+              tag    TEXT NOT NULL CHECK (length(tag) BETWEEN 1 AND 64 AND instr(tag, ',') = 0),
+              PRIMARY KEY (run_id, tag)
+            ))",
+         "CREATE INDEX run_tags_by_tag ON run_tags (tag)",
+         R"(CREATE TABLE run_notes (
+              run_id     TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+              note       TEXT NOT NULL DEFAULT '',
+              updated_at TEXT NOT NULL
+            ))"},
     };
     return steps;
 }
@@ -448,6 +462,91 @@ bool Catalog::delete_run(const std::string& run_id) {
     s.bind(1, run_id);
     s.run();
     return sqlite3_changes(db_) > 0;
+}
+
+// ---- tags and notes (schema 4) ----------------------------------------------------------------
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+std::string lower(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+}  // namespace
+
+void Catalog::set_run_tags(const std::string& run_id, const std::vector<std::string>& tags) {
+    std::set<std::string> clean;
+    for (const auto& t : tags) {
+        const auto tag = trimmed(t);
+        if (tag.empty()) continue;
+        if (tag.find(',') != std::string::npos || tag.size() > 64)
+            throw Error(path_.string() + ": tag '" + tag + "' has a comma or is longer than 64 characters");
+        clean.insert(tag);
+    }
+    if (!run(run_id)) throw Error(path_.string() + ": no run '" + run_id + "' in the catalog");
+    execute(db_, path_.string(), "BEGIN IMMEDIATE");
+    try {
+        Statement del(db_, path_.string(), "DELETE FROM run_tags WHERE run_id = ?");
+        del.bind(1, run_id).run();
+        for (const auto& tag : clean) {
+            Statement ins(db_, path_.string(), "INSERT INTO run_tags (run_id, tag) VALUES (?, ?)");
+            ins.bind(1, run_id).bind(2, tag).run();
+        }
+        execute(db_, path_.string(), "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+void Catalog::set_run_user_note(const std::string& run_id, const std::string& note) {
+    if (!run(run_id)) throw Error(path_.string() + ": no run '" + run_id + "' in the catalog");
+    Statement s(db_, path_.string(),
+                "INSERT INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET note = excluded.note, updated_at = excluded.updated_at");
+    s.bind(1, run_id).bind(2, note).bind(3, utc_timestamp_now()).run();
+}
+
+RunAnnotation Catalog::annotation(const std::string& run_id) const {
+    RunAnnotation a;
+    Statement tags(db_, path_.string(), "SELECT tag FROM run_tags WHERE run_id = ? ORDER BY tag");
+    tags.bind(1, run_id);
+    while (tags.step()) a.tags.push_back(tags.text(0));
+    Statement note(db_, path_.string(), "SELECT note FROM run_notes WHERE run_id = ?");
+    note.bind(1, run_id);
+    if (note.step()) a.note = note.text(0);
+    return a;
+}
+
+std::map<std::string, RunAnnotation> Catalog::annotations() const {
+    std::map<std::string, RunAnnotation> out;
+    Statement tags(db_, path_.string(), "SELECT run_id, tag FROM run_tags ORDER BY run_id, tag");
+    while (tags.step()) out[tags.text(0)].tags.push_back(tags.text(1));
+    Statement notes(db_, path_.string(), "SELECT run_id, note FROM run_notes WHERE note != ''");
+    while (notes.step()) out[notes.text(0)].note = notes.text(1);
+    return out;
+}
+
+std::vector<std::string> Catalog::search_runs(const std::string& text) const {
+    const auto needle = lower(trimmed(text));
+    const auto notes = annotations();
+    std::vector<std::string> out;
+    for (const auto& r : runs()) {
+        std::string hay = lower(r.id + "\n" + r.experiment);
+        if (auto it = notes.find(r.id); it != notes.end()) {
+            for (const auto& t : it->second.tags) hay += "\n" + lower(t);
+            hay += "\n" + lower(it->second.note);
+        }
+        if (needle.empty() || hay.find(needle) != std::string::npos) out.push_back(r.id);
+    }
+    return out;
 }
 
 }  // namespace tandem::experiments

@@ -201,9 +201,14 @@ std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalo
     std::error_code ec;
     if (!std::filesystem::exists(catalog_path, ec)) throw Error("catalog " + catalog_path.string() + " does not exist");
     ex::Catalog catalog(catalog_path);
+    const auto annotations = catalog.annotations();
     std::vector<CatalogLegRow> rows;
     for (const auto& run : catalog.runs()) {
         CatalogLegRow base;
+        if (auto it = annotations.find(run.id); it != annotations.end()) {
+            base.tags = it->second.tags;
+            base.note = it->second.note;
+        }
         base.run_id = run.id;
         base.run_status = run.status;
         base.experiment = run.experiment;
@@ -234,6 +239,13 @@ std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalo
         }
     }
     return rows;
+}
+
+void set_catalog_annotation(const std::filesystem::path& catalog_path, const std::string& run_id,
+                            const std::vector<std::string>& tags, const std::string& note) {
+    ex::Catalog catalog(catalog_path);
+    catalog.set_run_tags(run_id, tags);
+    catalog.set_run_user_note(run_id, note);
 }
 
 bool delete_catalog_run(const std::filesystem::path& catalog_path, const std::string& run_id) {

@@ -4,6 +4,7 @@
 #include "tandem/data/chat_template.h"
 #include "tandem/data/corpus.h"
 #include "tandem/data/tokenizer.h"
+#include "tandem/views/compare_view.h"
 #include "tandem/views/export.h"
 #include "tandem/views/export_dialog.h"
 #include "tandem/views/launcher_view.h"
@@ -40,7 +41,7 @@ namespace tandem::views {
 
 namespace {
 constexpr int kMaxRecent = 10;
-const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png"};
+const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png"};
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -54,11 +55,13 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     trajectories_ = new TrajectoryView(pages_);
     token_diff_ = new TokenDiffView(pages_);
     tables_ = new TablesView(pages_);
+    compare_ = new CompareView(pages_);
     pages_->addTab(runs_, tr("&Runs"));
     pages_->addTab(launcher_, tr("&Launch"));
     pages_->addTab(trajectories_, tr("Tra&jectories"));
     pages_->addTab(token_diff_, tr("Token &diff"));
     pages_->addTab(tables_, tr("Ta&bles"));
+    pages_->addTab(compare_, tr("&Compare"));
     auto* central = new QWidget(this);
     auto* central_layout = new QVBoxLayout(central);
     central_layout->setContentsMargins(0, 0, 0, 0);
@@ -81,6 +84,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(follower_, &RunFollower::delta_ready, this, &MainWindow::on_delta);
     connect(follower_, &RunFollower::load_failed, this, [this](const QString& m) { status_->setText(m); });
     connect(runs_, &RunsBrowser::open_run_requested, this, [this](const QString& path) { open_run(path); });
+    connect(runs_, &RunsBrowser::compare_requested, this, [this](const QStringList& files) {
+        compare_->set_runs(files);
+        show_page(ComparePage);
+    });
     connect(launcher_, &LauncherView::run_folder_found, this, [this](const QString& folder) {
         open_run(folder, true);
         show_page(TrajectoriesPage);
@@ -131,8 +138,8 @@ void MainWindow::build_menus() {
     add(file, tr("&Quit"), QKeySequence::Quit, &QWidget::close);
 
     auto* view = menuBar()->addMenu(tr("&View"));
-    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles")};
-    for (int i = 0; i < 5; ++i)
+    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles"), tr("&Compare")};
+    for (int i = 0; i < 6; ++i)
         add(view, names[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), [this, i] { show_page(static_cast<Page>(i)); });
     view->addSeparator();
     auto* log = add(view, tr("&Log y axis"), QKeySequence(tr("Ctrl+L")), [this](bool on) { trajectories_->set_log_y(on); });

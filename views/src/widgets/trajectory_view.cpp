@@ -357,6 +357,12 @@ void TrajectoryView::set_runs(std::vector<RunSnapshot> runs) {
     schedule_redraw();
 }
 
+void TrajectoryView::remove_run(const std::string& run_file) {
+    runs_.erase(std::remove_if(runs_.begin(), runs_.end(), [&](const RunSnapshot& r) { return r.path == run_file; }), runs_.end());
+    clear_hover();
+    schedule_redraw();
+}
+
 void TrajectoryView::set_shown_legs(std::set<RunLeg> legs) {
     shown_legs_ = std::move(legs);
     if (hovered_) hover_at(*hovered_);

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,7 +26,7 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 3;  // 1: probes; 2: runs + legs; 3: legs paused/stopped
+inline constexpr int kCatalogSchemaVersion = 4;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -57,6 +58,13 @@ struct RunRecord {
     std::string tandem_version;
     std::string hostname;
     std::optional<std::int64_t> runner_pid;  // to tell a live run from an interrupted one
+    std::string note;
+};
+
+// What a user wrote about a run (schema 4): tags and a free-text note, kept apart from the runner's
+// own runs.note (the verdict line), which the runner rewrites.
+struct RunAnnotation {
+    std::vector<std::string> tags;  // trimmed, non-empty, no commas, each once, sorted
     std::string note;
 };
 
@@ -106,6 +114,15 @@ public:
     std::vector<LegRecord> legs(const std::string& run_id) const;  // by name
     // Deletes the run's row and its legs' rows (not its folder); returns false when there was none.
     bool delete_run(const std::string& run_id);
+
+    // Tags and notes (schema 4). The run must exist. Tags are normalised (see RunAnnotation);
+    // a tag with a comma or longer than 64 characters is refused with an error naming it.
+    void set_run_tags(const std::string& run_id, const std::vector<std::string>& tags);
+    void set_run_user_note(const std::string& run_id, const std::string& note);
+    RunAnnotation annotation(const std::string& run_id) const;
+    std::map<std::string, RunAnnotation> annotations() const;  // every annotated run, by id
+    // Ids of the runs (newest first) whose tags, note, id or experiment contain `text` (case-insensitive).
+    std::vector<std::string> search_runs(const std::string& text) const;
 
     sqlite3* handle() const { return db_; }  // for tests and advanced queries
 

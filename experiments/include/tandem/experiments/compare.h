@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -195,6 +196,34 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 
 // Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
 std::vector<LegData> read_legs(const RunFileReader& reader);
+
+// ---- legs of different runs (`tandem compare RUN_A:LEG RUN_B:LEG`, the workbench's diff view) -----
+// "RUN:LEG": RUN a run folder or its run.h5, LEG a leg of it (the text after the last ':').
+struct RunLegRef {
+    std::filesystem::path run;
+    std::string leg;
+};
+RunLegRef parse_run_leg(const std::string& text);  // throws tandem::Error naming the text
+
+// One difference between two experiment specs: `key` is the dotted path ("batch.max_updates",
+// "lora.targets"), a/b the JSON text of each side's value (nullopt where the key is absent).
+struct ConfigDifference {
+    std::string key;
+    std::optional<std::string> a, b;
+};
+// Every key whose value differs, in key order (objects are walked; arrays and scalars compared whole).
+std::vector<ConfigDifference> diff_specs(const nlohmann::json& a, const nlohmann::json& b);
+
+struct RunsComparison {
+    std::string label_a, label_b;          // "<run id>:<leg>" — the leg names in `comparison`
+    std::string run_id_a, run_id_b;
+    std::vector<ConfigDifference> config;  // the experiment files' differences (spec A vs spec B)
+    Comparison comparison;                 // L1–L4 of the two legs, as compare_legs computes them
+};
+// L1–L4 between a leg of one run file and a leg of another (or the same) run file. L4 is gated only
+// when both runs have the same experiment spec (no config difference) and the legs' settings line
+// up, as within one run; otherwise it is reported with a note saying why it is not gated.
+RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {});
 
 // Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes).
 void write_comparisons(RunFileWriter& writer, const Comparison& c);

@@ -26,6 +26,12 @@ std::string render_table(const Table& t, ReportFormat f);
 // The whole report: a header, every table, and the verdict (failures, or "all checks passed").
 std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t = {});
 
+// `tandem compare`: the experiment files' differences as a table ("config"), then the report's
+// tables for the two legs; the workbench's diff-runs view shows exactly these.
+Table config_table(const RunsComparison& r);
+std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresholds& t = {});
+std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, const Thresholds& t = {});
+
 std::string latex_escape(const std::string& s);
 std::string csv_escape(const std::string& s);
 

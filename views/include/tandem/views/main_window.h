@@ -17,6 +17,7 @@ QT_END_NAMESPACE
 
 namespace tandem::views {
 
+class CompareView;
 class LauncherView;
 class RunFollower;
 class RunsBrowser;
@@ -27,7 +28,7 @@ class TrajectoryView;
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage };
+    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage };
 
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
@@ -52,6 +53,7 @@ public:
     TrajectoryView* trajectories() const { return trajectories_; }
     TokenDiffView* token_diff() const { return token_diff_; }
     TablesView* tables() const { return tables_; }
+    CompareView* compare() const { return compare_; }
 
 Q_SIGNALS:
     // Emitted after a snapshot of the current run reached the views (tests wait on it).
@@ -78,6 +80,7 @@ private:
     TrajectoryView* trajectories_ = nullptr;
     TokenDiffView* token_diff_ = nullptr;
     TablesView* tables_ = nullptr;
+    CompareView* compare_ = nullptr;
     RunFollower* follower_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QLabel* status_ = nullptr;

@@ -58,6 +58,9 @@ void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta);
 
 // Every run of the catalog with its legs (one row per leg; a run without legs yet gets one row).
 std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalog);
+// Writes a run's tags and note into the catalog (Catalog::set_run_tags / set_run_user_note).
+void set_catalog_annotation(const std::filesystem::path& catalog, const std::string& run_id,
+                            const std::vector<std::string>& tags, const std::string& note);
 // Deletes a run from the catalog (not its folder). Returns false when it was not there.
 bool delete_catalog_run(const std::filesystem::path& catalog, const std::string& run_id);
 

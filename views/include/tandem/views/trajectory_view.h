@@ -56,6 +56,7 @@ public:
     void apply_delta(const IncrementalRunReader::Delta& delta);
     // Several runs (compare): replaces the set; colours stay with their runs.
     void set_runs(std::vector<RunSnapshot> runs);
+    void remove_run(const std::string& run_file);
     // Which legs are drawn (empty: every leg of every run).
     void set_shown_legs(std::set<RunLeg> legs);
     void redraw_now();

@@ -80,10 +80,18 @@ AxisTicks linear_ticks(double lo, double hi, int max_ticks, bool integers) {
         t.labels = labels_for(t.values, std::fabs(lo) > 0 ? std::fabs(lo) / 10 : 1);
         return t;
     }
-    // Smallest nice step giving at most max_ticks values inside [lo, hi].
-    int target = max_ticks - 1;
-    for (; target >= 1; --target) {
-        const double step = nice_step(hi - lo, target, integers);
+    // The smallest nice step giving at most max_ticks values inside [lo, hi]: start fine and go
+    // up the sequence 1, 2, 2.5, 5, 10, ... (2.5 skipped below 10 on an integer axis).
+    auto next_nice = [integers](double step) {
+        const double magnitude = std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+        const double m = step / magnitude;
+        if (m < 1.5) return 2 * magnitude;
+        if (m < 2.25) return (integers && magnitude < 10) ? 5 * magnitude : 2.5 * magnitude;
+        if (m < 3.75) return 5 * magnitude;
+        return 10 * magnitude;
+    };
+    double step = nice_step(hi - lo, max_ticks * 4, integers);
+    for (int guard = 0; guard < 64; ++guard, step = next_nice(step)) {
         const double first = std::ceil(lo / step - 1e-9) * step;
         const auto count = static_cast<int>(std::floor((hi - first) / step + 1e-9)) + 1;
         if (count <= max_ticks) {

@@ -131,6 +131,7 @@ void MainWindow::build_menus() {
     rebuild_recent_menu();
     file->addSeparator();
     add(file, tr("&Export figure…"), QKeySequence(tr("Ctrl+E")), &MainWindow::export_figure_dialog);
+    add(file, tr("Export &multi-panel figure…"), QKeySequence(tr("Ctrl+Shift+F")), [this] { export_figure_with(true); });
     add(file, tr("Export &table…"), QKeySequence(tr("Ctrl+T")), &MainWindow::export_table_dialog);
     add(file, tr("Export curves (all) as CS&V…"), QKeySequence(tr("Ctrl+Shift+E")), [this] { export_curves_dialog(false); });
     add(file, tr("Export curves (&visible range) as CSV…"), QKeySequence(), [this] { export_curves_dialog(true); });
@@ -310,13 +311,22 @@ void MainWindow::rebuild_recent_menu() {
 }
 
 void MainWindow::export_figure_dialog() {
+    export_figure_with(false);
+}
+
+void MainWindow::export_figure_with(bool several) {
     QStringList panels;
     for (int p = 0; p < TrajectoryView::PanelCount; ++p) panels << TrajectoryView::panel_name(static_cast<TrajectoryView::Panel>(p));
     FigureExportDialog dialog(panels, 0, this);
+    if (several) dialog.choose_panels({TrajectoryView::HeldoutPanel, TrajectoryView::ResidualPanel, TrajectoryView::GradNormPanel});
     if (dialog.exec() != QDialog::Accepted) return;
     try {
-        auto options = trajectories_->panel_options(dialog.panel());
-        export_figure(trajectories_->snapshot(), options, dialog.size(), *figure_format_for(dialog.path()), dialog.path().toStdString());
+        // The Compare page's overlay when it is the page in front, else the run's trajectories.
+        TrajectoryView* view = pages_->currentIndex() == ComparePage ? compare_->overlay() : trajectories_;
+        std::vector<PanelFigure> figure;
+        for (int p : dialog.panels()) figure.push_back({view->panel_curves(p), view->panel_options(p)});
+        export_figure_panels(figure, dialog.size(), *figure_format_for(dialog.path()), dialog.path().toStdString(),
+                             QStringLiteral("tandem: %1").arg(QString::fromStdString(view->snapshot().run_id)));
         status_->setText(tr("Wrote %1").arg(dialog.path()));
     } catch (const std::exception& e) {
         QMessageBox::warning(this, tr("Export figure"), QString::fromUtf8(e.what()));

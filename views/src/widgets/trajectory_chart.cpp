@@ -6,6 +6,8 @@
 #include <QCategoryAxis>
 #include <QChart>
 #include <QLegendMarker>
+#include <QGraphicsLayout>
+#include <QLegend>
 #include <QLineSeries>
 
 #include <algorithm>
@@ -80,6 +82,10 @@ TrajectoryChart::TrajectoryChart() : chart_(new QChart) {
     y_axis_ = new QCategoryAxis;
     y_axis_->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
     chart_->addAxis(y_axis_, Qt::AlignLeft);
+    // Qt elides a category label to its category's width (the first one is nearly empty): our
+    // ticks are few and spaced, so labels and titles are drawn whole.
+    x_axis_->setTruncateLabels(false);
+    y_axis_->setTruncateLabels(false);
     // The residual panel's zero line: thin grey, no legend entry.
     zero_line_ = new QLineSeries;
     zero_line_->setName(QStringLiteral("0"));
@@ -147,6 +153,16 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         chart_->setTitleFont(font);
     }
     chart_->legend()->setVisible(options.legend);
+    x_axis_->setTitleVisible(options.x_title);
+    if (options.compact) {
+        // Paper figures: every millimetre goes to the plot.
+        chart_->setMargins(QMargins(0, 0, 12, 0));  // room for the last x label, centred on the edge
+        chart_->layout()->setContentsMargins(0, 0, 0, 0);
+        chart_->setBackgroundRoundness(0);
+        chart_->legend()->setContentsMargins(0, 0, 0, 0);
+        chart_->legend()->setAlignment(Qt::AlignTop);
+        chart_->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
+    }
     y_axis_->setTitleText(options.residual ? QString::fromUtf8(residual_axis_title) : metric_axis_title(options.metric));
 
     auto full = full_x_range(curves);
@@ -198,7 +214,7 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
 
     // Axes: nice ticks placed at their values (integers on the update axis).
     const int x_ticks = std::clamp(options.columns / 90, 3, 11);
-    const int y_ticks = std::clamp(options.rows / 45, 3, 8);
+    const int y_ticks = std::clamp(options.rows / 38, 3, 8);
     if (range) {
         const auto t = linear_ticks(range->first, range->second, x_ticks, true);
         set_ticks(x_axis_, range->first, range->second, t.values, t.labels, false);

@@ -71,6 +71,7 @@ private:
     void remember_recent(const QString& path);
     void rebuild_recent_menu();
     void export_figure_dialog();
+    void export_figure_with(bool several_panels);
     void export_table_dialog();
     void export_curves_dialog(bool visible_only);
 

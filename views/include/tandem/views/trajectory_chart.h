@@ -35,6 +35,8 @@ struct ChartOptions {
     QString font_family;       // empty: the application font's family
     bool legend = true;
     bool title = true;         // the residual panel's title (metric, leg − reference)
+    bool x_title = true;       // "update" under the x axis (a stacked figure keeps it on the bottom panel)
+    bool compact = false;      // figure export: no margins around the plot and the legend
 };
 
 QColor leg_color(std::size_t index);  // Okabe–Ito palette

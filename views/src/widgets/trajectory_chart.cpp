@@ -169,22 +169,40 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
     const auto range = options.x_range ? options.x_range : full;
     double y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
     std::set<QString> wanted;
-    auto draw = [&](const QString& name, const Series& s) {
+    // A series whose recorded points, range and display settings are as at the last update keeps
+    // its drawn points: a live batch that appends to one run recomputes that run's curves only.
+    auto draw = [&](const QString& name, const Series& source, bool smoothed) {
         wanted.insert(name);
-        QList<QPointF> points = range ? envelope_points(s, range->first, range->second, options.columns) : QList<QPointF>{};
+        auto* series = series_for(name);
+        DrawnKey key{&source, source.size(), source.empty() ? 0.0 : source.back().update, source.empty() ? 0.0 : source.back().value,
+                     range ? range->first : 0.0, range ? range->second : 0.0, options.columns, log, smoothed ? options.smoothing : 0.0};
+        auto cached = drawn_.find(name);
+        if (cached != drawn_.end() && cached->second.key == key) {
+            y_lo = std::min(y_lo, cached->second.y_lo);
+            y_hi = std::max(y_hi, cached->second.y_hi);
+            return series;
+        }
+        const Series& s = smoothed ? (smoothed_storage_ = smoothed_for_display(source, options.smoothing)) : source;
+        // Buckets two pixels wide: each keeps its minimum and maximum, so no recorded value leaves
+        // the picture, and a long run costs about one point per pixel to paint.
+        const int buckets = std::max(50, options.columns / 2);
+        QList<QPointF> points = range ? envelope_points(s, range->first, range->second, buckets) : QList<QPointF>{};
         if (log) {
             points.removeIf([](const QPointF& p) { return !(p.y() > 0); });
             for (auto& p : points) p.setY(std::log10(p.y()));  // a linear axis over log10(y): labels stay ours
         }
+        double lo = std::numeric_limits<double>::infinity(), hi = -lo;
         for (const auto& p : points) {
             if (range && (p.x() < range->first || p.x() > range->second)) continue;
             if (!std::isfinite(p.y())) continue;
-            y_lo = std::min(y_lo, p.y());
-            y_hi = std::max(y_hi, p.y());
+            lo = std::min(lo, p.y());
+            hi = std::max(hi, p.y());
         }
-        auto* series = series_for(name);
+        y_lo = std::min(y_lo, lo);
+        y_hi = std::max(y_hi, hi);
         series->setPointsVisible(points.size() <= 60);
         series->replace(points);
+        drawn_[name] = {key, lo, hi};
         return series;
     };
     auto style = [&](QXYSeries* series, const Curve& c, bool faded) {
@@ -192,23 +210,28 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         QColor color = c.color;
         if (faded) color.setAlpha(90);  // raw curve stays visible underneath the smoothed one
         pen.setColor(color);
-        pen.setWidthF(c.width);
-        pen.setStyle(c.style);
-        series->setPen(pen);
+        // A dense curve (more points than half the plot's pixels) is drawn solid and thin: a dash
+        // pattern is invisible at that density, and dashes or wide strokes cost several times the
+        // painting of a one-pixel line (what keeps ten long runs under 50 ms per redraw).
+        const bool dense = series->count() * 2 > options.columns && !options.compact;
+        pen.setWidthF(dense ? std::min(c.width, 1.0) : c.width);
+        pen.setStyle(dense ? Qt::SolidLine : c.style);
+        if (pen != series->pen()) series->setPen(pen);
     };
     for (const auto& c : curves) {
         if (!c.series) continue;
         if (options.smoothing > 0 && !options.residual) {
-            style(draw(c.name, *c.series), c, true);
-            style(draw(c.name + QStringLiteral(" (smoothed)"), smoothed_for_display(*c.series, options.smoothing)), c, false);
+            style(draw(c.name, *c.series, false), c, true);
+            style(draw(c.name + QStringLiteral(" (smoothed)"), *c.series, true), c, false);
         } else {
-            style(draw(c.name, *c.series), c, false);
+            style(draw(c.name, *c.series, false), c, false);
         }
     }
     for (auto it = series_.begin(); it != series_.end();) {
         if (wanted.count(it->first)) { ++it; continue; }
         chart_->removeSeries(it->second);
         delete it->second;
+        drawn_.erase(it->first);
         it = series_.erase(it);
     }
 
@@ -242,6 +265,12 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
                                         : residual_chart_title(options.metric));
     else
         chart_->setTitle(QString());
+}
+
+int TrajectoryChart::drawn_point_total() const {
+    int n = 0;
+    for (const auto& [name, s] : series_) n += static_cast<int>(s->count());
+    return n;
 }
 
 int TrajectoryChart::drawn_point_count(const QString& name) const {

@@ -1,5 +1,6 @@
 #include "tandem/views/trajectory_view.h"
 
+#include "tandem/views/axis_ticks.h"
 #include "tandem/views/curve_points.h"
 
 #include <QChart>
@@ -384,11 +385,19 @@ void TrajectoryView::redraw_now() {
                 all = all ? std::make_pair(std::min(all->first, r->first), std::max(all->second, r->second)) : *r;
         }
     }
+    if (!x_range_ && all && all->second > all->first) {
+        // Fit-all while following: the right edge grows in steps of about 2 % of the span, so most
+        // live batches leave the range, and the curves of the runs they did not touch, as they are.
+        const double step = nice_step(all->second - all->first, 50, true);
+        all->second = std::ceil(all->second / step - 1e-9) * step;
+    }
     for (std::size_t i = 0; i < charts_.size(); ++i) {
         if (!panel_visible(static_cast<Panel>(i))) continue;  // hidden panels are drawn when shown
         auto options = panel_options(static_cast<int>(i));
         options.x_range = all;
         charts_[i]->update(panel_curves(static_cast<int>(i)), options);
+        // Many points (several runs of long trajectories): antialiasing costs more than it shows.
+        panels_[i]->setRenderHint(QPainter::Antialiasing, charts_[i]->drawn_point_total() < 20000);
     }
 }
 

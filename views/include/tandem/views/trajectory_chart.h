@@ -78,6 +78,7 @@ public:
 
     // Number of points in the series drawn for `name` (the raw, unsmoothed series); -1 if absent.
     int drawn_point_count(const QString& name) const;
+    int drawn_point_total() const;  // over every series
     QValueAxis* x_axis() const;
     // The tick values and labels currently set on the axes (y in data units, also on a log axis).
     const std::vector<double>& x_ticks() const { return x_ticks_; }
@@ -94,6 +95,23 @@ private:
     QXYSeries* zero_line_ = nullptr;
     std::vector<double> x_ticks_, y_ticks_;
     std::map<QString, QXYSeries*> series_;
+    // What each series was last drawn from, to skip the ones a live batch did not touch.
+    struct DrawnKey {
+        const Series* source = nullptr;
+        std::size_t size = 0;
+        double last_update = 0, last_value = 0;
+        double x_lo = 0, x_hi = 0;
+        int columns = 0;
+        bool log = false;
+        double smoothing = 0;
+        bool operator==(const DrawnKey&) const = default;
+    };
+    struct Drawn {
+        DrawnKey key;
+        double y_lo = 0, y_hi = 0;
+    };
+    std::map<QString, Drawn> drawn_;
+    Series smoothed_storage_;
 };
 
 }  // namespace tandem::views

@@ -3,6 +3,7 @@
 // --version and --help are answered before any window system is touched (a QCoreApplication
 // parses them), so they work without a display (packaging checks, CI).
 #include "tandem/version.h"
+#include "tandem/views/compare_view.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/tandem_binary.h"
@@ -14,6 +15,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QStandardPaths>
+#include <QThread>
 #include <QTimer>
 
 #include <cstdio>
@@ -29,6 +31,8 @@ struct Options {
     QString tandem;
     QString screenshot_dir;
     QString page;
+    QStringList compare;
+    QString export_figure;
     QSize size{1280, 800};
 };
 
@@ -46,6 +50,11 @@ void describe(QCommandLineParser& parser) {
     parser.addOption({QStringLiteral("screenshot-dir"),
                       QStringLiteral("Open the run, save a PNG of every page into dir, and quit (for docs/screenshots)."), QStringLiteral("dir")});
     parser.addOption({QStringLiteral("size"), QStringLiteral("Window size WxH (default 1280x800)."), QStringLiteral("WxH")});
+    parser.addOption({QStringLiteral("compare"), QStringLiteral("A run for the Compare page (repeat for several)."), QStringLiteral("run")});
+    parser.addOption({QStringLiteral("export-figure"),
+                      QStringLiteral("With --screenshot-dir: also export the open run's held-out CE + residual + grad norm as one "
+                                     "multi-panel figure (journal column width) to file."),
+                      QStringLiteral("file")});
 }
 
 Options read_options(QCommandLineParser& parser) {
@@ -57,6 +66,8 @@ Options read_options(QCommandLineParser& parser) {
     o.tandem = parser.value(QStringLiteral("tandem"));
     o.page = parser.value(QStringLiteral("page"));
     o.screenshot_dir = parser.value(QStringLiteral("screenshot-dir"));
+    o.compare = parser.values(QStringLiteral("compare"));
+    o.export_figure = parser.value(QStringLiteral("export-figure"));
     if (parser.isSet(QStringLiteral("size"))) {
         const auto parts = parser.value(QStringLiteral("size")).split(QLatin1Char('x'));
         if (parts.size() == 2) o.size = QSize(parts[0].toInt(), parts[1].toInt());
@@ -101,18 +112,29 @@ int main(int argc, char** argv) {
     if (!options.runs_dir.isEmpty()) launcher->set_runs_dir(options.runs_dir);
     if (!options.experiment.isEmpty()) launcher->set_experiment(options.experiment);
     if (!options.run.isEmpty()) window.open_run(options.run);
+    for (const auto& run : options.compare) window.compare()->add_run(run);
 
     const QStringList pages{QStringLiteral("runs"), QStringLiteral("launch"), QStringLiteral("trajectories"),
-                            QStringLiteral("token-diff"), QStringLiteral("tables")};
+                            QStringLiteral("token-diff"), QStringLiteral("tables"), QStringLiteral("compare")};
     if (const auto page = pages.indexOf(options.page); page >= 0) window.show_page(static_cast<tandem::views::MainWindow::Page>(page));
     window.show();
 
     if (!options.screenshot_dir.isEmpty()) {
         // Wait for the run's first snapshot (or give up after 20 s), then grab every page and quit.
-        auto shoot = [&window, dir = options.screenshot_dir] {
+        auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, compared = options.compare.size()] {
+            // The compare page's runs load on their own threads: wait for them (at most 20 s).
+            for (int i = 0; i < 200 && window.compare()->overlay()->runs().size() < static_cast<std::size_t>(compared); ++i) {
+                QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
+                QThread::msleep(50);
+            }
             const auto files = window.save_screenshots(dir);
             for (const auto& f : files) std::printf("%s\n", qPrintable(f));
-            QCoreApplication::exit(files.size() >= 5 ? 0 : 1);
+            bool exported = true;
+            if (!figure.isEmpty()) {
+                exported = window.export_multi_panel_figure(figure);
+                if (exported) std::printf("%s\n", qPrintable(figure));
+            }
+            QCoreApplication::exit(files.size() >= 5 && exported ? 0 : 1);
         };
         if (options.run.isEmpty()) {
             QTimer::singleShot(500, &window, shoot);

@@ -367,6 +367,28 @@ void MainWindow::export_curves_dialog(bool visible_only) {
     }
 }
 
+bool MainWindow::export_multi_panel_figure(const QString& path) {
+    const auto format = figure_format_for(path);
+    if (!format) return false;
+    trajectories_->redraw_now();
+    FigureSize size;
+    size.width = kJournalColumnCm;
+    size.height = 12;
+    size.font_pt = 8;
+    size.font_family = QStringLiteral("DejaVu Serif");
+    std::vector<PanelFigure> figure;
+    for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::ResidualPanel), int(TrajectoryView::GradNormPanel)})
+        figure.push_back({trajectories_->panel_curves(p), trajectories_->panel_options(p)});
+    try {
+        export_figure_panels(figure, size, *format, path.toStdString(),
+                             QStringLiteral("tandem: %1").arg(QString::fromStdString(trajectories_->snapshot().run_id)));
+        return true;
+    } catch (const std::exception& e) {
+        show_error(QString::fromUtf8(e.what()));
+        return false;
+    }
+}
+
 QStringList MainWindow::save_screenshots(const QString& dir) {
     QDir().mkpath(dir);
     QStringList written;
@@ -384,6 +406,24 @@ QStringList MainWindow::save_screenshots(const QString& dir) {
             const auto templates = QDir(dir).filePath(QStringLiteral("token-diff-templates.png"));
             if (grab().save(templates, "PNG")) written << templates;
             token_diff_->select(0, 0, 1);
+        }
+        if (i == ComparePage && compare_->diff_choices().size() >= 2) {
+            // The comparison of the first two runs' first leg: its diff tables.
+            compare_->overlay()->redraw_now();
+            QApplication::processEvents();
+            const auto file_overlay = QDir(dir).filePath(QString::fromLatin1(kPageFiles[i]));
+            if (grab().save(file_overlay, "PNG") && !written.contains(file_overlay)) written << file_overlay;
+            const auto choices = compare_->diff_choices();
+            QString b = choices.value(1);
+            const QString a = choices.value(0), leg = a.mid(a.lastIndexOf(QLatin1Char(':')));
+            for (const auto& c : choices)
+                if (c != a && c.endsWith(leg)) b = c;
+            compare_->compare(a, b);
+            compare_->show_diff_tab();
+            compare_->diff_view()->set_current_index(0);
+            QApplication::processEvents();
+            const auto diff = QDir(dir).filePath(QStringLiteral("compare-diff.png"));
+            if (grab().save(diff, "PNG")) written << diff;
         }
     }
     pages_->setCurrentIndex(current);

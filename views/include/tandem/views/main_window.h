@@ -47,6 +47,9 @@ public:
     // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png
     // (and token-diff-templates.png when tandem's own template renderings are available).
     QStringList save_screenshots(const QString& dir);
+    // Held-out CE + residual + grad norm of the open run in one figure at a journal column width
+    // (8.5 × 12 cm, 8 pt): what File ▸ Export multi-panel figure… writes with its defaults.
+    bool export_multi_panel_figure(const QString& path);
 
     RunsBrowser* runs_browser() const { return runs_; }
     LauncherView* launcher() const { return launcher_; }

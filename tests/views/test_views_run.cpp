@@ -6,6 +6,7 @@
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 #include "tandem/views/main_window.h"
+#include "tandem/views/run_source.h"
 #include "tandem/views/runs_browser.h"
 #include "tandem/views/token_diff_view.h"
 #include "tandem/views/trajectory_view.h"
@@ -269,6 +270,67 @@ private Q_SLOTS:
         append(10, 15);
         QTRY_COMPARE_WITH_TIMEOUT(drawn(), 25, 10000);  // picked up without reopening
         QCOMPARE(window.trajectories()->panel_chart(TrajectoryView::GradNormPanel).x_axis()->max(), 24.0);
+    }
+
+    // Live following reads appended rows only; the residuals it accumulates equal experiments'
+    // comparison of the whole file; a rewritten file is read afresh.
+    void a_growing_run_is_read_by_its_new_rows_only() {
+        QTemporaryDir dir;
+        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+        auto write = [&](int first, int count, bool create) {
+            ex::RunFileWriter w(file);
+            if (create) {
+                ex::ExperimentInfo info;
+                info.name = "grow";
+                info.run_id = "grow-1";
+                info.spec_json = R"({"name":"grow","model":{"config":"tiny"}})";
+                w.write_experiment(info);
+            }
+            for (const char* leg : {"engine", "reference"}) {
+                if (create) w.create_leg(leg, {{"implementation", std::string(leg)}});
+                std::vector<ex::StepRow> rows;
+                std::vector<ex::EvalRow> evals;
+                for (int u = first; u < first + count; ++u) {
+                    const double shift = std::string(leg) == "engine" ? 1e-3 * std::sin(u) : 0.0;
+                    rows.push_back({u, 2.0 - 0.01 * u + shift, 1.0 + shift, 1e-4, 10, 0.1});
+                    if (u % 5 == 0) evals.push_back({u, 2.1 - 0.01 * u + shift});
+                }
+                w.append_steps(leg, rows);
+                w.append_eval(leg, evals);
+            }
+        };
+        write(0, 10, true);
+        IncrementalRunReader reader;
+        RunSnapshot followed;
+        auto first = reader.read(file);
+        QVERIFY(first.reset);
+        apply_delta(followed, first);
+        QCOMPARE(followed.legs[0].train_loss.size(), std::size_t(10));
+        const auto read_before = reader.rows_read();
+        write(10, 5, false);
+        auto second = reader.read(file);
+        QVERIFY(!second.reset);
+        QCOMPARE(second.added.legs[0].train_loss.size(), std::size_t(5));  // only the new rows
+        QCOMPARE(second.added.legs[0].train_loss.front().update, 10.0);
+        // Per leg: the 5 new steps and 1 new evaluation, plus the one row of overlap of each table.
+        QCOMPARE(reader.rows_read() - read_before, std::size_t(2 * (5 + 1 + 1 + 1)));
+        apply_delta(followed, second);
+        // The accumulated residuals equal what experiments/ computes over the whole file.
+        const auto l4 = ex::compare_run_file(file).l4.at(0);
+        for (const auto& r : followed.residuals) {
+            const auto& expected = r.metric == Metric::HeldoutLoss ? l4.eval_percent : r.metric == Metric::TrainLoss ? l4.loss_percent : l4.grad_percent;
+            QCOMPARE(r.percent.size(), expected.points.size());
+            for (std::size_t i = 0; i < r.percent.size(); ++i) {
+                QCOMPARE(r.percent[i].update, double(expected.points[i].update));
+                QCOMPARE(r.percent[i].value, expected.points[i].percent);
+            }
+        }
+        // A rewritten file (fewer rows, other values) is read afresh.
+        std::filesystem::remove(file);
+        write(0, 7, true);
+        auto third = reader.read(file);
+        QVERIFY(third.reset);
+        QCOMPARE(third.added.legs[0].train_loss.size(), std::size_t(7));
     }
 
     void a_dropped_run_folder_is_opened_and_remembered() {

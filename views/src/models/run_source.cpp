@@ -107,16 +107,24 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
             LegState& state = legs_[i];
             const auto attributes = reader.leg_attributes(state.name);
             state.implementation = attr_text(attributes, "implementation");
-            auto steps = reader.steps(state.name, state.steps.size());
-            auto evals = reader.eval(state.name, state.evals.size());
+            // Read from the last row we hold (one row of overlap): it must still be there and the same,
+            // else the table was rewritten (a resume rebuilds run.h5 from events.jsonl) and the run is
+            // read afresh.
+            auto steps = reader.steps(state.name, state.steps.empty() ? 0 : state.steps.size() - 1);
+            auto evals = reader.eval(state.name, state.evals.empty() ? 0 : state.evals.size() - 1);
             rows_read_ += steps.size() + evals.size();
-            // New rows must continue the series; anything else (a rewritten table) means a fresh read.
-            const bool steps_continue = steps.empty() || state.steps.empty() || steps.front().update > state.steps.back().update;
-            const bool evals_continue = evals.empty() || state.evals.empty() || evals.front().update > state.evals.back().update;
+            auto same_step = [](const ex::StepRow& a, const ex::StepRow& b) {
+                return a.update == b.update && a.loss == b.loss && a.grad_norm == b.grad_norm;
+            };
+            auto same_eval = [](const ex::EvalRow& a, const ex::EvalRow& b) { return a.update == b.update && a.heldout_ce == b.heldout_ce; };
+            const bool steps_continue = state.steps.empty() || (!steps.empty() && same_step(steps.front(), state.steps.back()));
+            const bool evals_continue = state.evals.empty() || (!evals.empty() && same_eval(evals.front(), state.evals.back()));
             if (!delta.reset && (!steps_continue || !evals_continue)) {
                 clear();
                 return read(path, wait_s);
             }
+            if (!state.steps.empty()) steps.erase(steps.begin());
+            if (!state.evals.empty()) evals.erase(evals.begin());
             LegTrajectory leg;
             leg.leg = state.name;
             leg.implementation = state.implementation;

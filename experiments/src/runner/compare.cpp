@@ -625,6 +625,7 @@ struct OpenedRun {
     std::string run_id;
     json spec_json;
     ExperimentSpec spec;
+    ExpectedSeries expected;  // what a complete leg of this run holds
     LegData leg;
 };
 
@@ -638,6 +639,7 @@ OpenedRun open_run_leg(const RunLegRef& ref) {
     r.run_id = exp->run_id.empty() ? file.parent_path().filename().string() : exp->run_id;
     r.spec_json = json::parse(exp->spec_json);
     r.spec = parse_experiment(r.spec_json, file.string() + " /experiment spec");
+    r.expected = ExpectedSeries{exp->total_updates, r.spec.eval_interval};
     const auto legs = reader.legs();
     if (std::find(legs.begin(), legs.end(), ref.leg) == legs.end()) {
         std::string names;
@@ -675,6 +677,15 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     a.leg.name = r.label_a;
     b.leg.name = r.label_b;
     r.comparison = compare_legs({a.leg, b.leg}, spec, t);
+    // Completeness, each leg against its own run's plan (as compare_run_file judges a run): a pair
+    // with an incomplete leg never passes.
+    Comparison& c = r.comparison;
+    c.incomplete.clear();
+    for (const auto* run : {&a, &b}) {
+        for (auto& line : incompleteness(run->leg, run->expected)) c.incomplete.push_back(std::move(line));
+        for (auto& line : non_finite_values(run->leg)) c.failures.push_back(std::move(line));
+    }
+    c.completeness_judged = true;
     if (!r.config.empty()) {
         // Different experiments: the trajectories are not expected to agree; report, do not gate.
         for (auto& e : r.comparison.l4) {

@@ -438,15 +438,20 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
         if (f == ReportFormat::Csv) o << "# " << table.title << "\n";
         o << render_table(table, f) << "\n";
     }
+    // The verdict as `tandem report` words it (Comparison::verdict), then every reason.
     const auto& c = r.comparison;
-    std::string verdict = c.passed() ? "all cross-checks passed" : "cross-checks FAILED";
+    const std::string verdict = c.verdict();
+    std::vector<std::string> reasons;
+    for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
+    for (const auto& x : c.failures) reasons.push_back(x);
+    if (reasons.size() == 1) reasons.clear();
     if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
         const char* lead = f == ReportFormat::Latex ? "% " : "# ";
-        o << lead << "verdict: " << verdict << "\n";
-        for (const auto& x : c.failures) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
+        o << lead << "verdict: " << (f == ReportFormat::Latex ? latex_escape(verdict) : verdict) << "\n";
+        for (const auto& x : reasons) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
     } else {
-        o << (f == ReportFormat::Markdown ? "**" + verdict + "**" : verdict) << "\n";
-        for (const auto& x : c.failures) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
+        o << (f == ReportFormat::Markdown ? "**" + md_escape(verdict) + "**" : verdict) << "\n";
+        for (const auto& x : reasons) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
     }
     return o.str();
 }

@@ -61,7 +61,7 @@ std::optional<std::string> run_path_problem(const std::filesystem::path& path, b
     if (std::filesystem::is_directory(path, ec)) {
         const auto file = path / "run.h5";
         if (std::filesystem::exists(file, ec)) return run_path_problem(file, false);
-        if (allow_pending && std::filesystem::exists(path / "experiment.json", ec)) return std::nullopt;
+        if (allow_pending) return std::nullopt;  // the runner's own new folder: run.h5 comes later
         return path.string() + " is not a tandem run folder (it holds no run.h5)";
     }
     if (!std::filesystem::is_regular_file(path, ec)) return path.string() + " is not a file or a folder";

@@ -254,6 +254,12 @@ bool CompareView::compare(const QString& a, const QString& b) {
         status_->setText(tr("Choose two legs (run:leg) of the runs on this page."));
         return false;
     }
+    {
+        // The combo boxes show the pair the tables are of.
+        const QSignalBlocker block_a(a_box_), block_b(b_box_);
+        if (const int i = a_box_->findText(a); i >= 0) a_box_->setCurrentIndex(i);
+        if (const int i = b_box_->findText(b); i >= 0) b_box_->setCurrentIndex(i);
+    }
     try {
         // Every number comes from experiments/ (the same call `tandem compare` makes).
         const auto result = ex::compare_run_legs(*ra, *rb);
@@ -262,8 +268,7 @@ bool CompareView::compare(const QString& a, const QString& b) {
                               .arg(QString::fromStdString(result.label_a), QString::fromStdString(result.label_b),
                                    QString::fromStdString(ra->run.string()), QString::fromStdString(ra->leg),
                                    QString::fromStdString(rb->run.string()), QString::fromStdString(rb->leg),
-                                   result.comparison.passed() ? tr("every check passed.")
-                                                              : QString::fromStdString(result.comparison.failures.front())));
+                                   QString::fromStdString(result.comparison.verdict())));
         status_->clear();
         return true;
     } catch (const std::exception& e) {

@@ -391,10 +391,15 @@ void TrajectoryView::redraw_now() {
         const double step = nice_step(all->second - all->first, 50, true);
         all->second = std::ceil(all->second / step - 1e-9) * step;
     }
+    bool legend_shown = false;
     for (std::size_t i = 0; i < charts_.size(); ++i) {
         if (!panel_visible(static_cast<Panel>(i))) continue;  // hidden panels are drawn when shown
         auto options = panel_options(static_cast<int>(i));
         options.x_range = all;
+        // Several runs: the long "run/leg" legend once (top panel) and on the residual panel, whose
+        // curves are the pairs; the panels between keep their height for the curves.
+        if (multi_run()) options.legend = i == ResidualPanel || !legend_shown;
+        legend_shown = true;
         charts_[i]->update(panel_curves(static_cast<int>(i)), options);
         // Many points (several runs of long trajectories): antialiasing costs more than it shows.
         panels_[i]->setRenderHint(QPainter::Antialiasing, charts_[i]->drawn_point_total() < 20000);

@@ -19,7 +19,7 @@ RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s =
 // Why `path` cannot be opened as a run, in one line naming it ("… does not exist", "… is not a
 // tandem run folder (no run.h5 …)", "… is not an HDF5 file"); nullopt when it can. Cheap: checks
 // existence and the HDF5 signature only, so the window can answer at once. A run folder the
-// runner is still preparing (experiment.json, no run.h5 yet) is accepted when `allow_pending`.
+// launcher's runner just created (no run.h5 yet) is accepted when `allow_pending`.
 std::optional<std::string> run_path_problem(const std::filesystem::path& path, bool allow_pending = false);
 
 // Reads a run file as it grows. The first read takes every row; later reads take only the rows

@@ -110,7 +110,7 @@ TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
     const fs::path file = tandem::test::fresh_dir("catalog-new") / "tandem.db";
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
-    EXPECT_EQ(ex::kCatalogSchemaVersion, 3);
+    EXPECT_EQ(ex::kCatalogSchemaVersion, 4);
     EXPECT_EQ(pragma(c.handle(), "journal_mode"), "wal");
     EXPECT_EQ(pragma(c.handle(), "synchronous"), "2");  // FULL
     EXPECT_EQ(pragma(c.handle(), "foreign_keys"), "1");
@@ -128,7 +128,7 @@ TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
     const fs::path file = tandem::test::fresh_dir("catalog-empty") / "tandem.db";
     { std::ofstream touch(file); }
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 3);
+    EXPECT_EQ(c.schema_version(), 4);
 }
 
 TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
@@ -138,7 +138,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
                    "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
     {
         ex::Catalog c(file);
-        EXPECT_EQ(c.schema_version(), 3);
+        EXPECT_EQ(c.schema_version(), 4);
         const auto probes = c.probes();
         ASSERT_EQ(probes.size(), 1u);
         EXPECT_EQ(probes[0].device_name, "Old CPU");
@@ -164,7 +164,7 @@ TEST(Catalog, MigratesAVersion2FileKeepingLegRowsAndAcceptsPausedAndStoppedLegs)
     raw_exec(file, "INSERT INTO legs (run_id, name, implementation, status, updates_done, final_loss) VALUES "
                    "('r1', 'engine', 'engine', 'finished', 30, 11.5)");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 3);
+    EXPECT_EQ(c.schema_version(), 4);
     auto legs = c.legs("r1");
     ASSERT_EQ(legs.size(), 1u);
     EXPECT_EQ(legs[0].status, "finished");
@@ -334,35 +334,14 @@ TEST(Catalog, SurvivesAWriterKilledMidInsert) {
     }
 }
 
-// A frozen copy of the version-2 tables (runs, legs) as released, to build a version-2 file.
-const char* kVersion2Ddl = R"(
-CREATE TABLE runs (
-  id TEXT PRIMARY KEY, experiment TEXT NOT NULL, spec_sha256 TEXT NOT NULL DEFAULT '', folder TEXT NOT NULL,
-  run_file TEXT NOT NULL DEFAULT '', started_at TEXT NOT NULL, finished_at TEXT,
-  status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running','finished','failed','interrupted','cancelled')),
-  tandem_version TEXT NOT NULL DEFAULT '', hostname TEXT NOT NULL DEFAULT '', runner_pid INTEGER, note TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX runs_by_start ON runs (started_at);
-CREATE TABLE legs (
-  run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, name TEXT NOT NULL, implementation TEXT NOT NULL DEFAULT '',
-  device TEXT NOT NULL DEFAULT '',
-  status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending','running','finished','failed','interrupted','cancelled')),
-  exit_status INTEGER, started_at TEXT, finished_at TEXT, updates_done INTEGER, updates_total INTEGER, final_loss REAL,
-  tokens_per_s REAL, median_update_s REAL, peak_device_bytes INTEGER, peak_host_bytes INTEGER, last_eval_update INTEGER,
-  last_eval_ce REAL, error TEXT NOT NULL DEFAULT '', PRIMARY KEY (run_id, name)
-);
-PRAGMA user_version = 2;
-)";
-
 TEST(Catalog, MigratesAVersion2FileToTagsAndNotesKeepingRuns) {
-    const fs::path file = tandem::test::fresh_dir("catalog-v2") / "tandem.db";
+    const fs::path file = tandem::test::fresh_dir("catalog-v2-tags") / "tandem.db";
     raw_exec(file, kVersion1Ddl);
-    raw_exec(file, "PRAGMA user_version = 0;");  // kVersion1Ddl set 1; the v2 DDL below sets 2
     raw_exec(file, kVersion2Ddl);
     raw_exec(file, "INSERT INTO runs (id, experiment, folder, started_at, status, note) VALUES "
                    "('old-run', 'clinical-tiny', '/runs/old-run', '2026-11-28T10:00:00Z', 'finished', 'all cross-checks passed')");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 3);
+    EXPECT_EQ(c.schema_version(), 4);
     ASSERT_EQ(c.runs().size(), 1u);
     EXPECT_EQ(c.runs()[0].note, "all cross-checks passed");  // the runner's note is untouched
     EXPECT_TRUE(c.annotation("old-run").tags.empty());

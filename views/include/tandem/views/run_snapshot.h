@@ -71,7 +71,7 @@ struct CatalogLegRow {
     std::optional<double> final_loss;
     std::optional<double> tokens_per_s;
     std::optional<double> peak_memory_bytes;
-    std::vector<std::string> tags;  // the run's tags (catalog schema 3)
+    std::vector<std::string> tags;  // the run's tags (catalog schema 4)
     std::string note;               // what the user wrote about the run
 };
 

@@ -421,6 +421,65 @@ exit 130
         QVERIFY(log->toPlainText().contains(QStringLiteral("positive integer")));
     }
 
+    // Per-leg control ("what to build" 4): the launcher runs `tandem leg stop|pause|resume RUN LEG`
+    // for one leg while the run goes on, and the leg's row shows what the runner says of it.
+    void launcher_stops_and_resumes_one_leg() {
+        QTemporaryDir dir;
+        const QString cli = dir.filePath(QStringLiteral("tandem"));
+        const QString calls = dir.filePath(QStringLiteral("calls.txt"));
+        write_executable(cli, QStringLiteral(R"(#!/bin/bash
+echo "$@" >> ")") + calls + QStringLiteral(R"("
+if [[ "$1" == "leg" ]]; then
+  case "$2" in
+    stop) echo "stopped by request" > "$3/legs/$4/stopped"; echo "tandem leg: $4 stopped";;
+    resume) rm -f "$3/legs/$4/stopped"; echo "tandem leg: $4 resumed";;
+  esac
+  exit 0
+fi
+out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
+folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
+echo '{"updates":[[0],[1],[2],[3]]}' > "$folder/plan.json"
+for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
+echo "tandem run: run folder: $folder"
+sleep 10
+exit 0
+)"));
+        const auto exp = dir.filePath(QStringLiteral("x.json"));
+        std::ofstream(exp.toStdString()) << "{}";
+        LauncherView launcher;
+        launcher.show();
+        launcher.set_tandem(find_tandem_binary({}, {}, {}, cli));
+        launcher.set_runs_dir(dir.filePath(QStringLiteral("runs")));
+        launcher.set_catalog(dir.filePath(QStringLiteral("t.db")));
+        launcher.set_experiment(exp);
+        launcher.set_legs({{QStringLiteral("a"), QStringLiteral("engine"), QStringLiteral("cpu")},
+                           {QStringLiteral("b"), QStringLiteral("engine"), QStringLiteral("cpu")}});
+        QSignalSpy found(&launcher, &LauncherView::run_folder_found);
+        launcher.start();
+        QVERIFY(found.wait(10000));
+        const QString folder = found.first().first().toString();
+        auto* stop_a = launcher.findChild<QAbstractButton*>(QStringLiteral("stop_a"));
+        QVERIFY(stop_a);
+        QTRY_VERIFY(stop_a->isEnabled());
+        stop_a->click();
+        QTRY_COMPARE_WITH_TIMEOUT(launcher.leg_state_text(0), QStringLiteral("stopped"), 5000);
+        QCOMPARE(launcher.leg_state_text(1), QStringLiteral("running"));  // the other leg goes on
+        QVERIFY(launcher.running());
+        QFile f(calls);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QString recorded = QString::fromUtf8(f.readAll());
+        QVERIFY2(recorded.contains(QStringLiteral("leg stop %1 a --catalog %2").arg(folder, dir.filePath(QStringLiteral("t.db")))),
+                 qPrintable(recorded));
+        launcher.findChild<QAbstractButton*>(QStringLiteral("resume_a"))->click();
+        QTRY_COMPARE_WITH_TIMEOUT(launcher.leg_state_text(0), QStringLiteral("running"), 5000);
+        QCOMPARE(leg_control_arguments(QStringLiteral("pause"), QStringLiteral("/r/x"), QStringLiteral("engine"), QStringLiteral("/c.db")),
+                 (QStringList{"leg", "pause", "/r/x", "engine", "--catalog", "/c.db"}));
+        QSignalSpy finished(&launcher, &LauncherView::run_finished);
+        launcher.stop();  // the fake runner would otherwise sleep on
+        QVERIFY(finished.wait(30000));
+    }
+
     // 8. Tables say what "pass" means (footnotes) in the GUI and in LaTeX; LaTeX tables fit an
     //    article page, text columns are left-aligned, numbers go through siunitx.
     void tables_keep_their_footnotes_and_latex_fits_the_page() {

@@ -14,12 +14,15 @@
 #include <QScrollBar>
 #include <QSplitter>
 #include <QTableWidget>
+#include <QToolButton>
+
+#include <tuple>
 #include <QVBoxLayout>
 
 namespace tandem::views {
 
 namespace {
-enum LegColumn { ColLeg, ColDevice, ColProgress, ColState, ColCount };
+enum LegColumn { ColLeg, ColDevice, ColProgress, ColState, ColControl, ColCount };
 }
 
 QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
@@ -32,6 +35,12 @@ QStringList run_arguments(const QString& experiment, const std::vector<LegChoice
     QStringList args{QStringLiteral("run"), experiment, QStringLiteral("--legs"), names.join(QLatin1Char(',')),
                      QStringLiteral("--devices"), devices.join(QLatin1Char(','))};
     if (!runs_dir.isEmpty()) args << QStringLiteral("--out") << runs_dir;
+    if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
+    return args;
+}
+
+QStringList leg_control_arguments(const QString& action, const QString& run_folder, const QString& leg, const QString& catalog) {
+    QStringList args{QStringLiteral("leg"), action, run_folder, leg};
     if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
     return args;
 }
@@ -56,7 +65,7 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
 
     legs_ = new QTableWidget(0, ColCount, this);
     legs_->setObjectName(QStringLiteral("legs"));
-    legs_->setHorizontalHeaderLabels({tr("Leg"), tr("Device"), tr("Progress"), tr("State")});
+    legs_->setHorizontalHeaderLabels({tr("Leg"), tr("Device"), tr("Progress"), tr("State"), tr("This leg")});
     legs_->horizontalHeader()->setStretchLastSection(true);
     legs_->verticalHeader()->hide();
     legs_->setSelectionMode(QAbstractItemView::NoSelection);
@@ -87,6 +96,14 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
 
     process_ = new QProcess(this);
     process_->setProcessChannelMode(QProcess::MergedChannels);
+    control_ = new QProcess(this);
+    control_->setProcessChannelMode(QProcess::MergedChannels);
+    connect(control_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus) {
+        const QString out = QString::fromUtf8(control_->readAll()).trimmed();
+        if (!out.isEmpty()) append_log(out);
+        if (code != 0) state_->setText(out.isEmpty() ? tr("tandem leg exited with %1.").arg(code) : out.section(QLatin1Char('\n'), -1));
+        if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(read_run_progress(run_folder_.toStdString())));
+    });
     follower_ = new LegProgressFollower(this);
 
     connect(browse, &QPushButton::clicked, this, [this] {
@@ -203,6 +220,24 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
         auto* bar = new QProgressBar(legs_);
         legs_->setCellWidget(r, ColProgress, bar);
         legs_->setItem(r, ColState, new QTableWidgetItem(tr("not started")));
+        // Per-leg control: the others go on (needs a run folder: enabled once the run exists).
+        auto* control = new QWidget(legs_);
+        auto* control_layout = new QHBoxLayout(control);
+        control_layout->setContentsMargins(0, 0, 0, 0);
+        control_layout->setSpacing(2);
+        const QString leg_name = leg.leg;
+        for (const auto& [action, text, tip] : {std::tuple{QStringLiteral("pause"), tr("Pause"), tr("Stop this leg so it can continue from its last checkpoint")},
+                                                std::tuple{QStringLiteral("stop"), tr("Stop"), tr("Stop this leg for good (a later resume of the run leaves it)")},
+                                                std::tuple{QStringLiteral("resume"), tr("Resume"), tr("Continue this leg from its newest checkpoint")}}) {
+            auto* button = new QToolButton(control);
+            button->setText(text);
+            button->setToolTip(tip);
+            button->setObjectName(QStringLiteral("%1_%2").arg(action, leg_name));
+            connect(button, &QToolButton::clicked, this, [this, leg_name, action = action] { control_leg(leg_name, action); });
+            control_layout->addWidget(button);
+        }
+        control->setEnabled(false);
+        legs_->setCellWidget(r, ColControl, control);
     }
     reset_rows();
     legs_->resizeColumnsToContents();
@@ -264,6 +299,20 @@ void LauncherView::resume() {
     if (running()) follower_->follow(run_folder_, 500);  // the rows follow the resumed legs again
 }
 
+void LauncherView::control_leg(const QString& leg, const QString& action) {
+    if (run_folder_.isEmpty() || control_->state() != QProcess::NotRunning) return;
+    if (tandem_.isEmpty()) {
+        state_->setText(binary_.not_found_message());
+        return;
+    }
+    const auto args = leg_control_arguments(action, run_folder_, leg, catalog_);
+    append_log(QStringLiteral("$ %1 %2").arg(tandem_, args.join(QLatin1Char(' '))));
+    state_->setText(tr("%1 %2 requested…").arg(action, leg));
+    control_->start(tandem_, args);
+    // A resumed leg is followed again (the runner relaunches it, or the command continues the run).
+    if (action == QStringLiteral("resume")) follower_->follow(run_folder_, 500);
+}
+
 void LauncherView::on_output() {
     const QString text = QString::fromUtf8(process_->readAll()).trimmed();
     if (text.isEmpty()) return;
@@ -298,7 +347,11 @@ void LauncherView::on_progress(std::shared_ptr<const RunProgress> progress) {
         bar->setRange(0, static_cast<int>(std::max<std::int64_t>(leg.updates_total, leg.updates_done)));
         bar->setValue(static_cast<int>(leg.updates_done));
         QString state = leg.done ? tr("done") : (running() ? tr("running") : tr("stopped"));
+        // The runner's word wins for a leg paused or stopped on its own (tandem leg …, the gate).
+        if (!leg.done && (leg.status == "paused" || leg.status == "stopped")) state = QString::fromStdString(leg.status);
+        if (leg.request_pending) state += tr(" (request pending)");
         if (!leg.error.empty()) state = tr("failed: %1").arg(QString::fromStdString(leg.error));
+        if (auto* control = legs_->cellWidget(row, ColControl)) control->setEnabled(!run_folder_.isEmpty());
         auto* item = legs_->item(row, ColState);
         if (item->text() != state && !leg.error.empty()) {
             // A crash: show what the leg said last, without touching the other legs.

@@ -34,6 +34,8 @@ struct LegChoice {
 QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
                           const QString& catalog);
 QStringList resume_arguments(const QString& run_folder, const QString& catalog);
+// One leg, while the others go on (docs/gate.md): tandem leg stop|pause|resume RUN LEG --catalog DB
+QStringList leg_control_arguments(const QString& action, const QString& run_folder, const QString& leg, const QString& catalog);
 
 class LauncherView : public QWidget {
     Q_OBJECT
@@ -64,6 +66,9 @@ public Q_SLOTS:
     void start();
     void stop();
     void resume();
+    // Pause, stop or resume one leg of the followed run (`tandem leg …`, a separate process); the
+    // leg's row says what happened once the runner took the request.
+    void control_leg(const QString& leg, const QString& action);
 
 Q_SIGNALS:
     void run_folder_found(const QString& folder);  // the runner created the run's folder
@@ -85,6 +90,7 @@ private:
     QString run_folder_;
     QStringList folders_before_;
     QProcess* process_ = nullptr;
+    QProcess* control_ = nullptr;
     LegProgressFollower* follower_ = nullptr;
     QLineEdit* experiment_ = nullptr;
     QTableWidget* legs_ = nullptr;

@@ -236,6 +236,7 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
             connect(button, &QToolButton::clicked, this, [this, leg_name, action = action] { control_leg(leg_name, action); });
             control_layout->addWidget(button);
         }
+        control_layout->addStretch(1);
         control->setEnabled(false);
         legs_->setCellWidget(r, ColControl, control);
     }

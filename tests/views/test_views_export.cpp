@@ -27,7 +27,7 @@ RunSnapshot snapshot() {
             leg.grad_norm.push_back({double(u), 1.0 + 0.5 * std::sin(u * 0.1) + 0.01 * l});
             leg.train_loss.push_back({double(u), 3.0 - 0.005 * u});
         }
-        for (int u = 0; u <= 200; u += 20) leg.heldout_loss.push_back({double(u), 3.2 - 0.005 * u + 0.001 * l});
+        for (int u = 0; u <= 200; u += 20) leg.heldout_ce.push_back({double(u), 3.2 - 0.005 * u + 0.001 * l});
         s.legs.push_back(leg);
     }
     return s;
@@ -126,7 +126,7 @@ private Q_SLOTS:
     }
 
     void tables_use_the_report_renderers_and_formats_follow_the_suffix() {
-        const StringTable t{"l1", "L1: initial held-out loss", {"leg_a", "rel diff"}, {{"engine & co", "1e-07"}}, {}};
+        const StringTable t{"l1", "L1: initial held-out CE", {"leg_a", "rel diff"}, {{"engine & co", "1e-07"}}, {}};
         const auto tex = format_table(t, TableFormat::Latex);
         QVERIFY(tex.find("\\toprule") != std::string::npos);
         QVERIFY(tex.find("\\bottomrule") != std::string::npos);
@@ -148,7 +148,7 @@ private Q_SLOTS:
         if (!dir.autoRemove()) qInfo() << "figure in" << dir.path();
         const auto path = dir.filePath(QStringLiteral("figure.pdf"));
         auto s = snapshot();
-        ResidualTrajectory r{"engine", "reference", Metric::HeldoutLoss, {}};
+        ResidualTrajectory r{"engine", "reference", Metric::HeldoutCe, {}};
         for (int u = 0; u <= 200; u += 20) r.percent.push_back({double(u), 0.03 * std::sin(u * 0.05)});
         s.residuals.push_back(r);
         ChartOptions heldout, residual, grad;
@@ -185,7 +185,7 @@ private Q_SLOTS:
         }
         const auto [text_rc, text] = run(QStringLiteral("pdftotext"), {path, QStringLiteral("-")});
         QCOMPARE(text_rc, 0);
-        for (const auto& title : {QStringLiteral("held-out CE"), QStringLiteral("grad norm"), QStringLiteral("held-out loss: leg")})
+        for (const auto& title : {QStringLiteral("held-out CE"), QStringLiteral("grad norm"), QStringLiteral("held-out CE: leg")})
             QVERIFY2(text.contains(title), qPrintable(text));
         const auto png = dir.filePath(QStringLiteral("page"));
         QCOMPARE(run(QStringLiteral("pdftoppm"), {QStringLiteral("-png"), QStringLiteral("-r"), QStringLiteral("100"), QStringLiteral("-singlefile"), path, png}).first, 0);

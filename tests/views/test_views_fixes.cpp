@@ -174,7 +174,7 @@ private Q_SLOTS:
         // Update 14: the nearest evaluation is the engine's at 15; the reference has none there.
         view.hover_at(14.2);
         const QString text = view.hover_text();
-        QVERIFY2(text.contains(QStringLiteral("held-out loss</b> @ update 15")), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("held-out CE</b> @ update 15")), qPrintable(text));
         QVERIFY2(text.contains(QStringLiteral("engine</span> ") + QString::number(legs[0].value("eval", 15), 'g', 8)), qPrintable(text));
         QVERIFY2(text.contains(QStringLiteral("reference</span> –")), qPrintable(text));
         // Grad norm at 19 (both legs have it): both values are update 19's, not the nearest of each.
@@ -324,7 +324,7 @@ private Q_SLOTS:
                 QVERIFY(std::fabs(tps[u].y() - double(leg.tokens(u)) / leg.wall(u)) < 1e-9);  // supervised tokens / wall s
             }
         }
-        for (Metric m : {Metric::HeldoutLoss, Metric::TrainLoss, Metric::GradNorm}) {
+        for (Metric m : {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm}) {
             view.set_residual_metric(m);
             view.redraw_now();
             QApplication::processEvents();
@@ -569,7 +569,7 @@ exit 0
     // 10. The export dialog keeps the chosen chart; no label shows a literal "&".
     void export_dialog_keeps_the_chart_and_labels_have_no_literal_ampersand() {
         QTemporaryDir dir;
-        const QStringList panels{"held-out loss", "training loss", "grad norm", "learning rate", "tokens/s", "residual"};
+        const QStringList panels{"held-out CE", "training loss", "grad norm", "learning rate", "tokens/s", "residual"};
         {
             FigureExportDialog dialog(panels, 0);
             dialog.findChild<QComboBox*>(QStringLiteral("chart"))->setCurrentIndex(5);

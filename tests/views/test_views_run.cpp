@@ -125,7 +125,7 @@ private Q_SLOTS:
         QCOMPARE(view->snapshot().legs.size(), std::size_t(2));
         for (const auto& leg : kLegs) {
             const auto name = QString::fromStdString(leg.name);
-            QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(name), eval_count(leg));  // held-out loss
+            QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(name), eval_count(leg));  // held-out CE
             QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(name), leg.steps);        // grad norm
         }
         // Zooming one panel zooms all of them (shared x range); only the points in range (plus
@@ -205,11 +205,11 @@ private Q_SLOTS:
         // Hand-computed float64: 100 * (engine - reference) / |reference| at each paired update.
         auto percent = [](double leg, double ref) { return 100.0 * (leg - ref) / std::fabs(ref); };
 
-        // Held-out loss: evaluations paired at updates 0, 10, 20 (engine every 5, reference every 10).
-        view->set_residual_metric(Metric::HeldoutLoss);
+        // Held-out CE: evaluations paired at updates 0, 10, 20 (engine every 5, reference every 10).
+        view->set_residual_metric(Metric::HeldoutCe);
         view->redraw_now();
         QCOMPARE(chart.chart()->axes(Qt::Vertical).value(0)->titleText(), QString::fromUtf8("%"));
-        QVERIFY(chart.chart()->title().contains(QString::fromUtf8("held-out loss: leg − reference")));
+        QVERIFY(chart.chart()->title().contains(QString::fromUtf8("held-out CE: leg − reference")));
         QCOMPARE(chart.drawn_point_count(name), 3);
         auto points = plotted();
         for (int i = 0; i < 3; ++i) {
@@ -318,7 +318,7 @@ private Q_SLOTS:
         // The accumulated residuals equal what experiments/ computes over the whole file.
         const auto l4 = ex::compare_run_file(file).l4.at(0);
         for (const auto& r : followed.residuals) {
-            const auto& expected = r.metric == Metric::HeldoutLoss ? l4.eval_percent : r.metric == Metric::TrainLoss ? l4.loss_percent : l4.grad_percent;
+            const auto& expected = r.metric == Metric::HeldoutCe ? l4.eval_percent : r.metric == Metric::TrainLoss ? l4.loss_percent : l4.grad_percent;
             QCOMPARE(r.percent.size(), expected.points.size());
             for (std::size_t i = 0; i < r.percent.size(); ++i) {
                 QCOMPARE(r.percent[i].update, double(expected.points[i].update));

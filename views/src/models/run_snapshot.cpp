@@ -4,7 +4,7 @@ namespace tandem::views {
 
 const char* metric_label(Metric metric) {
     switch (metric) {
-    case Metric::HeldoutLoss: return "held-out loss";
+    case Metric::HeldoutCe: return "held-out CE";
     case Metric::GradNorm: return "grad norm";  // the pre-clip global norm (SPEC §1)
     case Metric::TrainLoss: return "training loss";
     case Metric::LearningRate: return "learning rate";
@@ -15,13 +15,13 @@ const char* metric_label(Metric metric) {
 
 const Series& LegTrajectory::series(Metric metric) const {
     switch (metric) {
-    case Metric::HeldoutLoss: return heldout_loss;
+    case Metric::HeldoutCe: return heldout_ce;
     case Metric::GradNorm: return grad_norm;
     case Metric::TrainLoss: return train_loss;
     case Metric::LearningRate: return learning_rate;
     case Metric::Throughput: return tokens_per_s;
     }
-    return heldout_loss;
+    return heldout_ce;
 }
 
 Series& LegTrajectory::series(Metric metric) { return const_cast<Series&>(static_cast<const LegTrajectory&>(*this).series(metric)); }

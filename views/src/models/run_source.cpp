@@ -137,7 +137,7 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
                 leg.learning_rate.push_back({u, row.lr});
                 leg.tokens_per_s.push_back({u, ex::update_tokens_per_second(row)});
             }
-            for (const auto& row : evals) leg.heldout_loss.push_back({static_cast<double>(row.update), row.heldout_ce});
+            for (const auto& row : evals) leg.heldout_ce.push_back({static_cast<double>(row.update), row.heldout_ce});
             state.steps.insert(state.steps.end(), steps.begin(), steps.end());
             state.evals.insert(state.evals.end(), evals.begin(), evals.end());
             out.legs.push_back(std::move(leg));
@@ -156,7 +156,7 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
             if (!points.eval.empty()) state.eval_after = points.eval.back().update;
             if (!points.loss.empty()) state.step_after = points.loss.back().update;
             const std::string leg = ref_first ? b.name : a.name, reference = ref_first ? a.name : b.name;
-            ResidualTrajectory eval{leg, reference, Metric::HeldoutLoss, {}}, loss{leg, reference, Metric::TrainLoss, {}},
+            ResidualTrajectory eval{leg, reference, Metric::HeldoutCe, {}}, loss{leg, reference, Metric::TrainLoss, {}},
                 grad{leg, reference, Metric::GradNorm, {}};
             append_percent(eval.percent, points.eval);
             append_percent(loss.percent, points.loss);

@@ -187,7 +187,7 @@ std::string curves_csv(const RunSnapshot& snapshot, const std::optional<std::pai
     std::ostringstream out;
     out.precision(17);
     out << "leg,metric,update,value\n";
-    const std::pair<Metric, const char*> metrics[] = {{Metric::HeldoutLoss, "heldout_loss"},
+    const std::pair<Metric, const char*> metrics[] = {{Metric::HeldoutCe, "heldout_ce"},
                                                       {Metric::GradNorm, "grad_norm"},
                                                       {Metric::TrainLoss, "train_loss"}};
     for (const auto& leg : snapshot.legs) {

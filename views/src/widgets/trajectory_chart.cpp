@@ -29,7 +29,7 @@ std::string residual_name(const ResidualTrajectory& r) { return r.leg + " − " 
 
 QString metric_axis_title(Metric metric) {
     switch (metric) {
-    case Metric::HeldoutLoss: return QStringLiteral("held-out CE");
+    case Metric::HeldoutCe: return QStringLiteral("held-out CE");
     case Metric::TrainLoss: return QStringLiteral("training loss");
     case Metric::GradNorm: return QStringLiteral("grad norm");
     case Metric::LearningRate: return QStringLiteral("learning rate");

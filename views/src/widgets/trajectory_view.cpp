@@ -139,7 +139,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(residual_label);
     residual_metric_ = new QComboBox(this);
     residual_label->setBuddy(residual_metric_);
-    residual_metric_->addItem(tr("held-out loss"), static_cast<int>(Metric::HeldoutLoss));
+    residual_metric_->addItem(tr("held-out CE"), static_cast<int>(Metric::HeldoutCe));
     residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
     residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
     residual_metric_->setObjectName(QStringLiteral("residual_metric"));
@@ -213,12 +213,12 @@ TrajectoryView::~TrajectoryView() = default;
 
 Metric TrajectoryView::panel_metric(Panel panel) {
     switch (panel) {
-    case HeldoutPanel: return Metric::HeldoutLoss;
+    case HeldoutPanel: return Metric::HeldoutCe;
     case TrainLossPanel: return Metric::TrainLoss;
     case GradNormPanel: return Metric::GradNorm;
     case LearningRatePanel: return Metric::LearningRate;
     case ThroughputPanel: return Metric::Throughput;
-    default: return Metric::HeldoutLoss;
+    default: return Metric::HeldoutCe;
     }
 }
 

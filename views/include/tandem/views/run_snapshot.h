@@ -15,10 +15,10 @@ struct SeriesPoint {
 using Series = std::vector<SeriesPoint>;  // sorted by update
 
 // The trajectories the views can draw, in the order of the tabs/panels.
-enum class Metric { HeldoutLoss, GradNorm, TrainLoss, LearningRate, Throughput };
-const char* metric_label(Metric metric);  // "held-out loss", ...
+enum class Metric { HeldoutCe, GradNorm, TrainLoss, LearningRate, Throughput };
+const char* metric_label(Metric metric);  // "held-out CE", ...
 // Every metric, in the order of the trajectory panels.
-inline constexpr Metric kAllMetrics[] = {Metric::HeldoutLoss, Metric::TrainLoss, Metric::GradNorm, Metric::LearningRate,
+inline constexpr Metric kAllMetrics[] = {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm, Metric::LearningRate,
                                          Metric::Throughput};
 
 struct LegTrajectory {
@@ -26,7 +26,7 @@ struct LegTrajectory {
     std::string device;
     std::string status;  // "running", "done", "failed", ... as recorded
     std::string implementation;  // "engine", "reference", ... (the run file's leg attribute)
-    Series heldout_loss;
+    Series heldout_ce;
     Series grad_norm;
     Series train_loss;
     Series learning_rate;   // the lr each update used
@@ -42,7 +42,7 @@ struct LegTrajectory {
 struct ResidualTrajectory {
     std::string leg;
     std::string reference;
-    Metric metric = Metric::HeldoutLoss;
+    Metric metric = Metric::HeldoutCe;
     Series percent;
 };
 

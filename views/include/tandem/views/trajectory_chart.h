@@ -24,7 +24,7 @@ QT_END_NAMESPACE
 namespace tandem::views {
 
 struct ChartOptions {
-    Metric metric = Metric::HeldoutLoss;
+    Metric metric = Metric::HeldoutCe;
     bool residual = false;     // draw the residuals of `metric` instead of the legs' values
     bool log_y = false;        // ignored for residuals (they change sign)
     double smoothing = 0;      // display EMA weight; the raw curve stays drawn underneath

@@ -69,7 +69,7 @@ public:
     void set_smoothing(double weight);
     void set_x_range(std::optional<std::pair<double, double>> range);  // nullopt: fit everything
     std::optional<std::pair<double, double>> visible_x_range() const { return x_range_; }
-    // What the residual panel shows: held-out loss, training loss or grad norm (percent, leg − reference).
+    // What the residual panel shows: held-out CE, training loss or grad norm (percent, leg − reference).
     void set_residual_metric(Metric metric);
     Metric residual_metric() const;
     void set_panel_visible(Panel panel, bool visible);

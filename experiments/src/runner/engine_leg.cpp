@@ -11,21 +11,13 @@
 #include "tandem/engine/io.h"
 #include "tandem/engine/safetensors.h"
 #include "tandem/engine/trainer.h"
+#include "tandem/engine_devices/make_backend.h"
 #include "tandem/error.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/sha256.h"
 #include "tandem/version.h"
-
-// The CUDA trainer is used when the build links tandem_engine_cuda into tandem_experiments and
-// defines TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER=1 (experiments/CMakeLists.txt).
-#ifndef TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-#define TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER 0
-#endif
-#if TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-#include "tandem/engine_cuda/cuda_trainer.h"
-#endif
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -121,15 +113,13 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     const fs::path run_dir = fs::absolute(opt.run);
     ExperimentSpec spec = load_run_spec(run_dir);
     const std::string spec_sha = spec.sha256();
-#if !TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-    if (opt.device != "cpu")
-        throw Error("engine leg: device '" + opt.device + "': this build's engine leg runs on the cpu only");
-#endif
+    // The backend this leg really computes on (cpu, or cuda:N when the build has CUDA).
+    const std::shared_ptr<engine::Backend> backend = engine::make_backend(opt.device, opt.threads);
 
     out.emit("hello", {{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
-                       {"stack", "tandem engine (C++20, OpenBLAS)"},
-                       {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", opt.device},
-                       {"device_name", "cpu"}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
+                       {"stack", backend->stack()},
+                       {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend->device()},
+                       {"device_name", backend->device_name()}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
                        {"spec_sha256", spec_sha}, {"resume", opt.resume}});
 
     const fs::path leg_dir = run_dir / "legs" / opt.leg;
@@ -215,8 +205,8 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.seed = spec.seed;
     to.threads = opt.threads;
     const engine::Qwen3Config config = base.config;
-    // Everything from here is the same for the CPU Trainer and the CUDA trainer (same interface).
-    auto train = [&](auto& trainer) -> int {
+    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);
+    {
         trainer.load_adapter(init.tensors);
         const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
 
@@ -291,22 +281,12 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         }
         engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
         out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
-        json peak_device = nullptr;
-        if constexpr (requires { trainer.memory_report(); })
-            peak_device = static_cast<int64_t>(trainer.memory_report().peak_bytes);
-        out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", peak_device}});
+        const int64_t peak_device = backend->peak_device_bytes();
+        out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
+                            {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
         out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
         return 0;
-    };
-#if TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-    if (opt.device != "cpu") {
-        auto trainer = engine::cuda::CudaTrainer::create(engine::cuda::parse_device(opt.device), config,
-                                                         std::move(base.tensors), lora, to);
-        return train(trainer);
     }
-#endif
-    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to);
-    return train(trainer);
 }
 
 }  // namespace

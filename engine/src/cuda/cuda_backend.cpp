@@ -194,8 +194,16 @@ public:
     }
 
 private:
-    cudaStream_t s() const { return stream_.s; }
-    cublasHandle_t h() const { return blas_->get(); }
+    // Every op reaches the device through these: the calling thread's current device is made this
+    // backend's first (a no-op when it already is), so several backends may share a process.
+    cudaStream_t s() const {
+        CUDA_CHECK(cudaSetDevice(dev_));
+        return stream_.s;
+    }
+    cublasHandle_t h() const {
+        CUDA_CHECK(cudaSetDevice(dev_));
+        return blas_->get();
+    }
     static k::DropoutSpec spec(const DropoutMask& d) { return k::DropoutSpec{d.active, d.key, d.first_index, d.p, d.scale}; }
     template <class T>
     T* scratch(k::DeviceBuffer<T>& buf, int64_t count) {

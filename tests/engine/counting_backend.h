@@ -31,6 +31,7 @@ public:
     int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const override {
         return inner_->attention_cache_floats(B, T, H);
     }
+    bool keeps_dropout_masks() const override { return inner_->keeps_dropout_masks(); }
     void check_supported(const Qwen3Config& c) const override { inner_->check_supported(c); }
 
 #define TANDEM_COUNTING_OP(name, params, args) \

@@ -442,6 +442,7 @@ void check_lora(Backend& be, Rng& rng, bool backward) {
     const LoraInputs l = lora_inputs(rng);
     SCOPED_TRACE(shape_str({{"N", l.N}, {"in", l.in}, {"out", l.out}, {"r", l.r}, {"adapted", l.adapted},
                             {"dropout", l.mask.active}}));
+    ASSERT_EQ(l.mask.keep, nullptr);
     const uint8_t* keep = l.mask.active ? l.keep.data() : nullptr;
     const double* ap = l.adapted ? l.a.data() : nullptr;
     Vec y(size_t(l.N * l.out)), t(size_t(l.N * l.r));
@@ -450,8 +451,20 @@ void check_lora(Backend& be, Rng& rng, bool backward) {
     Dev d{be};
     auto x = d.put(l.x), w = d.put(l.w), a = d.put(l.a), b = d.put(l.b), yb = d.zeros(l.N * l.out),
          tb = d.zeros(l.N * l.r);
+    // half the draws hand the op a mask buffer, as the wiring does for a backend that keeps masks
+    DropoutMask mask = l.mask;
+    Buffer<uint8_t> keep_buf;
+    if (mask.active && rng.g() % 2) {
+        keep_buf = Buffer<uint8_t>(be, l.N * l.in, MemoryKind::Workspace);
+        mask.keep = keep_buf.get();
+    }
     be.lora_linear_forward(yb.get(), l.adapted ? tb.get() : nullptr, x.get(), w.get(), l.adapted ? a.get() : nullptr,
-                           b.get(), l.mask, l.scaling, l.N, l.in, l.out, l.r);
+                           b.get(), mask, l.scaling, l.N, l.in, l.out, l.r);
+    if (mask.keep && l.adapted && be.keeps_dropout_masks()) {  // the kept mask is the generator's
+        std::vector<uint8_t> kept(l.keep.size());
+        be.download(kept.data(), mask.keep, kept.size());
+        EXPECT_EQ(kept, l.keep);
+    }
     if (!backward) {
         EXPECT_LT(rel_err(d.get(yb, l.N * l.out), y), kTol);
         if (l.adapted) {
@@ -470,7 +483,7 @@ void check_lora(Backend& be, Rng& rng, bool backward) {
         auto dxb = d.put(l.dx0), dab = d.put(l.da0), dbb = d.put(l.db0);
         be.lora_linear_backward(dxb.get(), l.adapted ? dab.get() : nullptr, l.adapted ? dbb.get() : nullptr, dy.get(),
                                 x.get(), w.get(), l.adapted ? a.get() : nullptr, b.get(), l.adapted ? tc.get() : nullptr,
-                                l.mask, l.scaling, l.N, l.in, l.out, l.r, accumulate);
+                                mask, l.scaling, l.N, l.in, l.out, l.r, accumulate);
         EXPECT_LT(rel_err(d.get(dxb, l.N * l.in), dx), kTol);
         if (l.adapted) {
             EXPECT_LT(rel_err(d.get(dab, l.r * l.in), da), kTol);

@@ -54,6 +54,7 @@ public:
         return weights_.back().ptr();
     }
     int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const override { return B * H * T * T; }
+    bool keeps_dropout_masks() const override { return true; }
 
     // ---- ops
     void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C,
@@ -97,14 +98,14 @@ public:
     void lora_linear_forward(float* y, float* t, const float* x, const float* w, const float* a, const float* b,
                              const DropoutMask& dropout, float scaling, int64_t N, int64_t in, int64_t out,
                              int64_t r) override {
-        ops::lora_linear_forward(y, t, x, w, a, b, keep_mask(dropout, a ? N * in : 0), dropout.scale, scaling, N, in,
-                                 out, r);
+        ops::lora_linear_forward(y, t, x, w, a, b, forward_mask(dropout, a ? N * in : 0), dropout.scale, scaling, N,
+                                 in, out, r);
     }
     void lora_linear_backward(float* dx, float* da, float* db, const float* dy, const float* x, const float* w,
                               const float* a, const float* b, const float* t, const DropoutMask& dropout, float scaling,
                               int64_t N, int64_t in, int64_t out, int64_t r, bool accumulate_dx) override {
-        ops::lora_linear_backward(dx, da, db, dy, x, w, a, b, t, keep_mask(dropout, a ? N * in : 0), dropout.scale,
-                                  scaling, N, in, out, r, accumulate_dx);
+        ops::lora_linear_backward(dx, da, db, dy, x, w, a, b, t, backward_mask(dropout, a ? N * in : 0),
+                                  dropout.scale, scaling, N, in, out, r, accumulate_dx);
     }
     void residual_add(float* out, const float* a, const float* b, int64_t n) override {
         detail::parallel_for_grain(n, 1 << 14, [&](int64_t b0, int64_t e0) {
@@ -147,17 +148,29 @@ private:
     static void copy(void* dst, const void* src, size_t bytes) {
         if (bytes) std::memcpy(dst, src, bytes);
     }
-    // The dropout mask of `elements` adapter inputs in the scratch array (regenerated for the backward
-    // from the same key: the mask is a pure function, as on every backend); nullptr when inactive.
-    const uint8_t* keep_mask(const DropoutMask& d, int64_t elements) {
+    // The forward draws the mask of `elements` adapter inputs into d.keep (kept for the backward), or
+    // into the scratch array when the caller gave none; nullptr when dropout is off.
+    const uint8_t* forward_mask(const DropoutMask& d, int64_t elements) {
         if (!d.active || elements == 0) return nullptr;
+        uint8_t* keep = d.keep ? d.keep : scratch(elements);
+        fill_dropout_keep(keep, elements, d.key, d.first_index, d.p);
+        return keep;
+    }
+    // The backward reads the forward's mask, or regenerates it (a pure function of its key).
+    const uint8_t* backward_mask(const DropoutMask& d, int64_t elements) {
+        if (!d.active || elements == 0) return nullptr;
+        if (d.keep) return d.keep;
+        uint8_t* keep = scratch(elements);
+        fill_dropout_keep(keep, elements, d.key, d.first_index, d.p);
+        return keep;
+    }
+    uint8_t* scratch(int64_t elements) {
         if (keep_.size() < size_t(elements)) keep_.resize(size_t(elements));
-        fill_dropout_keep(keep_.data(), elements, d.key, d.first_index, d.p);
         return keep_.data();
     }
 
     std::deque<Tensor> weights_;
-    std::vector<uint8_t> keep_;  // dropout mask scratch: grows to the largest adapter input
+    std::vector<uint8_t> keep_;  // mask scratch for calls without DropoutMask::keep
 };
 
 }  // namespace

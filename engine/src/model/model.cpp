@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <type_traits>
 
 #include "tandem/engine/io.h"
 #include "tandem/engine/rope.h"
@@ -81,7 +82,8 @@ struct LayerActivations {
     float* gate;       // [N,I]
     float* up;         // [N,I]
     float* act;        // [N,I] silu(gate)*up (down_proj input)
-    std::array<float*, kProjections> t;  // [N,r] A(dropout(x)) per adapted projection
+    std::array<float*, kProjections> t;       // [N,r] A(dropout(x)) per adapted projection
+    std::array<uint8_t*, kProjections> keep;  // [N,in] dropout masks (backends that keep them)
 };
 
 // Every buffer of the wiring. Sizes come from for_each_activation (the size table), and one backend
@@ -114,16 +116,18 @@ struct Activations {
 struct Dims {
     int64_t C, H, KV, D, I, L, r;
     std::array<bool, kProjections> adapted;
+    std::array<int64_t, kProjections> in_dim;
 };
 
 // The shape of one micro-batch (or the capacity: the largest of each over a call).
 struct Shape {
     int64_t B = 0, T = 0, N = 0, Ns = 0;  // sequences, padded length, tokens, supervised rows
     int64_t att_cache = 0;                // floats of one layer's attention cache
+    bool keep_masks = false;              // dropout on and the backend keeps masks
 };
 
-// THE size table: every activation buffer and its float count for shape s. Called with f(slot, count)
-// to size the block and again to point the slots into it.
+// THE size table: every activation buffer and its element count for shape s. Called with
+// f(slot, count) (slot: float*& or uint8_t*&) to size the block and again to point the slots into it.
 template <class F>
 void for_each_activation(const Dims& d, const Shape& s, Activations& a, F&& f) {
     const int64_t N = s.N, C = d.C, HD = d.H * d.D, KVD = d.KV * d.D, I = d.I;
@@ -146,6 +150,8 @@ void for_each_activation(const Dims& d, const Shape& s, Activations& a, F&& f) {
         f(x.up, N * I);
         f(x.act, N * I);
         for (int j = 0; j < kProjections; ++j) f(x.t[size_t(j)], d.adapted[size_t(j)] ? N * d.r : 0);
+        for (int j = 0; j < kProjections; ++j)
+            f(x.keep[size_t(j)], d.adapted[size_t(j)] && s.keep_masks ? N * d.in_dim[size_t(j)] : 0);
     }
     for (float*& x : a.residual) f(x, N * C);
     f(a.proj_out, N * C);
@@ -200,8 +206,8 @@ struct Qwen3LoraModel::Impl {
 
     // activations (one allocation, grown to the largest shape seen) and the call's inputs
     Activations acts;
-    Buffer<float> act_block;
-    std::vector<int64_t> act_capacity;  // floats per buffer, in for_each_activation order
+    Buffer<uint8_t> act_block;
+    std::vector<int64_t> act_capacity;  // bytes per buffer, in for_each_activation order
     Buffer<int32_t> staged_block;
     Buffer<float> rope_cos, rope_sin;  // [rope_T, D]
     int64_t rope_T = 0;
@@ -211,7 +217,7 @@ struct Qwen3LoraModel::Impl {
     const int32_t* lengths = nullptr;
     std::vector<std::array<DropoutMask, kProjections>> masks;  // per layer: the forward's, reused by the backward
 
-    Dims dims() const { return Dims{C, H, KV, D, I, L, r, layout.adapted}; }
+    Dims dims() const { return Dims{C, H, KV, D, I, L, r, layout.adapted, layout.in_dim}; }
 
     const float* lora_a(int64_t l, int p) const { return at(params, layout.a_off, l, p); }
     const float* lora_b(int64_t l, int p) const { return at(params, layout.b_off, l, p); }
@@ -285,23 +291,24 @@ struct Qwen3LoraModel::Impl {
     // Grows the activation block so every buffer fits shape s (a no-op once the largest shape is seen).
     void ensure_activations(const Shape& s) {
         std::vector<int64_t> need;
-        for_each_activation(dims(), s, acts, [&](float*&, int64_t n) { need.push_back(n); });
+        for_each_activation(dims(), s, acts, [&](auto*& slot, int64_t n) { need.push_back(n * int64_t(sizeof *slot)); });
         if (act_capacity.size() == need.size() &&
             std::equal(need.begin(), need.end(), act_capacity.begin(), [](int64_t a, int64_t b) { return a <= b; }))
             return;
         act_capacity.resize(need.size(), 0);
-        constexpr int64_t kAlign = 64;  // floats (256 bytes) between buffers: vector and cuBLAS alignment
+        constexpr int64_t kAlign = 256;  // bytes between buffers: vector and cuBLAS alignment
         int64_t total = 0;
         for (size_t i = 0; i < need.size(); ++i) {
             act_capacity[i] = std::max(act_capacity[i], need[i]);
             total += (act_capacity[i] + kAlign - 1) / kAlign * kAlign;
         }
         act_block.reset();  // release first: the backend may reuse the memory
-        act_block = Buffer<float>(*be, total, MemoryKind::Activations);
+        act_block = Buffer<uint8_t>(*be, total, MemoryKind::Activations);
         int64_t off = 0;
         size_t i = 0;
-        for_each_activation(dims(), s, acts, [&](float*& slot, int64_t) {
-            slot = act_capacity[i] > 0 ? act_block.get() + off : nullptr;
+        for_each_activation(dims(), s, acts, [&](auto*& slot, int64_t) {
+            using T = std::remove_reference_t<decltype(*slot)>;
+            slot = act_capacity[i] > 0 ? reinterpret_cast<T*>(act_block.get() + off) : nullptr;
             off += (act_capacity[i] + kAlign - 1) / kAlign * kAlign;
             ++i;
         });
@@ -320,7 +327,8 @@ struct Qwen3LoraModel::Impl {
 
     // Uploads ids, lengths and supervised rows/targets of every micro-batch (validated by the caller)
     // at once, and sizes the activations for the largest of them.
-    std::vector<Staged> stage(const std::vector<MicroBatch>& mbs) {
+    std::vector<Staged> stage(const std::vector<MicroBatch>& mbs, bool dropout) {
+        const bool keep_masks = dropout && be->keeps_dropout_masks();
         std::vector<int32_t> host;
         std::vector<std::array<size_t, 4>> offs;
         std::vector<Staged> out(mbs.size());
@@ -350,10 +358,12 @@ struct Qwen3LoraModel::Impl {
             s.N = mb.batch * mb.seq;
             s.Ns = static_cast<int64_t>(targets.size());
             s.att_cache = be->attention_cache_floats(s.B, s.T, H);
+            s.keep_masks = keep_masks;
             cap.N = std::max(cap.N, s.N);
             cap.Ns = std::max(cap.Ns, s.Ns);
             cap.att_cache = std::max(cap.att_cache, s.att_cache);
             cap.T = std::max(cap.T, s.T);
+            cap.keep_masks = keep_masks;
         }
         if (int64_t(host.size()) > staged_block.size())
             staged_block = Buffer<int32_t>(*be, int64_t(host.size()), MemoryKind::Workspace);
@@ -383,9 +393,11 @@ struct Qwen3LoraModel::Impl {
             const LayerWeights& w = layers[size_t(l)];
             LayerActivations& a = acts.layers[size_t(l)];
             // dropout keys of the layer, projections in order (the native counter advances here)
-            for (int j = 0; j < kProjections; ++j)
-                masks[size_t(l)][size_t(j)] =
-                    layout.adapted[size_t(j)] ? dropout_mask(dropout, l, j, N * layout.in_dim[size_t(j)]) : DropoutMask{};
+            for (int j = 0; j < kProjections; ++j) {
+                DropoutMask& m = masks[size_t(l)][size_t(j)];
+                m = layout.adapted[size_t(j)] ? dropout_mask(dropout, l, j, N * layout.in_dim[size_t(j)]) : DropoutMask{};
+                if (m.active) m.keep = a.keep[size_t(j)];  // nullptr unless the backend keeps masks
+            }
             const float* x = acts.residual[size_t(l)];
             auto proj = [&](int j, float* y, const float* input) {
                 const size_t J = size_t(j);
@@ -542,7 +554,9 @@ double Qwen3LoraModel::accumulate(const std::vector<MicroBatch>& micro_batches,
                                   const std::function<DropoutContext(size_t)>& dropout, double grad_scale) {
     Impl& m = *impl_;
     for (const auto& mb : micro_batches) mb.validate(m.V);
-    const std::vector<Staged> staged = m.stage(micro_batches);
+    bool any_dropout = false;
+    for (size_t i = 0; i < micro_batches.size(); ++i) any_dropout = any_dropout || dropout(i).active();
+    const std::vector<Staged> staged = m.stage(micro_batches, any_dropout);
     m.be->fill_zero(m.loss_sum.get(), sizeof(double));
     for (size_t i = 0; i < staged.size(); ++i) {
         m.forward(staged[i], dropout(i));
@@ -563,7 +577,7 @@ double Qwen3LoraModel::loss_sum(const MicroBatch& mb) {
 std::vector<float> Qwen3LoraModel::logits(const MicroBatch& mb) {
     Impl& m = *impl_;
     mb.validate(m.V);
-    const std::vector<Staged> staged = m.stage({mb});
+    const std::vector<Staged> staged = m.stage({mb}, false);
     m.forward(staged[0], DropoutContext{});
     const int64_t N = m.shape.N;
     Backend& b = *m.be;

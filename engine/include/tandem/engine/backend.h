@@ -149,6 +149,9 @@ public:
 
     // Floats of the attention cache attention_forward fills for a [B,T,H] query block.
     virtual int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const = 0;
+    // True when lora_linear_forward stores an active mask in DropoutMask::keep for the backward
+    // (the wiring then gives it N*in bytes per adapted projection and layer).
+    virtual bool keeps_dropout_masks() const { return false; }
     // Throws tandem::Error naming what this backend cannot run (CUDA: head_dim not 32, 64 or 128),
     // so a model fails when it is built, not at its first forward.
     virtual void check_supported(const Qwen3Config&) const {}

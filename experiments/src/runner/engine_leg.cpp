@@ -206,87 +206,85 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.threads = opt.threads;
     const engine::Qwen3Config config = base.config;
     engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);
-    {
-        trainer.load_adapter(init.tensors);
-        const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
+    trainer.load_adapter(init.tensors);
+    const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
 
-        std::vector<engine::MicroBatch> eval_batches;
-        for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
-            std::vector<const Encoded*> seqs;
-            for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
-                seqs.push_back(&encoded.at(eval_indices[k]));
-            eval_batches.push_back(make_micro_batch(seqs, pad_id));
-        }
-
-        int64_t start_update = 0;
-        if (resume_from) {
-            trainer.restore(from_checkpoint(resume_from->checkpoint));
-            start_update = resume_from->checkpoint.update;
-            out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
-        } else {
-            for (const auto& [name, t] : trainer.adapter_tensors())
-                digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
-            LegTrace l2;
-            l2.l2 = digests;
-            out.emit("l2", l2_to_json(l2));
-
-            json l3 = json::array();
-            for (size_t i = 0; i < l3_count; ++i) {
-                const Encoded& e = encoded.at(i);
-                json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
-                       {"boundary", static_cast<int64_t>(e.full.boundary)},
-                       {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
-                       {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
-                r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
-                l3.push_back(std::move(r));
-            }
-            out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
-
-            engine::EvalResult ev = trainer.evaluate(eval_batches);
-            out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
-                            {"examples", eval_indices.size()}});
-            out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
-        }
-        out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
-                            {"setup_s", seconds_since(t_start)}});
-
-        double train_s = 0;
-        for (int64_t u = start_update; u < total_updates; ++u) {
-            std::vector<engine::MicroBatch> mbs;
-            int64_t input_tokens = 0;
-            for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
-                std::vector<const Encoded*> seqs;
-                for (size_t i : mb) {
-                    seqs.push_back(&encoded.at(i));
-                    input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
-                }
-                mbs.push_back(make_micro_batch(seqs, pad_id));
-            }
-            auto tu = std::chrono::steady_clock::now();
-            engine::UpdateMetrics m = trainer.train_update(mbs);
-            double wall = seconds_since(tu);
-            train_s += wall;
-            out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
-                              {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
-                              {"wall_s", wall}});
-            const int64_t done = u + 1;
-            if (done % spec.eval_interval == 0 || done == total_updates) {
-                engine::EvalResult ev = trainer.evaluate(eval_batches);
-                out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
-            }
-            if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
-                fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
-                out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
-            }
-        }
-        engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
-        out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
-        const int64_t peak_device = backend->peak_device_bytes();
-        out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
-                            {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
-        out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
-        return 0;
+    std::vector<engine::MicroBatch> eval_batches;
+    for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
+        std::vector<const Encoded*> seqs;
+        for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
+            seqs.push_back(&encoded.at(eval_indices[k]));
+        eval_batches.push_back(make_micro_batch(seqs, pad_id));
     }
+
+    int64_t start_update = 0;
+    if (resume_from) {
+        trainer.restore(from_checkpoint(resume_from->checkpoint));
+        start_update = resume_from->checkpoint.update;
+        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
+    } else {
+        for (const auto& [name, t] : trainer.adapter_tensors())
+            digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
+        LegTrace l2;
+        l2.l2 = digests;
+        out.emit("l2", l2_to_json(l2));
+
+        json l3 = json::array();
+        for (size_t i = 0; i < l3_count; ++i) {
+            const Encoded& e = encoded.at(i);
+            json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
+                   {"boundary", static_cast<int64_t>(e.full.boundary)},
+                   {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
+                   {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
+            r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
+            l3.push_back(std::move(r));
+        }
+        out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
+
+        engine::EvalResult ev = trainer.evaluate(eval_batches);
+        out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
+                        {"examples", eval_indices.size()}});
+        out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+    }
+    out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
+                        {"setup_s", seconds_since(t_start)}});
+
+    double train_s = 0;
+    for (int64_t u = start_update; u < total_updates; ++u) {
+        std::vector<engine::MicroBatch> mbs;
+        int64_t input_tokens = 0;
+        for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
+            std::vector<const Encoded*> seqs;
+            for (size_t i : mb) {
+                seqs.push_back(&encoded.at(i));
+                input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
+            }
+            mbs.push_back(make_micro_batch(seqs, pad_id));
+        }
+        auto tu = std::chrono::steady_clock::now();
+        engine::UpdateMetrics m = trainer.train_update(mbs);
+        double wall = seconds_since(tu);
+        train_s += wall;
+        out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
+                          {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
+                          {"wall_s", wall}});
+        const int64_t done = u + 1;
+        if (done % spec.eval_interval == 0 || done == total_updates) {
+            engine::EvalResult ev = trainer.evaluate(eval_batches);
+            out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+        }
+        if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
+            fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
+            out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
+        }
+    }
+    engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
+    out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
+    const int64_t peak_device = backend->peak_device_bytes();
+    out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
+                        {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
+    out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
+    return 0;
 }
 
 }  // namespace

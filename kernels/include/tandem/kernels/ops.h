@@ -48,7 +48,6 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int64_t M, int64_t N,
 // ----------------------------------------------------------------------------------------------
 // elementwise helpers (elementwise.cu)
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);          // y += x
-void scale_inplace(float* y, float s, int64_t n, cudaStream_t stream);               // y *= s
 void fill(float* y, float value, int64_t n, cudaStream_t stream);
 // out[j,:] = in[rows[j],:] for j < n_rows (rows are host-built index lists uploaded by the caller)
 void gather_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream);

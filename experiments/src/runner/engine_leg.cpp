@@ -11,21 +11,13 @@
 #include "tandem/engine/io.h"
 #include "tandem/engine/safetensors.h"
 #include "tandem/engine/trainer.h"
+#include "tandem/engine_devices/make_backend.h"
 #include "tandem/error.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/sha256.h"
 #include "tandem/version.h"
-
-// The CUDA trainer is used when the build links tandem_engine_cuda into tandem_experiments and
-// defines TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER=1 (experiments/CMakeLists.txt).
-#ifndef TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-#define TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER 0
-#endif
-#if TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-#include "tandem/engine_cuda/cuda_trainer.h"
-#endif
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -121,15 +113,13 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     const fs::path run_dir = fs::absolute(opt.run);
     ExperimentSpec spec = load_run_spec(run_dir);
     const std::string spec_sha = spec.sha256();
-#if !TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-    if (opt.device != "cpu")
-        throw Error("engine leg: device '" + opt.device + "': this build's engine leg runs on the cpu only");
-#endif
+    // The backend this leg really computes on (cpu, or cuda:N when the build has CUDA).
+    const std::shared_ptr<engine::Backend> backend = engine::make_backend(opt.device, opt.threads);
 
     out.emit("hello", {{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
-                       {"stack", "tandem engine (C++20, OpenBLAS)"},
-                       {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", opt.device},
-                       {"device_name", "cpu"}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
+                       {"stack", backend->stack()},
+                       {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend->device()},
+                       {"device_name", backend->device_name()}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
                        {"spec_sha256", spec_sha}, {"resume", opt.resume}});
 
     const fs::path leg_dir = run_dir / "legs" / opt.leg;
@@ -215,98 +205,86 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.seed = spec.seed;
     to.threads = opt.threads;
     const engine::Qwen3Config config = base.config;
-    // Everything from here is the same for the CPU Trainer and the CUDA trainer (same interface).
-    auto train = [&](auto& trainer) -> int {
-        trainer.load_adapter(init.tensors);
-        const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
+    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);
+    trainer.load_adapter(init.tensors);
+    const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
 
-        std::vector<engine::MicroBatch> eval_batches;
-        for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
-            std::vector<const Encoded*> seqs;
-            for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
-                seqs.push_back(&encoded.at(eval_indices[k]));
-            eval_batches.push_back(make_micro_batch(seqs, pad_id));
-        }
-
-        int64_t start_update = 0;
-        if (resume_from) {
-            trainer.restore(from_checkpoint(resume_from->checkpoint));
-            start_update = resume_from->checkpoint.update;
-            out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
-        } else {
-            for (const auto& [name, t] : trainer.adapter_tensors())
-                digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
-            LegTrace l2;
-            l2.l2 = digests;
-            out.emit("l2", l2_to_json(l2));
-
-            json l3 = json::array();
-            for (size_t i = 0; i < l3_count; ++i) {
-                const Encoded& e = encoded.at(i);
-                json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
-                       {"boundary", static_cast<int64_t>(e.full.boundary)},
-                       {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
-                       {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
-                r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
-                l3.push_back(std::move(r));
-            }
-            out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
-
-            engine::EvalResult ev = trainer.evaluate(eval_batches);
-            out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
-                            {"examples", eval_indices.size()}});
-            out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
-        }
-        out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
-                            {"setup_s", seconds_since(t_start)}});
-
-        double train_s = 0;
-        for (int64_t u = start_update; u < total_updates; ++u) {
-            std::vector<engine::MicroBatch> mbs;
-            int64_t input_tokens = 0;
-            for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
-                std::vector<const Encoded*> seqs;
-                for (size_t i : mb) {
-                    seqs.push_back(&encoded.at(i));
-                    input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
-                }
-                mbs.push_back(make_micro_batch(seqs, pad_id));
-            }
-            auto tu = std::chrono::steady_clock::now();
-            engine::UpdateMetrics m = trainer.train_update(mbs);
-            double wall = seconds_since(tu);
-            train_s += wall;
-            out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
-                              {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
-                              {"wall_s", wall}});
-            const int64_t done = u + 1;
-            if (done % spec.eval_interval == 0 || done == total_updates) {
-                engine::EvalResult ev = trainer.evaluate(eval_batches);
-                out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
-            }
-            if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
-                fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
-                out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
-            }
-        }
-        engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
-        out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
-        json peak_device = nullptr;
-        if constexpr (requires { trainer.memory_report(); })
-            peak_device = static_cast<int64_t>(trainer.memory_report().peak_bytes);
-        out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", peak_device}});
-        out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
-        return 0;
-    };
-#if TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-    if (opt.device != "cpu") {
-        auto trainer = engine::cuda::CudaTrainer::create(engine::cuda::parse_device(opt.device), config,
-                                                         std::move(base.tensors), lora, to);
-        return train(trainer);
+    std::vector<engine::MicroBatch> eval_batches;
+    for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
+        std::vector<const Encoded*> seqs;
+        for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
+            seqs.push_back(&encoded.at(eval_indices[k]));
+        eval_batches.push_back(make_micro_batch(seqs, pad_id));
     }
-#endif
-    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to);
-    return train(trainer);
+
+    int64_t start_update = 0;
+    if (resume_from) {
+        trainer.restore(from_checkpoint(resume_from->checkpoint));
+        start_update = resume_from->checkpoint.update;
+        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
+    } else {
+        for (const auto& [name, t] : trainer.adapter_tensors())
+            digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
+        LegTrace l2;
+        l2.l2 = digests;
+        out.emit("l2", l2_to_json(l2));
+
+        json l3 = json::array();
+        for (size_t i = 0; i < l3_count; ++i) {
+            const Encoded& e = encoded.at(i);
+            json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
+                   {"boundary", static_cast<int64_t>(e.full.boundary)},
+                   {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
+                   {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
+            r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
+            l3.push_back(std::move(r));
+        }
+        out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
+
+        engine::EvalResult ev = trainer.evaluate(eval_batches);
+        out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
+                        {"examples", eval_indices.size()}});
+        out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+    }
+    out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
+                        {"setup_s", seconds_since(t_start)}});
+
+    double train_s = 0;
+    for (int64_t u = start_update; u < total_updates; ++u) {
+        std::vector<engine::MicroBatch> mbs;
+        int64_t input_tokens = 0;
+        for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
+            std::vector<const Encoded*> seqs;
+            for (size_t i : mb) {
+                seqs.push_back(&encoded.at(i));
+                input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
+            }
+            mbs.push_back(make_micro_batch(seqs, pad_id));
+        }
+        auto tu = std::chrono::steady_clock::now();
+        engine::UpdateMetrics m = trainer.train_update(mbs);
+        double wall = seconds_since(tu);
+        train_s += wall;
+        out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
+                          {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
+                          {"wall_s", wall}});
+        const int64_t done = u + 1;
+        if (done % spec.eval_interval == 0 || done == total_updates) {
+            engine::EvalResult ev = trainer.evaluate(eval_batches);
+            out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+        }
+        if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
+            fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
+            out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
+        }
+    }
+    engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
+    out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
+    const int64_t peak_device = backend->peak_device_bytes();
+    out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
+                        {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
+    out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
+    return 0;
 }
 
 }  // namespace

@@ -217,6 +217,11 @@ struct Qwen3LoraModel::Impl {
     const int32_t* lengths = nullptr;
     std::vector<std::array<DropoutMask, kProjections>> masks;  // per layer: the forward's, reused by the backward
 
+    // fingerprints (observe.h): called after each named step when set; the base projections x W^T
+    // are computed into obs_base only then
+    Observer* obs = nullptr;
+    Buffer<float> obs_base;
+
     Dims dims() const { return Dims{C, H, KV, D, I, L, r, layout.adapted, layout.in_dim}; }
 
     const float* lora_a(int64_t l, int p) const { return at(params, layout.a_off, l, p); }
@@ -380,6 +385,31 @@ struct Qwen3LoraModel::Impl {
     }
 
     // ------------------------------------------------------------------------------------------
+    // fingerprints: what the observer sees after a named step (nothing runs when obs is null)
+
+    void note(int64_t l, ObservedOp op, Pass p, const float* x, int64_t width) {
+        if (obs) obs->observe(l, op, p, x, shape.N, width, Rows::Tokens);
+    }
+    // A LoRA linear's forward: its frozen part x W^T alone, A dropout(x), and its output.
+    void note_projection(int64_t l, int j, const float* input, const float* y, const float* t) {
+        if (!obs) return;
+        const size_t J = size_t(j);
+        const int64_t N = shape.N, in = layout.in_dim[J], out = layout.out_dim[J];
+        if (obs_base.size() < N * out) obs_base = Buffer<float>(*be, N * out, MemoryKind::Workspace);
+        be->linear_forward(obs_base.get(), input, layers[size_t(l)].w[J], N, in, out);
+        note(l, projection_op(j, ProjectionPart::Base), Pass::Forward, obs_base.get(), out);
+        if (layout.adapted[J]) note(l, projection_op(j, ProjectionPart::LoraAOut), Pass::Forward, t, r);
+        note(l, projection_op(j, ProjectionPart::Out), Pass::Forward, y, out);
+    }
+    // A LoRA linear's backward: its parameters' gradients, accumulated over the update so far.
+    void note_lora_grads(int64_t l, int j) {
+        const size_t J = size_t(j);
+        if (!obs || !layout.adapted[J]) return;
+        obs->observe(l, projection_op(j, ProjectionPart::LoraA), Pass::Backward, grad_lora_a(l, j), r, layout.in_dim[J], Rows::All);
+        obs->observe(l, projection_op(j, ProjectionPart::LoraB), Pass::Backward, grad_lora_b(l, j), layout.out_dim[J], r, Rows::All);
+    }
+
+    // ------------------------------------------------------------------------------------------
     // forward: fills acts and residual[L] for one staged micro-batch
 
     void forward(const Staged& in, const DropoutContext& dropout) {
@@ -389,6 +419,7 @@ struct Qwen3LoraModel::Impl {
         const double eps = cfg.rms_norm_eps;
         Backend& b = *be;
         b.embedding_forward(acts.residual[0], in.ids, embed, N, C, V);
+        note(-1, ObservedOp::Embed, Pass::Forward, acts.residual[0], C);
         for (int64_t l = 0; l < L; ++l) {
             const LayerWeights& w = layers[size_t(l)];
             LayerActivations& a = acts.layers[size_t(l)];
@@ -403,26 +434,37 @@ struct Qwen3LoraModel::Impl {
                 const size_t J = size_t(j);
                 b.lora_linear_forward(y, layout.adapted[J] ? a.t[J] : nullptr, input, w.w[J], lora_a(l, j), lora_b(l, j),
                                       masks[size_t(l)][J], scaling, N, layout.in_dim[J], layout.out_dim[J], r);
+                note_projection(l, j, input, y, a.t[J]);
             };
             // attention block: x_mid = x + o_proj(attention(rope(norm(q)), rope(norm(k)), v))
             b.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.input_norm, N, C, eps);
+            note(l, ObservedOp::InputNorm, Pass::Forward, a.ln1, C);
             proj(QProj, a.q_lin, a.ln1);
             proj(KProj, a.k_lin, a.ln1);
             proj(VProj, a.v, a.ln1);
             b.rmsnorm_forward(a.q, a.qn_rstd, a.q_lin, w.q_norm, N * H, D, eps);
+            note(l, ObservedOp::QNorm, Pass::Forward, a.q, H * D);
             b.rmsnorm_forward(a.k, a.kn_rstd, a.k_lin, w.k_norm, N * KV, D, eps);
+            note(l, ObservedOp::KNorm, Pass::Forward, a.k, KV * D);
             b.rope_forward(a.q, a.q, rope_cos.get(), rope_sin.get(), B, T, H, D);
+            note(l, ObservedOp::QRope, Pass::Forward, a.q, H * D);
             b.rope_forward(a.k, a.k, rope_cos.get(), rope_sin.get(), B, T, KV, D);
+            note(l, ObservedOp::KRope, Pass::Forward, a.k, KV * D);
             b.attention_forward(a.att, a.att_cache, a.q, a.k, a.v, lengths, B, T, H, KV, D);
+            note(l, ObservedOp::Attention, Pass::Forward, a.att, H * D);
             proj(OProj, acts.proj_out, a.att);
             b.residual_add(a.x_mid, x, acts.proj_out, N * C);
+            note(l, ObservedOp::AttnResidual, Pass::Forward, a.x_mid, C);
             // MLP block: x_out = x_mid + down_proj(silu(gate_proj(norm)) * up_proj(norm))
             b.rmsnorm_forward(a.ln2, a.ln2_rstd, a.x_mid, w.post_norm, N, C, eps);
+            note(l, ObservedOp::PostNorm, Pass::Forward, a.ln2, C);
             proj(GateProj, a.gate, a.ln2);
             proj(UpProj, a.up, a.ln2);
             b.swiglu_forward(a.act, a.gate, a.up, N * I);
+            note(l, ObservedOp::MlpAct, Pass::Forward, a.act, I);
             proj(DownProj, acts.proj_out, a.act);
             b.residual_add(acts.residual[size_t(l + 1)], a.x_mid, acts.proj_out, N * C);
+            note(l, ObservedOp::MlpResidual, Pass::Forward, acts.residual[size_t(l + 1)], C);
         }
     }
 
@@ -436,9 +478,15 @@ struct Qwen3LoraModel::Impl {
         if (Ns == 0) return;
         b.gather_rows(acts.xs, acts.residual[size_t(L)], in.rows, Ns, C);
         b.rmsnorm_forward(acts.hs, acts.hs_rstd, acts.xs, final_norm, Ns, C, cfg.rms_norm_eps);
+        const double loss_before = obs ? read_loss_sum() : 0.0;
         b.lm_head_cross_entropy(loss_sum.get(), want_grad ? acts.dh : nullptr, acts.hs, lm_head, in.targets, Ns, C, V,
                                 grad_scale, opts.ce_token_chunk, opts.ce_vocab_chunk);
+        if (obs) {
+            obs->observe(-1, ObservedOp::FinalNorm, Pass::Forward, acts.hs, Ns, C, Rows::All);
+            obs->observe_value(-1, ObservedOp::Ce, Pass::Forward, read_loss_sum() - loss_before);
+        }
         if (!want_grad) return;
+        if (obs) obs->observe(-1, ObservedOp::FinalNorm, Pass::Backward, acts.dh, Ns, C, Rows::All);
         b.rmsnorm_backward(acts.dxs, nullptr, acts.dh, acts.xs, final_norm, acts.hs_rstd, Ns, C, false);
         b.scatter_rows(acts.dx, acts.dxs, in.rows, Ns, C);  // each row is a distinct position
     }
@@ -456,25 +504,43 @@ struct Qwen3LoraModel::Impl {
                 b.lora_linear_backward(din, grad_lora_a(l, j), grad_lora_b(l, j), dy, input, w.w[J], lora_a(l, j),
                                        lora_b(l, j), layout.adapted[J] ? a.t[J] : nullptr, masks[size_t(l)][J], scaling,
                                        N, layout.in_dim[J], layout.out_dim[J], r, accumulate);
+                note_lora_grads(l, j);
             };
+            const Pass bwd = Pass::Backward;
+            note(l, ObservedOp::MlpResidual, bwd, g.dx, C);  // the gradient entering the layer
             // MLP block; the post-attention norm's input gradient adds into dx = d(x_mid)
             proj_back(DownProj, g.dact, g.dx, a.act, false);
+            note(l, ObservedOp::MlpAct, bwd, g.dact, I);
             b.swiglu_backward(g.dgate, g.dup, g.dact, a.gate, a.up, N * I);
+            note(l, projection_op(GateProj, ProjectionPart::Out), bwd, g.dgate, I);
+            note(l, projection_op(UpProj, ProjectionPart::Out), bwd, g.dup, I);
             proj_back(GateProj, g.dln, g.dgate, a.ln2, false);
             proj_back(UpProj, g.dln, g.dup, a.ln2, true);
+            note(l, ObservedOp::PostNorm, bwd, g.dln, C);
             b.rmsnorm_backward(g.dx, nullptr, g.dln, a.x_mid, w.post_norm, a.ln2_rstd, N, C, true);
+            note(l, ObservedOp::AttnResidual, bwd, g.dx, C);
             // attention block; the input norm's input gradient adds into dx = d(x_in)
             proj_back(OProj, g.datt, g.dx, a.att, false);
+            note(l, ObservedOp::Attention, bwd, g.datt, H * D);
             b.attention_backward(g.dq, g.dk, g.dv, g.datt, a.att, a.q, a.k, a.v, a.att_cache, lengths, B, T, H, KV, D);
+            note(l, ObservedOp::QRope, bwd, g.dq, H * D);
+            note(l, ObservedOp::KRope, bwd, g.dk, KV * D);
+            note(l, projection_op(VProj, ProjectionPart::Out), bwd, g.dv, KV * D);
             b.rope_backward(g.dq, g.dq, rope_cos.get(), rope_sin.get(), B, T, H, D);
+            note(l, ObservedOp::QNorm, bwd, g.dq, H * D);
             b.rope_backward(g.dk, g.dk, rope_cos.get(), rope_sin.get(), B, T, KV, D);
+            note(l, ObservedOp::KNorm, bwd, g.dk, KV * D);
             b.rmsnorm_backward(g.dq_lin, nullptr, g.dq, a.q_lin, w.q_norm, a.qn_rstd, N * H, D, false);
+            note(l, projection_op(QProj, ProjectionPart::Out), bwd, g.dq_lin, H * D);
             b.rmsnorm_backward(g.dk_lin, nullptr, g.dk, a.k_lin, w.k_norm, a.kn_rstd, N * KV, D, false);
+            note(l, projection_op(KProj, ProjectionPart::Out), bwd, g.dk_lin, KV * D);
             proj_back(QProj, g.dln, g.dq_lin, a.ln1, false);
             proj_back(KProj, g.dln, g.dk_lin, a.ln1, true);
             proj_back(VProj, g.dln, g.dv, a.ln1, true);
+            note(l, ObservedOp::InputNorm, bwd, g.dln, C);
             b.rmsnorm_backward(g.dx, nullptr, g.dln, acts.residual[size_t(l)], w.input_norm, a.ln1_rstd, N, C, true);
         }
+        note(-1, ObservedOp::Embed, Pass::Backward, g.dx, C);  // the gradient leaving layer 0
     }
 
     double read_loss_sum() {
@@ -559,6 +625,7 @@ double Qwen3LoraModel::accumulate(const std::vector<MicroBatch>& micro_batches,
     const std::vector<Staged> staged = m.stage(micro_batches, any_dropout);
     m.be->fill_zero(m.loss_sum.get(), sizeof(double));
     for (size_t i = 0; i < staged.size(); ++i) {
+        if (m.obs) m.obs->begin_micro_batch(i, micro_batches[i]);
         m.forward(staged[i], dropout(i));
         m.head(staged[i], grad_scale);
         if (grad_scale != 0.0) m.backward();
@@ -574,11 +641,43 @@ double Qwen3LoraModel::loss_sum(const MicroBatch& mb) {
     return accumulate({mb}, [](size_t) { return DropoutContext{}; }, 0.0);
 }
 
+void Qwen3LoraModel::set_observer(Observer* observer) { impl_->obs = observer; }
+
+std::vector<float> Qwen3LoraModel::logits_at(const MicroBatch& mb, const std::vector<int32_t>& rows) {
+    Impl& m = *impl_;
+    mb.validate(m.V);
+    for (int32_t row : rows)
+        if (row < 0 || row >= mb.batch * mb.seq)
+            throw Error("logits_at: row " + std::to_string(row) + " outside the micro-batch's " +
+                        std::to_string(mb.batch * mb.seq) + " positions");
+    const int64_t n = static_cast<int64_t>(rows.size());
+    if (n == 0) return {};
+    Observer* obs = m.obs;
+    m.obs = nullptr;  // the probe set is not a training step
+    const std::vector<Staged> staged = m.stage({mb}, false);
+    m.forward(staged[0], DropoutContext{});
+    m.obs = obs;
+    Backend& b = *m.be;
+    Buffer<int32_t> idx(b, n, MemoryKind::Workspace);
+    b.upload(idx.get(), rows.data(), rows.size() * sizeof(int32_t));
+    Buffer<float> x(b, n * m.C, MemoryKind::Workspace), h(b, n * m.C, MemoryKind::Workspace),
+        rstd(b, n, MemoryKind::Workspace), out(b, n * m.V, MemoryKind::Workspace);
+    b.gather_rows(x.get(), m.acts.residual[size_t(m.L)], idx.get(), n, m.C);
+    b.rmsnorm_forward(h.get(), rstd.get(), x.get(), m.final_norm, n, m.C, m.cfg.rms_norm_eps);
+    b.linear_forward(out.get(), h.get(), m.lm_head, n, m.C, m.V);
+    std::vector<float> host(size_t(n * m.V));
+    b.download(host.data(), out.get(), host.size() * sizeof(float));
+    return host;
+}
+
 std::vector<float> Qwen3LoraModel::logits(const MicroBatch& mb) {
     Impl& m = *impl_;
     mb.validate(m.V);
     const std::vector<Staged> staged = m.stage({mb}, false);
+    Observer* obs = m.obs;
+    m.obs = nullptr;
     m.forward(staged[0], DropoutContext{});
+    m.obs = obs;
     const int64_t N = m.shape.N;
     Backend& b = *m.be;
     Buffer<float> h(b, N * m.C, MemoryKind::Workspace), rstd(b, N, MemoryKind::Workspace),

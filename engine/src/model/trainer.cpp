@@ -105,7 +105,7 @@ double Trainer::lr_for_update(int64_t t) const {
     return cosine_with_warmup_lr(impl_->opts.lr, t, impl_->warmup, impl_->opts.total_updates);
 }
 
-UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches) {
+UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer) {
     const auto start = std::chrono::steady_clock::now();
     Impl& s = *impl_;
     Qwen3LoraModel& model = *s.model;
@@ -120,6 +120,11 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     // micro-batch backpropagates with the same scale 1 / supervised.
     const double grad_scale = 1.0 / static_cast<double>(supervised);
     model.zero_grads();
+    model.set_observer(observer);
+    struct Unset {
+        Qwen3LoraModel& m;
+        ~Unset() { m.set_observer(nullptr); }
+    } unset{model};
     const double loss_sum = model.accumulate(
         micro_batches,
         [&](size_t i) {
@@ -145,6 +150,10 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     out.lr = lr_for_update(s.step);
     ++s.step;  // torch increments the step before the bias corrections
     be.adamw_step(model.params(), model.grads(), s.m.get(), s.v.get(), n, s.step, out.lr, s.opts.adamw);
+    if (observer)
+        for (const auto& slot : model.adapter_slots())
+            observer->observe(slot.layer, projection_op(slot.projection, slot.is_a ? ProjectionPart::LoraA : ProjectionPart::LoraB),
+                              Pass::Optimizer, model.params() + slot.offset, slot.shape[0], slot.shape[1], Rows::All);
     be.download(&out.grad_norm, s.norm.get(), sizeof(double));  // waits for the update
     out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;

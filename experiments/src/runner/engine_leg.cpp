@@ -9,6 +9,7 @@
 #include "tandem/data/tokenizer.h"
 #include "tandem/engine/checkpoint.h"
 #include "tandem/engine/io.h"
+#include "tandem/engine/observe.h"
 #include "tandem/engine/safetensors.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/engine_devices/make_backend.h"
@@ -26,7 +27,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 
 namespace tandem::experiments {
@@ -34,6 +37,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+constexpr int64_t kProbeCount = 16;  // probe prompts (docs/observables.md)
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -106,6 +111,111 @@ engine::TrainerState from_checkpoint(const engine::Checkpoint& c) {
     st.native_rng_counter = std::stoull(c.state.at("native_rng_counter").get<std::string>());
     st.seed = std::stoull(c.state.at("seed").get<std::string>());
     return st;
+}
+
+// ---- observables (docs/observables.md) --------------------------------------------------------------
+
+std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points) {
+    std::vector<FingerprintRow> rows;
+    rows.reserve(points.size());
+    for (const auto& p : points) {
+        FingerprintRow r;
+        r.update = p.update;
+        r.micro_batch = p.micro_batch;
+        r.layer = p.layer;
+        r.op = engine::observed_op_name(p.op);
+        r.pass = engine::pass_name(p.pass);
+        r.count = p.summary.count;
+        r.norm = p.summary.norm;
+        r.mean = p.summary.mean;
+        r.maxabs = p.summary.maxabs;
+        std::copy(p.summary.sketch.begin(), p.summary.sketch.end(), r.sketch.begin());
+        rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
+// |A|, |B| and |B A| * scaling of every adapted projection of every layer.
+std::vector<AdapterNormRow> adapter_norms(const engine::Trainer& trainer, double scaling, int64_t update) {
+    const engine::TensorMap adapter = trainer.adapter_tensors();
+    const auto& targets = engine::all_lora_targets();
+    std::map<std::pair<int64_t, int>, std::pair<const engine::Tensor*, const engine::Tensor*>> pairs;
+    for (const auto& slot : const_cast<engine::Trainer&>(trainer).model().adapter_slots()) {
+        auto& ab = pairs[{slot.layer, slot.projection}];
+        (slot.is_a ? ab.first : ab.second) = &adapter.at(slot.name);
+    }
+    std::vector<AdapterNormRow> out;
+    for (const auto& [key, ab] : pairs) {
+        const engine::Tensor& a = *ab.first;
+        const engine::Tensor& b = *ab.second;
+        AdapterNormRow r;
+        r.update = update;
+        r.layer = key.first;
+        r.projection = targets[static_cast<size_t>(key.second)];
+        r.a_norm = engine::frobenius_norm(a.ptr(), static_cast<int64_t>(a.data.size()));
+        r.b_norm = engine::frobenius_norm(b.ptr(), static_cast<int64_t>(b.data.size()));
+        r.delta_norm = engine::lora_update_norm(a.ptr(), b.ptr(), a.shape[0], a.shape[1], b.shape[0], scaling);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+// One probe prompt: a record of the eval prefix and the position of its last prompt token (the
+// hidden state there predicts the first supervised token).
+struct Probe {
+    int64_t index = 0;   // in the probe set
+    size_t record = 0;   // in records.jsonl
+    int64_t position = 0;
+};
+
+// The next-token distribution of every probe: top-k ids and probabilities from the float32 logits
+// (softmax in double).
+std::vector<ProbeRow> probe_rows(engine::Trainer& trainer, const std::vector<Probe>& probes,
+                                 const std::function<const std::vector<int32_t>&(size_t)>& ids_of, int32_t pad_id,
+                                 int64_t micro_batch, int64_t update) {
+    std::vector<ProbeRow> out;
+    const int64_t V = trainer.model().config().vocab_size;
+    for (size_t first = 0; first < probes.size(); first += static_cast<size_t>(micro_batch)) {
+        const size_t last = std::min(probes.size(), first + static_cast<size_t>(micro_batch));
+        engine::MicroBatch mb;
+        mb.batch = static_cast<int64_t>(last - first);
+        for (size_t i = first; i < last; ++i) mb.seq = std::max<int64_t>(mb.seq, static_cast<int64_t>(ids_of(probes[i].record).size()));
+        mb.ids.assign(static_cast<size_t>(mb.batch * mb.seq), pad_id);
+        mb.supervised.assign(static_cast<size_t>(mb.batch * mb.seq), 0);
+        std::vector<int32_t> rows;
+        for (size_t i = first; i < last; ++i) {
+            const auto& ids = ids_of(probes[i].record);
+            const int64_t b = static_cast<int64_t>(i - first);
+            std::copy(ids.begin(), ids.end(), mb.ids.begin() + b * mb.seq);
+            mb.lengths.push_back(static_cast<int32_t>(ids.size()));
+            rows.push_back(static_cast<int32_t>(b * mb.seq + probes[i].position));
+        }
+        const std::vector<float> logits = trainer.model().logits_at(mb, rows);
+        for (size_t i = first; i < last; ++i) {
+            const float* z = logits.data() + static_cast<int64_t>(i - first) * V;
+            double m = -INFINITY;
+            for (int64_t v = 0; v < V; ++v) m = std::max(m, static_cast<double>(z[v]));
+            double sum = 0;
+            for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]) - m);
+            const double lse = m + std::log(sum);
+            std::vector<int64_t> order(static_cast<size_t>(V));
+            for (int64_t v = 0; v < V; ++v) order[static_cast<size_t>(v)] = v;
+            std::partial_sort(order.begin(), order.begin() + kProbeTopK, order.end(), [&](int64_t x, int64_t y) {
+                return z[x] > z[y] || (z[x] == z[y] && x < y);
+            });
+            ProbeRow r;
+            r.update = update;
+            r.probe = probes[i].index;
+            r.record = static_cast<int64_t>(probes[i].record);
+            r.position = probes[i].position;
+            for (int k = 0; k < kProbeTopK; ++k) {
+                r.ids[static_cast<size_t>(k)] = order[static_cast<size_t>(k)];
+                r.probs[static_cast<size_t>(k)] = std::exp(static_cast<double>(z[order[static_cast<size_t>(k)]]) - lse);
+            }
+            out.push_back(r);
+        }
+    }
+    return out;
 }
 
 int run(const EngineLegOptions& opt, EventWriter& out) {
@@ -209,6 +319,26 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     trainer.load_adapter(init.tensors);
     const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
 
+    // The probe set (docs/observables.md): the first kProbeCount records of the eval prefix; a probe's
+    // position is the token before the record's first kept supervised token (records without one
+    // are left out, keeping their index).
+    std::vector<Probe> probes;
+    for (size_t k = 0; k < eval_indices.size() && k < static_cast<size_t>(kProbeCount); ++k) {
+        const Encoded& e = encoded.at(eval_indices[k]);
+        for (size_t t = 1; t < e.supervised.size(); ++t)
+            if (e.supervised[t]) {
+                probes.push_back(Probe{static_cast<int64_t>(k), eval_indices[k], static_cast<int64_t>(t) - 1});
+                break;
+            }
+    }
+    auto emit_observables = [&](int64_t update) {
+        auto ids_of = [&](size_t record) -> const std::vector<int32_t>& { return encoded.at(record).ids; };
+        out.emit("observables", observables_event(update, adapter_norms(trainer, lora.scaling(), update),
+                                                  probe_rows(trainer, probes, ids_of, pad_id, spec.micro_batch, update)));
+    };
+    std::unique_ptr<engine::FingerprintRecorder> recorder;
+    if (spec.observes_any()) recorder = std::make_unique<engine::FingerprintRecorder>(trainer.backend());
+
     std::vector<engine::MicroBatch> eval_batches;
     for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
         std::vector<const Encoded*> seqs;
@@ -245,6 +375,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
                         {"examples", eval_indices.size()}});
         out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+        emit_observables(0);
     }
     out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
                         {"setup_s", seconds_since(t_start)}});
@@ -262,16 +393,20 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             mbs.push_back(make_micro_batch(seqs, pad_id));
         }
         auto tu = std::chrono::steady_clock::now();
-        engine::UpdateMetrics m = trainer.train_update(mbs);
+        const bool observed = recorder && spec.observes(u);
+        if (observed) recorder->begin_update(u);
+        engine::UpdateMetrics m = trainer.train_update(mbs, observed ? recorder.get() : nullptr);
         double wall = seconds_since(tu);
         train_s += wall;
         out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
                           {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
                           {"wall_s", wall}});
+        if (observed) out.emit("fingerprints", fingerprints_event(u, fingerprint_rows(recorder->take_points())));
         const int64_t done = u + 1;
         if (done % spec.eval_interval == 0 || done == total_updates) {
             engine::EvalResult ev = trainer.evaluate(eval_batches);
             out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+            emit_observables(done);
         }
         if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
             fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));

@@ -293,6 +293,22 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         }
     }
     if (top.has("gate")) s.gate = GateConfig::from_json(top.raw("gate"), source);
+    if (top.has("observe")) {
+        Fields f(top.raw("observe"), source, "observe");
+        if (f.has("updates")) {
+            const json& u = f.raw("updates");
+            if (!u.is_array()) f.fail("updates", "must be a list of update indices (integers >= 0)");
+            for (const auto& e : u) {
+                if (!e.is_number_integer() || e.get<int64_t>() < 0)
+                    f.fail("updates", "must be a list of update indices (integers >= 0), not " + e.dump());
+                s.observe_updates.push_back(e.get<int64_t>());
+            }
+            std::sort(s.observe_updates.begin(), s.observe_updates.end());
+            s.observe_updates.erase(std::unique(s.observe_updates.begin(), s.observe_updates.end()), s.observe_updates.end());
+        }
+        s.observe_every = f.integer("every", 0, 0, "must be a non-negative integer (0: only the listed updates)");
+        f.reject_unknown();
+    }
     top.str("$schema", std::string());  // allowed, ignored
     top.reject_unknown();
     return s;
@@ -345,7 +361,14 @@ json ExperimentSpec::to_json() const {
         j["legs"] = lj;
     }
     if (!gate.is_default()) j["gate"] = gate.to_json();
+    if (observes_any()) j["observe"] = {{"updates", observe_updates}, {"every", observe_every}};
     return j;
+}
+
+bool ExperimentSpec::observes(int64_t update) const {
+    if (update < 0) return false;
+    if (observe_every > 0 && update % observe_every == 0) return true;
+    return std::binary_search(observe_updates.begin(), observe_updates.end(), update);
 }
 
 std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }

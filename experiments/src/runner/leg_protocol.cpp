@@ -1,6 +1,7 @@
 // Leg protocol: parsing events into a LegTrace, JSON forms of the checks, the engine leg's writer.
 #include "tandem/experiments/leg_protocol.h"
 
+#include "tandem/error.h"
 #include "tandem/sha256.h"
 
 #include <bit>
@@ -84,6 +85,8 @@ const char* event_kind_name(EventKind kind) {
         case EventKind::Checkpoint: return "checkpoint";
         case EventKind::Done: return "done";
         case EventKind::Error: return "error";
+        case EventKind::Fingerprints: return "fingerprints";
+        case EventKind::Observables: return "observables";
         case EventKind::Unknown: return "unknown";
         case EventKind::Malformed: return "malformed";
     }
@@ -94,7 +97,7 @@ namespace {
 EventKind event_kind_of(const std::string& name) {
     for (EventKind k : {EventKind::Hello, EventKind::Resume, EventKind::L1, EventKind::L2, EventKind::L3, EventKind::Step,
                         EventKind::Eval, EventKind::Timing, EventKind::Memory, EventKind::Checkpoint, EventKind::Done,
-                        EventKind::Error})
+                        EventKind::Error, EventKind::Fingerprints, EventKind::Observables})
         if (name == event_kind_name(k)) return k;
     return EventKind::Unknown;
 }
@@ -201,6 +204,27 @@ EventKind apply_event_line(LegTrace& t, std::string_view line) {
         case EventKind::Error:
             t.error = text(j, "message");
             break;
+        case EventKind::Fingerprints: {
+            std::vector<FingerprintRow> rows = parse_fingerprints_event(j);
+            const int64_t u = integer(j, "update", -1);
+            // a resumed leg repeats updates: the latest attempt replaces what it repeats
+            std::erase_if(t.fingerprints, [&](const FingerprintRow& r) { return r.update >= u; });
+            t.fingerprints.insert(t.fingerprints.end(), rows.begin(), rows.end());
+            ++t.observation_events;
+            break;
+        }
+        case EventKind::Observables: {
+            std::vector<AdapterNormRow> norms;
+            std::vector<ProbeRow> probes;
+            parse_observables_event(j, norms, probes);
+            const int64_t u = integer(j, "update", -1);
+            std::erase_if(t.adapter_norms, [&](const AdapterNormRow& r) { return r.update >= u; });
+            std::erase_if(t.probes, [&](const ProbeRow& r) { return r.update >= u; });
+            t.adapter_norms.insert(t.adapter_norms.end(), norms.begin(), norms.end());
+            t.probes.insert(t.probes.end(), probes.begin(), probes.end());
+            ++t.observation_events;
+            break;
+        }
         case EventKind::Unknown:  // ignored (forward compatibility)
         case EventKind::Malformed:
             break;
@@ -274,6 +298,133 @@ void EventWriter::emit(const std::string& event, json fields) {
     std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     std::fwrite(line.data(), 1, line.size(), out_);
     std::fflush(out_);
+}
+
+namespace {
+[[noreturn]] void bad_field(const std::string& event, const std::string& field, const std::string& what) {
+    throw Error(event + " event: field " + field + ": " + what);
+}
+int64_t need_int(const json& j, const char* key, const std::string& where) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) bad_field(where, key, "must be an integer");
+    return it->get<int64_t>();
+}
+// A number, or null for a non-finite value (NaN).
+double need_num(const json& j, const char* key, const std::string& where) {
+    auto it = j.find(key);
+    if (it == j.end()) bad_field(where, key, "is required");
+    if (it->is_null()) return std::nan("");
+    if (!it->is_number()) bad_field(where, key, "must be a number or null");
+    return it->get<double>();
+}
+std::string need_text(const json& j, const char* key, const std::string& where) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) bad_field(where, key, "must be a string");
+    return it->get<std::string>();
+}
+json num_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+}  // namespace
+
+json fingerprints_event(int64_t update, const std::vector<FingerprintRow>& points) {
+    json arr = json::array();
+    for (const auto& p : points) {
+        json sk = json::array();
+        for (double v : p.sketch) sk.push_back(num_or_null(v));
+        arr.push_back({{"micro_batch", p.micro_batch}, {"layer", p.layer}, {"op", p.op}, {"pass", p.pass},
+                       {"count", p.count}, {"norm", num_or_null(p.norm)}, {"mean", num_or_null(p.mean)},
+                       {"maxabs", num_or_null(p.maxabs)}, {"sketch", sk}});
+    }
+    return json{{"update", update}, {"points", arr}};
+}
+
+std::vector<FingerprintRow> parse_fingerprints_event(const json& j) {
+    const int64_t update = need_int(j, "update", "fingerprints");
+    auto pts = j.find("points");
+    if (pts == j.end() || !pts->is_array()) bad_field("fingerprints", "points", "must be a list");
+    std::vector<FingerprintRow> out;
+    for (size_t i = 0; i < pts->size(); ++i) {
+        const json& p = (*pts)[i];
+        const std::string where = "fingerprints (update " + std::to_string(update) + ", point " + std::to_string(i) + ")";
+        if (!p.is_object()) bad_field(where, "points", "must be objects");
+        FingerprintRow r;
+        r.update = update;
+        r.micro_batch = need_int(p, "micro_batch", where);
+        r.layer = need_int(p, "layer", where);
+        r.op = need_text(p, "op", where);
+        r.pass = need_text(p, "pass", where);
+        if (r.op.empty() || r.op.size() > 31) bad_field(where, "op", "must be 1..31 characters");
+        if (r.pass != "forward" && r.pass != "backward" && r.pass != "optimizer")
+            bad_field(where, "pass", "must be forward, backward or optimizer, not '" + r.pass + "'");
+        r.count = need_int(p, "count", where);
+        r.norm = need_num(p, "norm", where);
+        r.mean = need_num(p, "mean", where);
+        r.maxabs = need_num(p, "maxabs", where);
+        auto sk = p.find("sketch");
+        if (sk == p.end() || !sk->is_array() || sk->size() != kFingerprintSketch)
+            bad_field(where, "sketch", "must be a list of " + std::to_string(kFingerprintSketch) + " numbers");
+        for (size_t k = 0; k < kFingerprintSketch; ++k) {
+            const json& v = (*sk)[k];
+            if (!v.is_null() && !v.is_number()) bad_field(where, "sketch", "must be numbers (null for non-finite)");
+            r.sketch[k] = v.is_null() ? std::nan("") : v.get<double>();
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+json observables_event(int64_t update, const std::vector<AdapterNormRow>& norms, const std::vector<ProbeRow>& probes) {
+    json a = json::array(), p = json::array();
+    for (const auto& n : norms)
+        a.push_back({{"layer", n.layer}, {"projection", n.projection}, {"a_norm", num_or_null(n.a_norm)},
+                     {"b_norm", num_or_null(n.b_norm)}, {"delta_norm", num_or_null(n.delta_norm)}});
+    for (const auto& r : probes) {
+        json probs = json::array();
+        for (double v : r.probs) probs.push_back(num_or_null(v));
+        p.push_back({{"probe", r.probe}, {"record", r.record}, {"position", r.position}, {"ids", r.ids}, {"probs", probs}});
+    }
+    return json{{"update", update}, {"adapter", a}, {"probes", p}};
+}
+
+void parse_observables_event(const json& j, std::vector<AdapterNormRow>& norms, std::vector<ProbeRow>& probes) {
+    const int64_t update = need_int(j, "update", "observables");
+    if (auto a = j.find("adapter"); a != j.end()) {
+        if (!a->is_array()) bad_field("observables", "adapter", "must be a list");
+        for (const auto& x : *a) {
+            const std::string where = "observables (update " + std::to_string(update) + ", adapter)";
+            AdapterNormRow r;
+            r.update = update;
+            r.layer = need_int(x, "layer", where);
+            r.projection = need_text(x, "projection", where);
+            if (r.projection.size() > 11) bad_field(where, "projection", "must be a projection name (q_proj ... down_proj)");
+            r.a_norm = need_num(x, "a_norm", where);
+            r.b_norm = need_num(x, "b_norm", where);
+            r.delta_norm = need_num(x, "delta_norm", where);
+            norms.push_back(std::move(r));
+        }
+    }
+    if (auto p = j.find("probes"); p != j.end()) {
+        if (!p->is_array()) bad_field("observables", "probes", "must be a list");
+        for (const auto& x : *p) {
+            const std::string where = "observables (update " + std::to_string(update) + ", probes)";
+            ProbeRow r;
+            r.update = update;
+            r.probe = need_int(x, "probe", where);
+            r.record = need_int(x, "record", where);
+            r.position = need_int(x, "position", where);
+            auto ids = x.find("ids");
+            auto pr = x.find("probs");
+            if (ids == x.end() || !ids->is_array() || ids->size() != kProbeTopK)
+                bad_field(where, "ids", "must be a list of " + std::to_string(kProbeTopK) + " token ids");
+            if (pr == x.end() || !pr->is_array() || pr->size() != kProbeTopK)
+                bad_field(where, "probs", "must be a list of " + std::to_string(kProbeTopK) + " probabilities");
+            for (size_t k = 0; k < kProbeTopK; ++k) {
+                if (!(*ids)[k].is_number_integer()) bad_field(where, "ids", "must be integers");
+                r.ids[k] = (*ids)[k].get<int64_t>();
+                r.probs[k] = (*pr)[k].is_number() ? (*pr)[k].get<double>() : std::nan("");
+            }
+            probes.push_back(std::move(r));
+        }
+    }
 }
 
 TensorDigest digest_tensor(const std::string& name, const std::string& kind, const std::vector<int64_t>& shape,

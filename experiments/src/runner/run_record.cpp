@@ -336,6 +336,12 @@ void RunRecorder::flush() {
             writer().write_flags(t.name, flags_to_json(t.flags).dump());
             t.flags_dirty = false;
         }
+        if (tr.observation_events != t.observation_events) {  // docs/observables.md: whole tables, replaced
+            writer().replace_fingerprints(t.name, tr.fingerprints);
+            writer().replace_adapter_norms(t.name, tr.adapter_norms);
+            writer().replace_probes(t.name, tr.probes);
+            t.observation_events = tr.observation_events;
+        }
     }
     if (w) w->commit();  // errors surface here, not in a destructor that must not throw
 }

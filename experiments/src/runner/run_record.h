@@ -121,6 +121,7 @@ private:
         std::vector<StepRow> steps;  // what run.h5 holds
         std::vector<EvalRow> evals;
         bool l1 = false, l2 = false, l3 = false;
+        int64_t observation_events = 0;  // the trace's counter when fingerprints/observables were last written
         std::vector<GateFlag> flags;
         bool flags_dirty = false;
     };

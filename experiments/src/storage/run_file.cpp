@@ -797,3 +797,286 @@ std::vector<ComparisonSeries> RunFileReader::comparison_series(const std::string
 }
 
 }  // namespace tandem::experiments
+
+// =================================================================================================
+// Fingerprints, evaluation observables and localisations (docs/observables.md)
+
+namespace tandem::experiments {
+namespace {
+
+constexpr size_t kOpChars = 32, kPassChars = 12, kProjectionChars = 12;
+
+// Fixed-size, NUL-padded strings inside compound rows (h5py reads them as bytes).
+template <size_t N>
+void put(char (&dst)[N], const std::string& s, const char* what) {
+    if (s.size() >= N) throw Error(std::string(what) + " '" + s + "' is longer than " + std::to_string(N - 1) + " bytes");
+    std::memset(dst, 0, N);
+    std::memcpy(dst, s.data(), s.size());
+}
+template <size_t N>
+std::string get(const char (&src)[N]) {
+    return std::string(src, strnlen(src, N));
+}
+
+Handle fixed_string(size_t n) {
+    Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(t, n);
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    return t;
+}
+Handle f64_array(hsize_t n, bool file) {
+    hsize_t dims[1] = {n};
+    return Handle(H5Tarray_create2(file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE, 1, dims), H5Tclose);
+}
+Handle i64_array(hsize_t n, bool file) {
+    hsize_t dims[1] = {n};
+    return Handle(H5Tarray_create2(file ? H5T_STD_I64LE : H5T_NATIVE_INT64, 1, dims), H5Tclose);
+}
+
+// A compound type built field by field: packed in the file, at the struct's offsets in memory.
+class Compound {
+public:
+    Compound(bool file, size_t memory_size) : file_(file), type_(H5Tcreate(H5T_COMPOUND, file ? 4096 : memory_size), H5Tclose) {}
+    void add(const char* name, size_t memory_offset, hid_t type) {
+        H5Tinsert(type_, name, file_ ? packed_ : memory_offset, type);
+        packed_ += H5Tget_size(type);
+    }
+    void i64(const char* name, size_t off) { add(name, off, file_ ? H5T_STD_I64LE : H5T_NATIVE_INT64); }
+    void f64(const char* name, size_t off) { add(name, off, file_ ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE); }
+    void str(const char* name, size_t off, size_t n) { add(name, off, fixed_string(n)); }
+    void f64s(const char* name, size_t off, hsize_t n) { add(name, off, f64_array(n, file_)); }
+    void i64s(const char* name, size_t off, hsize_t n) { add(name, off, i64_array(n, file_)); }
+    Handle done() {
+        if (file_) H5Tset_size(type_, packed_);
+        return std::move(type_);
+    }
+
+private:
+    bool file_;
+    Handle type_;
+    size_t packed_ = 0;
+};
+
+struct FingerprintPod {
+    std::int64_t update, micro_batch, layer;
+    char op[kOpChars];
+    char pass[kPassChars];
+    std::int64_t count;
+    double norm, mean, maxabs;
+    double sketch[kFingerprintSketch];
+};
+Handle fingerprint_type(bool file) {
+    Compound c(file, sizeof(FingerprintPod));
+    c.i64("update", offsetof(FingerprintPod, update));
+    c.i64("micro_batch", offsetof(FingerprintPod, micro_batch));
+    c.i64("layer", offsetof(FingerprintPod, layer));
+    c.str("op", offsetof(FingerprintPod, op), kOpChars);
+    c.str("pass", offsetof(FingerprintPod, pass), kPassChars);
+    c.i64("count", offsetof(FingerprintPod, count));
+    c.f64("norm", offsetof(FingerprintPod, norm));
+    c.f64("mean", offsetof(FingerprintPod, mean));
+    c.f64("maxabs", offsetof(FingerprintPod, maxabs));
+    c.f64s("sketch", offsetof(FingerprintPod, sketch), kFingerprintSketch);
+    return c.done();
+}
+
+struct AdapterNormPod {
+    std::int64_t update, layer;
+    char projection[kProjectionChars];
+    double a_norm, b_norm, delta_norm;
+};
+Handle adapter_norm_type(bool file) {
+    Compound c(file, sizeof(AdapterNormPod));
+    c.i64("update", offsetof(AdapterNormPod, update));
+    c.i64("layer", offsetof(AdapterNormPod, layer));
+    c.str("projection", offsetof(AdapterNormPod, projection), kProjectionChars);
+    c.f64("a_norm", offsetof(AdapterNormPod, a_norm));
+    c.f64("b_norm", offsetof(AdapterNormPod, b_norm));
+    c.f64("delta_norm", offsetof(AdapterNormPod, delta_norm));
+    return c.done();
+}
+
+Handle probe_type(bool file) {
+    Compound c(file, sizeof(ProbeRow));
+    c.i64("update", offsetof(ProbeRow, update));
+    c.i64("probe", offsetof(ProbeRow, probe));
+    c.i64("record", offsetof(ProbeRow, record));
+    c.i64("position", offsetof(ProbeRow, position));
+    c.i64s("ids", offsetof(ProbeRow, ids), kProbeTopK);
+    c.f64s("probs", offsetof(ProbeRow, probs), kProbeTopK);
+    return c.done();
+}
+
+struct LocalisedPod {
+    std::int64_t update, micro_batch, layer;
+    char op[kOpChars];
+    char pass[kPassChars];
+    std::int64_t depth;
+    double rel_diff, norm_rel_diff, bound, ratio;
+};
+Handle localised_type(bool file) {
+    Compound c(file, sizeof(LocalisedPod));
+    c.i64("update", offsetof(LocalisedPod, update));
+    c.i64("micro_batch", offsetof(LocalisedPod, micro_batch));
+    c.i64("layer", offsetof(LocalisedPod, layer));
+    c.str("op", offsetof(LocalisedPod, op), kOpChars);
+    c.str("pass", offsetof(LocalisedPod, pass), kPassChars);
+    c.i64("depth", offsetof(LocalisedPod, depth));
+    c.f64("rel_diff", offsetof(LocalisedPod, rel_diff));
+    c.f64("norm_rel_diff", offsetof(LocalisedPod, norm_rel_diff));
+    c.f64("bound", offsetof(LocalisedPod, bound));
+    c.f64("ratio", offsetof(LocalisedPod, ratio));
+    return c.done();
+}
+
+std::string localisation_path(const std::string& a, const std::string& b) { return "/localisation/" + a + "~" + b; }
+
+// Replaces /legs/<leg>/<name> by `rows` (a table of `file_type`).
+template <class Pod>
+void replace_leg_table(const std::string& f, hid_t file, const std::string& leg, const char* name, hid_t file_type,
+                       hid_t memory_type, const std::vector<Pod>& rows) {
+    Handle group = h5::require_group(f, file, leg_path(leg));
+    h5::remove_link(f, group, name);
+    Handle dataset = h5::create_table(f, group, name, file_type, 1024);
+    h5::append_rows(f, dataset, memory_type, rows.data(), rows.size());
+}
+
+template <class Pod>
+std::vector<Pod> read_table(const std::string& f, hid_t file, const std::string& path, hid_t memory_type) {
+    if (!h5::exists(file, path)) return {};
+    Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(f, "cannot open " + path);
+    std::vector<Pod> rows(h5::row_count(f, dataset));
+    if (!rows.empty()) h5::read_rows(f, dataset, memory_type, rows.data());
+    return rows;
+}
+
+}  // namespace
+
+void RunFileWriter::replace_fingerprints(const std::string& leg, const std::vector<FingerprintRow>& rows) {
+    validate_leg_name(leg);
+    std::vector<FingerprintPod> pods(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const FingerprintRow& r = rows[i];
+        FingerprintPod& p = pods[i];
+        p.update = r.update;
+        p.micro_batch = r.micro_batch;
+        p.layer = r.layer;
+        put(p.op, r.op, "fingerprint op");
+        put(p.pass, r.pass, "fingerprint pass");
+        p.count = r.count;
+        p.norm = r.norm;
+        p.mean = r.mean;
+        p.maxabs = r.maxabs;
+        std::copy(r.sketch.begin(), r.sketch.end(), p.sketch);
+    }
+    guarded([&] {
+        replace_leg_table(path_.string(), file_, leg, "fingerprints", fingerprint_type(true), fingerprint_type(false), pods);
+    });
+}
+
+void RunFileWriter::replace_adapter_norms(const std::string& leg, const std::vector<AdapterNormRow>& rows) {
+    validate_leg_name(leg);
+    std::vector<AdapterNormPod> pods(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        pods[i].update = rows[i].update;
+        pods[i].layer = rows[i].layer;
+        put(pods[i].projection, rows[i].projection, "adapter norm projection");
+        pods[i].a_norm = rows[i].a_norm;
+        pods[i].b_norm = rows[i].b_norm;
+        pods[i].delta_norm = rows[i].delta_norm;
+    }
+    guarded([&] {
+        replace_leg_table(path_.string(), file_, leg, "adapter_norms", adapter_norm_type(true), adapter_norm_type(false), pods);
+    });
+}
+
+void RunFileWriter::replace_probes(const std::string& leg, const std::vector<ProbeRow>& rows) {
+    validate_leg_name(leg);
+    guarded([&] { replace_leg_table(path_.string(), file_, leg, "probes", probe_type(true), probe_type(false), rows); });
+}
+
+void RunFileWriter::write_localisation(const std::string& leg_a, const std::string& leg_b,
+                                       const std::vector<LocalisedPoint>& points, const Attributes& attributes) {
+    validate_comparison_pair(leg_a, leg_b);
+    std::vector<LocalisedPod> pods(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+        const LocalisedPoint& p = points[i];
+        LocalisedPod& q = pods[i];
+        q.update = p.update;
+        q.micro_batch = p.micro_batch;
+        q.layer = p.layer;
+        put(q.op, p.op, "localised op");
+        put(q.pass, p.pass, "localised pass");
+        q.depth = p.depth;
+        q.rel_diff = p.rel_diff;
+        q.norm_rel_diff = p.norm_rel_diff;
+        q.bound = p.bound;
+        q.ratio = p.ratio;
+    }
+    guarded([&] {
+        const std::string f = path_.string();
+        const std::string path = localisation_path(leg_a, leg_b);
+        h5::remove_link(f, file_, path);
+        Handle group = h5::require_group(f, file_, path);
+        Handle dataset = h5::create_table(f, group, "points", localised_type(true), 1024);
+        h5::append_rows(f, dataset, localised_type(false), pods.data(), pods.size());
+        h5::write_attributes(f, group, attributes);
+    });
+}
+
+std::vector<FingerprintRow> RunFileReader::fingerprints(const std::string& leg) const {
+    validate_leg_name(leg);
+    std::vector<FingerprintRow> out;
+    for (const auto& p : read_table<FingerprintPod>(path_.string(), file_, leg_path(leg) + "/fingerprints", fingerprint_type(false))) {
+        FingerprintRow r;
+        r.update = p.update;
+        r.micro_batch = p.micro_batch;
+        r.layer = p.layer;
+        r.op = get(p.op);
+        r.pass = get(p.pass);
+        r.count = p.count;
+        r.norm = p.norm;
+        r.mean = p.mean;
+        r.maxabs = p.maxabs;
+        std::copy(std::begin(p.sketch), std::end(p.sketch), r.sketch.begin());
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::vector<AdapterNormRow> RunFileReader::adapter_norms(const std::string& leg) const {
+    validate_leg_name(leg);
+    std::vector<AdapterNormRow> out;
+    for (const auto& p : read_table<AdapterNormPod>(path_.string(), file_, leg_path(leg) + "/adapter_norms", adapter_norm_type(false)))
+        out.push_back({p.update, p.layer, get(p.projection), p.a_norm, p.b_norm, p.delta_norm});
+    return out;
+}
+
+std::vector<ProbeRow> RunFileReader::probes(const std::string& leg) const {
+    validate_leg_name(leg);
+    return read_table<ProbeRow>(path_.string(), file_, leg_path(leg) + "/probes", probe_type(false));
+}
+
+std::vector<std::pair<std::string, std::string>> RunFileReader::localisations() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!h5::exists(file_, "/localisation")) return out;
+    Handle group = h5::open_group(path_.string(), file_, "/localisation");
+    for (const auto& name : h5::child_names(path_.string(), group)) {
+        const auto tilde = name.find('~');
+        if (tilde != std::string::npos) out.emplace_back(name.substr(0, tilde), name.substr(tilde + 1));
+    }
+    return out;
+}
+
+std::vector<LocalisedPoint> RunFileReader::localisation_points(const std::string& leg_a, const std::string& leg_b) const {
+    validate_comparison_pair(leg_a, leg_b);
+    std::vector<LocalisedPoint> out;
+    for (const auto& p : read_table<LocalisedPod>(path_.string(), file_, localisation_path(leg_a, leg_b) + "/points",
+                                                  localised_type(false)))
+        out.push_back({p.update, p.micro_batch, p.layer, get(p.op), get(p.pass), p.depth, p.rel_diff, p.norm_rel_diff,
+                       p.bound, p.ratio});
+    return out;
+}
+
+}  // namespace tandem::experiments

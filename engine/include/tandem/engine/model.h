@@ -24,6 +24,7 @@
 #include "tandem/engine/batch.h"
 #include "tandem/engine/config.h"
 #include "tandem/engine/dropout.h"
+#include "tandem/engine/observe.h"
 #include "tandem/engine/tensor.h"
 
 namespace tandem::engine {
@@ -100,6 +101,13 @@ public:
     // upload and the host waits once, at the end, for the sum of token losses it returns.
     double accumulate(const std::vector<MicroBatch>& micro_batches,
                       const std::function<DropoutContext(size_t)>& dropout, double grad_scale);
+    // Logits [rows.size(), vocab] of the hidden states at flat positions rows (b * seq + t) of one
+    // micro-batch (dropout off, adapter on): the next-token distributions of the probe set.
+    std::vector<float> logits_at(const MicroBatch& mb, const std::vector<int32_t>& rows);
+
+    // Fingerprints (observe.h): while set, the wiring calls `observer` after each named step of
+    // forward, head and backward; nullptr (the default) = nothing is observed. Not owned.
+    void set_observer(Observer* observer);
 
 private:
     struct Impl;

@@ -68,8 +68,10 @@ public:
     TensorMap adapter_tensors() const;
 
     // One optimizer update over the given micro-batches (gradient accumulation over all of them).
-    // Throws tandem::Error when the update has no supervised token.
-    UpdateMetrics train_update(const std::vector<MicroBatch>& micro_batches);
+    // Throws tandem::Error when the update has no supervised token. With an observer (observe.h),
+    // every named step of this update's forward and backward passes is observed, and after the
+    // AdamW step every LoRA parameter (pass Optimizer); nullptr: nothing is observed.
+    UpdateMetrics train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer = nullptr);
     // Token-weighted held-out CE (dropout off, adapter on).
     EvalResult evaluate(const std::vector<MicroBatch>& micro_batches);
 

@@ -70,6 +70,14 @@ struct ExperimentSpec {
 
     // The live trajectory gate's settings (docs/gate.md): experiment field `gate`.
     GateConfig gate;
+
+    // Fingerprints (docs/observables.md): experiment field `observe: {updates: [...], every: N}`. The
+    // legs record per-layer, per-op fingerprints for the updates listed and every N-th update
+    // (0, N, 2N, ...); absent (the default): none.
+    std::vector<int64_t> observe_updates;  // sorted, unique
+    int64_t observe_every = 0;             // 0: only the listed updates
+    bool observes(int64_t update) const;   // whether the legs fingerprint this 0-based update
+    bool observes_any() const { return !observe_updates.empty() || observe_every > 0; }
     const LegDefinition* leg_definition(const std::string& name) const;  // nullptr when not defined
 
     // The setting a leg uses: its override when there is one, else the spec's.

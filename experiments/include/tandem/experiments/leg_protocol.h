@@ -1,7 +1,7 @@
 #pragma once
 // The leg protocol (docs/leg-protocol.md): a leg writes one JSON object per line to stdout, every
 // object with "v" (protocol version, 1) and "event" (hello, l1, l2, l3, step, eval, timing, memory,
-// checkpoint, resume, done, error). Unknown fields and unknown events are ignored; a malformed line
+// checkpoint, resume, done, error, fingerprints, observables). Unknown fields and unknown events are ignored; a malformed line
 // is kept (with its content) in LegTrace::malformed and never throws.
 //
 // LegTrace is everything one leg said, accumulated event by event. A resumed leg repeats updates
@@ -25,7 +25,10 @@ inline constexpr int kLegProtocolVersion = 1;
 
 // The event kinds of protocol version 1 (docs/leg-protocol.md). `Unknown`: a well-formed event of a
 // kind this version does not know (ignored, forward compatibility); `Malformed`: not an event at all.
-enum class EventKind { Hello, Resume, L1, L2, L3, Step, Eval, Timing, Memory, Checkpoint, Done, Error, Unknown, Malformed };
+enum class EventKind {
+    Hello, Resume, L1, L2, L3, Step, Eval, Timing, Memory, Checkpoint, Done, Error, Fingerprints, Observables,
+    Unknown, Malformed
+};
 // "hello", "step", ... as on the wire; "unknown" / "malformed" for the last two.
 const char* event_kind_name(EventKind kind);
 
@@ -61,6 +64,11 @@ struct LegTrace {
     std::vector<StepRow> steps;
     std::vector<EvalRow> evals;
     std::vector<int64_t> step_input_tokens;  // parallel to steps (non-padding tokens), -1 when absent
+    // docs/observables.md: fingerprints of the observed updates; per-evaluation adapter norms and probes.
+    std::vector<FingerprintRow> fingerprints;
+    std::vector<AdapterNormRow> adapter_norms;
+    std::vector<ProbeRow> probes;
+    int64_t observation_events = 0;  // fingerprints + observables events applied (a change counter)
     double model_load_s = -1, tokenize_s = -1, setup_s = -1, train_s = -1, total_s = -1;
     int64_t peak_host_bytes = -1, peak_device_bytes = -1;
     std::vector<std::pair<int64_t, std::string>> checkpoints;  // (update, path relative to run)
@@ -100,6 +108,13 @@ public:
 private:
     std::FILE* out_;
 };
+
+// The protocol's JSON of one update's fingerprints and of one evaluation's observables (the engine leg
+// writes them; parse_* read them back, throwing tandem::Error naming the field that is wrong).
+nlohmann::json fingerprints_event(int64_t update, const std::vector<FingerprintRow>& points);
+std::vector<FingerprintRow> parse_fingerprints_event(const nlohmann::json& event);
+nlohmann::json observables_event(int64_t update, const std::vector<AdapterNormRow>& norms, const std::vector<ProbeRow>& probes);
+void parse_observables_event(const nlohmann::json& event, std::vector<AdapterNormRow>& norms, std::vector<ProbeRow>& probes);
 
 // L2 digest of a float32 tensor (sum, sum of squares, max |x| in float64; sha256 of the LE bytes).
 TensorDigest digest_tensor(const std::string& name, const std::string& kind, const std::vector<int64_t>& shape,

@@ -15,6 +15,7 @@
 // Every function throws tandem::Error with a one-line message naming the file and object at fault.
 #include "tandem/experiments/host_info.h"
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -83,6 +84,41 @@ struct EvalRow {
     double heldout_ce = 0;       // token-weighted held-out cross-entropy
 };
 
+// /legs/<leg>/fingerprints — one row per recorded point (docs/observables.md): a compact summary of
+// the tensor at (update, micro-batch, layer, op, pass).
+inline constexpr int kFingerprintSketch = 16;
+struct FingerprintRow {
+    std::int64_t update = 0;
+    std::int64_t micro_batch = 0;  // -1: the optimizer pass (after every micro-batch)
+    std::int64_t layer = -1;       // -1: outside the decoder layers (tokens, labels, embed, final_norm, ce)
+    std::string op;                // "q_proj.lora_A.out", "attention", ... (at most 31 bytes)
+    std::string pass;              // "forward" | "backward" | "optimizer"
+    std::int64_t count = 0;        // elements summarised
+    double norm = 0, mean = 0, maxabs = 0;
+    std::array<double, kFingerprintSketch> sketch{};
+};
+
+// /legs/<leg>/adapter_norms — at every evaluation, per layer and adapted projection: |A|, |B| and
+// the update norm |Delta W| = |B A| * scaling (Frobenius norms).
+struct AdapterNormRow {
+    std::int64_t update = 0;
+    std::int64_t layer = 0;
+    std::string projection;        // "q_proj" ... "down_proj"
+    double a_norm = 0, b_norm = 0, delta_norm = 0;
+};
+
+// /legs/<leg>/probes — at every evaluation, the next-token distribution of each probe prompt: its
+// kProbeTopK most likely ids (descending probability) and their probabilities.
+inline constexpr int kProbeTopK = 32;
+struct ProbeRow {
+    std::int64_t update = 0;
+    std::int64_t probe = 0;        // 0-based index in the probe set
+    std::int64_t record = -1;      // index of the record in records.jsonl
+    std::int64_t position = -1;    // token position whose next-token distribution this is
+    std::array<std::int64_t, kProbeTopK> ids{};
+    std::array<double, kProbeTopK> probs{};
+};
+
 // /legs/<leg>/timing attributes (SPEC §5). NaN / -1 mean "not measured"; unknown keys go in `extra`.
 struct LegTiming {
     double model_load_s = -1;
@@ -114,6 +150,17 @@ struct ComparisonSeries {
     std::string series;           // dataset name: "heldout_ce", "loss", "grad_norm", ...
     std::vector<PairedPoint> points;
     Attributes summary;           // mean_signed_diff, mean_abs_diff, max_abs_diff, sign_changes, ...
+};
+
+// /localisation/<legA>~<legB>/points — one row per point both legs recorded (docs/observables.md).
+struct LocalisedPoint {
+    std::int64_t update = 0, micro_batch = 0, layer = -1;
+    std::string op, pass;
+    std::int64_t depth = 0;      // chain depth (layers between the point and its pass's start)
+    double rel_diff = 0;         // |sketch_a - sketch_b| / (4 |X_b|): estimates |X_a - X_b| / |X_b|
+    double norm_rel_diff = 0;    // |norm_a - norm_b| / norm_b
+    double bound = 0;            // the tolerance at this depth and update
+    double ratio = 0;            // max(rel_diff, norm_rel_diff) / bound; > 1 = exceeds
 };
 
 // The check levels stored per leg: /legs/<leg>/checks/<level>.
@@ -159,6 +206,14 @@ public:
     void write_check(const std::string& leg, CheckLevel level, const std::string& json);
     // /legs/<leg>/flags: the live gate's flags as a JSON array (docs/gate.md; replaced when written again).
     void write_flags(const std::string& leg, const std::string& json);
+    // /legs/<leg>/fingerprints, /adapter_norms, /probes (docs/observables.md): the whole table replaced
+    // by `rows` (the runner keeps them equal to the leg's events).
+    void replace_fingerprints(const std::string& leg, const std::vector<FingerprintRow>& rows);
+    void replace_adapter_norms(const std::string& leg, const std::vector<AdapterNormRow>& rows);
+    void replace_probes(const std::string& leg, const std::vector<ProbeRow>& rows);
+    // /localisation/<legA>~<legB> (docs/observables.md): its points table and attributes, replaced.
+    void write_localisation(const std::string& leg_a, const std::string& leg_b,
+                            const std::vector<LocalisedPoint>& points, const Attributes& attributes);
 
     // /comparisons/<legA>~<legB>/<series> (replaced when written again) and the group's attributes.
     void write_comparison(const std::string& leg_a, const std::string& leg_b, const ComparisonSeries& series);
@@ -213,6 +268,12 @@ public:
     std::optional<LegMemory> memory(const std::string& leg) const;
     std::optional<std::string> check(const std::string& leg, CheckLevel level) const;
     std::optional<std::string> flags(const std::string& leg) const;  // JSON array text
+    std::vector<FingerprintRow> fingerprints(const std::string& leg) const;  // empty when none
+    std::vector<AdapterNormRow> adapter_norms(const std::string& leg) const;
+    std::vector<ProbeRow> probes(const std::string& leg) const;
+    // /localisation/<legA>~<legB>: pairs stored, and one pair's points and attributes.
+    std::vector<std::pair<std::string, std::string>> localisations() const;
+    std::vector<LocalisedPoint> localisation_points(const std::string& leg_a, const std::string& leg_b) const;
     std::vector<std::pair<std::string, std::string>> comparisons() const;  // (legA, legB) pairs
     Attributes comparison_attributes(const std::string& leg_a, const std::string& leg_b) const;
     std::vector<ComparisonSeries> comparison_series(const std::string& leg_a, const std::string& leg_b) const;

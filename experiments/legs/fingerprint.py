@@ -241,9 +241,10 @@ class FingerprintHooks:
             q_e, k_e = original(q, k, cos, sin, *args, **kwargs)
             l = self.layer
             for op, t in (("q_rope", q_e), ("k_rope", k_e)):
-                tt = t.transpose(1, 2)  # [batch, heads, seq, dim] -> [batch, seq, heads, dim]: the engine's layout
-                self.record_tokens(l, op, "forward", tt)
-                self._grad_hook(tt, l, op)
+                # [batch, heads, seq, dim] -> [batch, seq, heads, dim]: the engine's layout
+                self.record_tokens(l, op, "forward", t.transpose(1, 2))
+                if t.requires_grad:  # the hook sits on the tensor attention reads; its gradient transposed
+                    t.register_hook(lambda g, l=l, op=op: self.record_tokens(l, op, "backward", g.transpose(1, 2)))
             return q_e, k_e
         qwen3.apply_rotary_pos_emb = rope
         del torch
@@ -266,8 +267,9 @@ class FingerprintHooks:
 
 # --- evaluation observables ----------------------------------------------------------------------
 
-def adapter_norms(torch, model, scaling, update):
-    """|A|, |B| and |B A| * scaling (via the r x r Gram matrices, float64) of every adapted projection."""
+def adapter_norms(torch, model, update):
+    """|A|, |B| and |B A| * scaling (via the r x r Gram matrices, float64) of every adapted projection;
+    the scaling is peft's own (module.scaling)."""
     base = model.get_base_model()
     out = []
     for l, layer in enumerate(base.model.layers):
@@ -277,6 +279,7 @@ def adapter_norms(torch, model, scaling, update):
                 continue
             a = module.lora_A["default"].weight.detach().to(torch.float64)
             b = module.lora_B["default"].weight.detach().to(torch.float64)
+            scaling = float(module.scaling["default"])
             sq = float(((b.T @ b) * (a @ a.T)).sum())
             out.append({"layer": l, "projection": name, "a_norm": _finite(torch.linalg.norm(a)),
                         "b_norm": _finite(torch.linalg.norm(b)), "delta_norm": _finite(math.sqrt(max(0.0, sq)) * scaling)})

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from leg_protocol import emit, finite_or_none, tensor_digest  # noqa: E402
 from run_folder import RunFolder, encode_record, load_tokenizer  # noqa: E402
 import leg_checkpoint  # noqa: E402
+import fingerprint  # noqa: E402
 
 
 def log(msg):
@@ -109,7 +110,7 @@ def collate(torch, encoded, pad_id, device):
     return ids.to(device), attn.to(device), labels.to(device)
 
 
-def summed_loss(torch, model, ids, attn, labels):
+def summed_loss(torch, model, ids, attn, labels, hooks=None):
     """Sum of token cross-entropies over supervised label positions, and their count.
 
     transformers' shift: the hidden state at t predicts labels[t+1]. The LM head is applied only to
@@ -123,6 +124,8 @@ def summed_loss(torch, model, ids, attn, labels):
     selected = hidden[:, :-1, :][rows]
     logits = base.lm_head(selected)
     loss_sum = torch.nn.functional.cross_entropy(logits, shift_labels[rows], reduction="sum")
+    if hooks is not None:  # fingerprints (docs/observables.md): the head's points
+        hooks.record_head(selected, loss_sum)
     return loss_sum, int(rows.sum().item())
 
 
@@ -286,6 +289,21 @@ def run_leg(args):
     micro_batch = int(spec["batch"]["micro_batch"])
     eval_set = [encoded[i] for i in eval_indices]
 
+    # Fingerprints and evaluation observables (docs/observables.md).
+    observe = spec.get("observe") or {}
+    observe_updates = set(int(x) for x in observe.get("updates", []))
+    observe_every = int(observe.get("every", 0) or 0)
+
+    def observes(update):
+        return update in observe_updates or (observe_every > 0 and update % observe_every == 0)
+
+    hooks = fingerprint.FingerprintHooks(torch, model) if (observe_updates or observe_every > 0) else None
+    probes = fingerprint.probe_set(eval_set)
+
+    def emit_observables(update):
+        emit("observables", update=update, adapter=fingerprint.adapter_norms(torch, model, update),
+             probes=fingerprint.probe_rows(torch, model, probes, pad_id, micro_batch, device))
+
     start_update = 0
     if resume_path is not None:
         model_sd = load_file(os.path.join(resume_path, "adapter_model.safetensors"))
@@ -331,6 +349,7 @@ def run_leg(args):
         ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
         emit("l1", heldout_ce=finite_or_none(ce), tokens=n, examples=len(eval_set))
         emit("eval", update=0, heldout_ce=finite_or_none(ce), tokens=n)
+        emit_observables(0)
 
     setup_s = time.perf_counter() - t_start
     emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s, setup_s=setup_s)
@@ -347,15 +366,27 @@ def run_leg(args):
         input_tokens = sum(int(a.sum().item()) for _, a, _ in collated)
         loss_total = 0.0
         MaskContext.update = u
-        for m, (ids, attn, labels) in enumerate(collated):
-            MaskContext.micro_batch = m
-            s, _ = summed_loss(torch, model, ids, attn, labels)
-            (s / max(1, n_update)).backward()
-            loss_total += float(s.item())
+        observed = hooks is not None and observes(u)
+        if observed:
+            hooks.begin_update(u)
+            hooks.attach()
+        try:
+            for m, (ids, attn, labels) in enumerate(collated):
+                MaskContext.micro_batch = m
+                if observed:
+                    hooks.begin_micro_batch(m, ids, attn, labels)
+                s, _ = summed_loss(torch, model, ids, attn, labels, hooks if observed else None)
+                (s / max(1, n_update)).backward()
+                loss_total += float(s.item())
+        finally:
+            if observed:
+                hooks.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=False)
         lr = scheduler.get_last_lr()[0]
         optimizer.step()
         scheduler.step()
+        if observed:
+            hooks.record_optimizer()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
@@ -363,10 +394,13 @@ def run_leg(args):
         emit("step", update=u, loss=finite_or_none(loss_total / max(1, n_update)),
              grad_norm=finite_or_none(grad_norm.item()), lr=lr, tokens=n_update,
              input_tokens=input_tokens, wall_s=wall)
+        if observed:
+            emit("fingerprints", update=u, points=hooks.points)
         done = u + 1
         if done % eval_interval == 0 or done == total_updates:
             ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
             emit("eval", update=done, heldout_ce=finite_or_none(ce), tokens=n)
+            emit_observables(done)
         if ckpt_interval and done % ckpt_interval == 0 and done < total_updates:
             def write(tmp, _done=done):
                 save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},

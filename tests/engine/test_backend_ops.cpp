@@ -283,8 +283,8 @@ void check_rope(Backend& be, Rng& rng, bool backward) {
     Dev d{be};
     auto c = d.put(r.cosd), s = d.put(r.sind), x = d.put(r.x);
     // in place, as the wiring calls it
-    if (backward) be.rope_backward(x.get(), x.get(), c.get(), s.get(), r.B, r.T, r.H, r.D);
-    else be.rope_forward(x.get(), x.get(), c.get(), s.get(), r.B, r.T, r.H, r.D);
+    if (backward) be.rope_backward(x.get(), x.get(), c.get(), s.get(), r.B, r.T, r.H, r.D, RopePairing::RotateHalf);
+    else be.rope_forward(x.get(), x.get(), c.get(), s.get(), r.B, r.T, r.H, r.D, RopePairing::RotateHalf);
     EXPECT_LT(rel_err(d.get(x, int64_t(r.x.size())), want), kTol);
 }
 
@@ -333,7 +333,8 @@ void check_attention(Backend& be, Rng& rng, bool backward) {
     auto q = d.put(a.q), k = d.put(a.k), v = d.put(a.v), o = d.zeros(nq),
          cache = d.zeros(be.attention_cache_floats(a.B, a.T, a.H));
     auto len = d.put(a.lengths);
-    be.attention_forward(o.get(), cache.get(), q.get(), k.get(), v.get(), len.get(), a.B, a.T, a.H, a.KV, a.D);
+    be.attention_forward(o.get(), cache.get(), q.get(), k.get(), v.get(), len.get(), a.B, a.T, a.H, a.KV, a.D,
+                         KvHeadMapping::Grouped);
     if (!backward) {
         EXPECT_LT(rel_err(d.get(o, nq), out), kTol);
         return;
@@ -342,7 +343,7 @@ void check_attention(Backend& be, Rng& rng, bool backward) {
                             probs.data(), a.lengths.data(), a.B, a.T, a.H, a.KV, a.D);
     auto dout = d.put(a.dout), dqb = d.zeros(nq), dkb = d.zeros(nk), dvb = d.zeros(nk);
     be.attention_backward(dqb.get(), dkb.get(), dvb.get(), dout.get(), o.get(), q.get(), k.get(), v.get(), cache.get(),
-                          len.get(), a.B, a.T, a.H, a.KV, a.D);
+                          len.get(), a.B, a.T, a.H, a.KV, a.D, KvHeadMapping::Grouped);
     EXPECT_LT(rel_err(d.get(dqb, nq), dq), kTol);
     EXPECT_LT(rel_err(d.get(dkb, nk), dk), kTol);
     EXPECT_LT(rel_err(d.get(dvb, nk), dv), kTol);
@@ -483,7 +484,7 @@ void check_lora(Backend& be, Rng& rng, bool backward) {
         auto dxb = d.put(l.dx0), dab = d.put(l.da0), dbb = d.put(l.db0);
         be.lora_linear_backward(dxb.get(), l.adapted ? dab.get() : nullptr, l.adapted ? dbb.get() : nullptr, dy.get(),
                                 x.get(), w.get(), l.adapted ? a.get() : nullptr, b.get(), l.adapted ? tc.get() : nullptr,
-                                mask, l.scaling, l.N, l.in, l.out, l.r, accumulate);
+                                mask, l.scaling, l.N, l.in, l.out, l.r, accumulate, LoraBGrad::Correct);
         EXPECT_LT(rel_err(d.get(dxb, l.N * l.in), dx), kTol);
         if (l.adapted) {
             EXPECT_LT(rel_err(d.get(dab, l.r * l.in), da), kTol);

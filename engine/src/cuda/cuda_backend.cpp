@@ -104,6 +104,19 @@ public:
         if (c.head_dim != 32 && c.head_dim != 64 && c.head_dim != 128)
             throw Error("CUDA engine: head_dim " + std::to_string(c.head_dim) + " not supported (32, 64 or 128)");
     }
+    // The op-variant faults (faults.h) have no CUDA kernels: a faulty run names the fault and the CPU.
+    void check_faults_supported(const FaultConfig& f) const override {
+        require_no_variant(f.rope_pairing == RopePairing::RotateHalf, "rope-interleaved");
+        require_no_variant(f.kv_heads == KvHeadMapping::Grouped, "gqa-modulo");
+        require_no_variant(f.lora_b_grad == LoraBGrad::Correct, "lora-b-grad-transposed");
+        require_no_variant(!f.adamw_no_bias_correction, "adamw-no-bias-correction");
+        require_no_variant(!f.adamw_eps_inside_sqrt, "adamw-eps-inside-sqrt");
+    }
+    static void require_no_variant(bool correct, const char* fault) {
+        if (!correct)
+            throw Error(std::string("CUDA engine: fault '") + fault + "' is an op variant the CUDA backend does not have "
+                        "(run the faulty leg on the cpu device)");
+    }
 
     // ---- ops
     void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C,
@@ -119,20 +132,25 @@ public:
         k::rmsnorm_backward(din, dweight, dout, in, weight, rstd, rows, C, s(), accumulate_din);
     }
     void rope_forward(float* out, const float* in, const float* cos, const float* sin, int64_t B, int64_t T,
-                      int64_t H, int64_t D) override {
+                      int64_t H, int64_t D, RopePairing pairing) override {
+        require_no_variant(pairing == RopePairing::RotateHalf, "rope-interleaved");
         k::rope_forward(out, in, cos, sin, B, T, H, D, s());
     }
     void rope_backward(float* din, const float* dout, const float* cos, const float* sin, int64_t B, int64_t T,
-                       int64_t H, int64_t D) override {
+                       int64_t H, int64_t D, RopePairing pairing) override {
+        require_no_variant(pairing == RopePairing::RotateHalf, "rope-interleaved");
         k::rope_backward(din, dout, cos, sin, B, T, H, D, s());
     }
     void attention_forward(float* out, float* cache, const float* q, const float* k, const float* v,
-                           const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) override {
+                           const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                           KvHeadMapping kv_heads) override {
+        require_no_variant(kv_heads == KvHeadMapping::Grouped, "gqa-modulo");
         k::attention_forward(out, cache, q, k, v, lengths, B, T, H, KV, D, s());
     }
     void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* q,
                             const float* k, const float* v, const float* cache, const int32_t* lengths, int64_t B,
-                            int64_t T, int64_t H, int64_t KV, int64_t D) override {
+                            int64_t T, int64_t H, int64_t KV, int64_t D, KvHeadMapping kv_heads) override {
+        require_no_variant(kv_heads == KvHeadMapping::Grouped, "gqa-modulo");
         float* row_dots = scratch(delta_, B * H * T);  // rowsum(dout * out) per query row
         k::attention_backward(dq, dk, dv, row_dots, dout, out, q, k, v, cache, lengths, B, T, H, KV, D, s());
     }
@@ -151,7 +169,9 @@ public:
     }
     void lora_linear_backward(float* dx, float* da, float* db, const float* dy, const float* x, const float* w,
                               const float* a, const float* b, const float* t, const DropoutMask& dropout, float scaling,
-                              int64_t N, int64_t in, int64_t out, int64_t r, bool accumulate_dx) override {
+                              int64_t N, int64_t in, int64_t out, int64_t r, bool accumulate_dx,
+                              LoraBGrad b_grad) override {
+        require_no_variant(b_grad == LoraBGrad::Correct, "lora-b-grad-transposed");
         float* xd = a && dropout.active ? scratch(xd_, N * in) : nullptr;
         float* dt = a ? scratch(dt_, N * r) : nullptr;
         k::lora_linear_backward(h(), s(), dx, da, db, dt, xd, dy, x, w, a, b, t, spec(dropout), scaling, N, in, out, r,
@@ -190,6 +210,7 @@ public:
     void clip_grad(float* grad, int64_t n, const float* clip_coef) override { k::clip_grad(grad, n, clip_coef, s()); }
     void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step, double lr,
                     const AdamWOptions& o) override {
+        require_no_variant(o.bias_correction && !o.eps_inside_sqrt, "adamw-no-bias-correction / adamw-eps-inside-sqrt");
         k::adamw_step(param, grad, m, v, n, k::adamw_scalars(step, lr, o.beta1, o.beta2, o.eps, o.weight_decay), s());
     }
 

@@ -70,23 +70,24 @@ public:
         ops::rmsnorm_backward(din, dweight, dout, in, weight, rstd, rows, C, accumulate_din);
     }
     void rope_forward(float* out, const float* in, const float* cos, const float* sin, int64_t B, int64_t T,
-                      int64_t H, int64_t D) override {
-        ops::rope_forward(out, in, cos, sin, B, T, H, D);
+                      int64_t H, int64_t D, RopePairing pairing) override {
+        ops::rope_forward(out, in, cos, sin, B, T, H, D, pairing);
     }
     void rope_backward(float* din, const float* dout, const float* cos, const float* sin, int64_t B, int64_t T,
-                       int64_t H, int64_t D) override {
-        ops::rope_backward(din, dout, cos, sin, B, T, H, D);
+                       int64_t H, int64_t D, RopePairing pairing) override {
+        ops::rope_backward(din, dout, cos, sin, B, T, H, D, pairing);
     }
     // cache = the softmax probabilities [B,H,T,T]
     void attention_forward(float* out, float* cache, const float* q, const float* k, const float* v,
-                           const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) override {
-        ops::attention_forward(out, cache, q, k, v, lengths, B, T, H, KV, D);
+                           const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                           KvHeadMapping kv_heads) override {
+        ops::attention_forward(out, cache, q, k, v, lengths, B, T, H, KV, D, kv_heads);
     }
     void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* /*out: unused, the
                             probabilities are cached*/, const float* q, const float* k, const float* v,
                             const float* cache, const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV,
-                            int64_t D) override {
-        ops::attention_backward(dq, dk, dv, dout, q, k, v, cache, lengths, B, T, H, KV, D);
+                            int64_t D, KvHeadMapping kv_heads) override {
+        ops::attention_backward(dq, dk, dv, dout, q, k, v, cache, lengths, B, T, H, KV, D, kv_heads);
     }
     void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) override {
         ops::swiglu_forward(out, gate, up, n);
@@ -103,9 +104,9 @@ public:
     }
     void lora_linear_backward(float* dx, float* da, float* db, const float* dy, const float* x, const float* w,
                               const float* a, const float* b, const float* t, const DropoutMask& dropout, float scaling,
-                              int64_t N, int64_t in, int64_t out, int64_t r, bool accumulate_dx) override {
+                              int64_t N, int64_t in, int64_t out, int64_t r, bool accumulate_dx, LoraBGrad b_grad) override {
         ops::lora_linear_backward(dx, da, db, dy, x, w, a, b, t, backward_mask(dropout, a ? N * in : 0),
-                                  dropout.scale, scaling, N, in, out, r, accumulate_dx);
+                                  dropout.scale, scaling, N, in, out, r, accumulate_dx, b_grad);
     }
     void residual_add(float* out, const float* a, const float* b, int64_t n) override {
         detail::parallel_for_grain(n, 1 << 14, [&](int64_t b0, int64_t e0) {

@@ -192,6 +192,7 @@ struct Qwen3LoraModel::Impl {
     ModelOptions opts;
     int64_t C = 0, H = 0, KV = 0, D = 0, I = 0, V = 0, L = 0, r = 0;
     float scaling = 1.0f;
+    double rms_eps = 0, rope_theta = 0;  // the config's, or a loading/config fault's (effective_config)
     AdapterLayout layout;
 
     // frozen base (backend addresses, owned by the backend)
@@ -213,6 +214,7 @@ struct Qwen3LoraModel::Impl {
     int64_t rope_T = 0;
 
     // the micro-batch in flight
+    bool evaluating = false;  // inside evaluate(): the eval_without_adapter fault's step
     Shape shape;
     const int32_t* lengths = nullptr;
     std::vector<std::array<DropoutMask, kProjections>> masks;  // per layer: the forward's, reused by the backward
@@ -223,6 +225,12 @@ struct Qwen3LoraModel::Impl {
     Buffer<float> obs_base;
 
     Dims dims() const { return Dims{C, H, KV, D, I, L, r, layout.adapted, layout.in_dim}; }
+
+    // The projection whose adapter projection p runs with: itself, except k_proj under the
+    // k_proj_uses_v_adapter fault (the step "adapter on the wrong projection").
+    int adapter_of(int p) const { return p == KProj && opts.faults.k_proj_uses_v_adapter ? VProj : p; }
+    // Whether the adapters run in this pass (not in evaluation under the eval_without_adapter fault).
+    bool adapters_on() const { return !(evaluating && opts.faults.eval_without_adapter); }
 
     const float* lora_a(int64_t l, int p) const { return at(params, layout.a_off, l, p); }
     const float* lora_b(int64_t l, int p) const { return at(params, layout.b_off, l, p); }
@@ -261,8 +269,14 @@ struct Qwen3LoraModel::Impl {
         if (D % 2 != 0) throw Error("Qwen3 config: head_dim must be even (RoPE rotates halves)");
         if (r <= 0) throw Error("LoRA config: rank must be positive");
         be->check_supported(cfg);
-        scaling = static_cast<float>(lora.scaling());
+        be->check_faults_supported(opts.faults);
+        const Qwen3Config numerics = effective_config(cfg, opts.faults);  // loading/config faults, once
+        rms_eps = numerics.rms_norm_eps;
+        rope_theta = numerics.rope_theta;
+        scaling = static_cast<float>(effective_lora_scaling(lora, opts.faults));
         layout = AdapterLayout::make(cfg, lora);
+        if (opts.faults.k_proj_uses_v_adapter && !(layout.adapted[KProj] && layout.adapted[VProj]))
+            throw Error("fault adapter-wrong-projection needs LoRA on both k_proj and v_proj");
 
         embed = take(base, "model.embed_tokens.weight", {V, C});
         final_norm = take(base, "model.norm.weight", {C});
@@ -322,7 +336,7 @@ struct Qwen3LoraModel::Impl {
     void ensure_rope(int64_t t) {
         if (t <= rope_T) return;
         std::vector<float> c(size_t(t * D)), s(size_t(t * D));
-        ops::rope_tables(c.data(), s.data(), t, D, cfg.rope_theta);
+        ops::rope_tables(c.data(), s.data(), t, D, rope_theta);
         rope_cos = Buffer<float>(*be, t * D, MemoryKind::Workspace);
         rope_sin = Buffer<float>(*be, t * D, MemoryKind::Workspace);
         be->upload(rope_cos.get(), c.data(), c.size() * sizeof(float));
@@ -346,12 +360,15 @@ struct Qwen3LoraModel::Impl {
             o[1] = host.size();
             host.insert(host.end(), mb.lengths.begin(), mb.lengths.end());
             // supervised rows: hidden at (b, t-1) predicts ids[b, t] for every label (b, t), in (b, t) order
+            // (the label_shift fault: t - 0 or t - 2; a label with no such row is dropped)
+            const int64_t shift = opts.faults.label_shift == LabelShift::None ? 0
+                                  : opts.faults.label_shift == LabelShift::Two ? 2 : 1;
             o[2] = host.size();
             std::vector<int32_t> targets;
             for (int64_t b = 0; b < mb.batch; ++b)
                 for (int64_t t = 1; t < mb.seq; ++t)
-                    if (mb.supervised[size_t(b * mb.seq + t)]) {
-                        host.push_back(static_cast<int32_t>(b * mb.seq + t - 1));
+                    if (mb.supervised[size_t(b * mb.seq + t)] && t - shift >= 0) {
+                        host.push_back(static_cast<int32_t>(b * mb.seq + t - shift));
                         targets.push_back(mb.ids[size_t(b * mb.seq + t)]);
                     }
             o[3] = host.size();
@@ -398,7 +415,7 @@ struct Qwen3LoraModel::Impl {
         if (obs_base.size() < N * out) obs_base = Buffer<float>(*be, N * out, MemoryKind::Workspace);
         be->linear_forward(obs_base.get(), input, layers[size_t(l)].w[J], N, in, out);
         note(l, projection_op(j, ProjectionPart::Base), Pass::Forward, obs_base.get(), out);
-        if (layout.adapted[J]) note(l, projection_op(j, ProjectionPart::LoraAOut), Pass::Forward, t, r);
+        if (layout.adapted[J] && t) note(l, projection_op(j, ProjectionPart::LoraAOut), Pass::Forward, t, r);
         note(l, projection_op(j, ProjectionPart::Out), Pass::Forward, y, out);
     }
     // A LoRA linear's backward: its parameters' gradients, accumulated over the update so far.
@@ -416,7 +433,9 @@ struct Qwen3LoraModel::Impl {
         shape = in.shape;
         lengths = in.lengths;
         const int64_t B = shape.B, T = shape.T, N = shape.N;
-        const double eps = cfg.rms_norm_eps;
+        const double eps = rms_eps;
+        const FaultConfig& f = opts.faults;
+        const bool adapters = adapters_on();
         Backend& b = *be;
         b.embedding_forward(acts.residual[0], in.ids, embed, N, C, V);
         note(-1, ObservedOp::Embed, Pass::Forward, acts.residual[0], C);
@@ -432,9 +451,12 @@ struct Qwen3LoraModel::Impl {
             const float* x = acts.residual[size_t(l)];
             auto proj = [&](int j, float* y, const float* input) {
                 const size_t J = size_t(j);
-                b.lora_linear_forward(y, layout.adapted[J] ? a.t[J] : nullptr, input, w.w[J], lora_a(l, j), lora_b(l, j),
-                                      masks[size_t(l)][J], scaling, N, layout.in_dim[J], layout.out_dim[J], r);
-                note_projection(l, j, input, y, a.t[J]);
+                const int src = adapter_of(j);
+                const bool lora = adapters && layout.adapted[size_t(src)];
+                b.lora_linear_forward(y, lora ? a.t[J] : nullptr, input, w.w[J], lora ? lora_a(l, src) : nullptr,
+                                      lora ? lora_b(l, src) : nullptr, masks[size_t(l)][J], scaling, N,
+                                      layout.in_dim[J], layout.out_dim[J], r);
+                note_projection(l, j, input, y, lora ? a.t[J] : nullptr);
             };
             // attention block: x_mid = x + o_proj(attention(rope(norm(q)), rope(norm(k)), v))
             b.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.input_norm, N, C, eps);
@@ -442,15 +464,22 @@ struct Qwen3LoraModel::Impl {
             proj(QProj, a.q_lin, a.ln1);
             proj(KProj, a.k_lin, a.ln1);
             proj(VProj, a.v, a.ln1);
-            b.rmsnorm_forward(a.q, a.qn_rstd, a.q_lin, w.q_norm, N * H, D, eps);
-            note(l, ObservedOp::QNorm, Pass::Forward, a.q, H * D);
-            b.rmsnorm_forward(a.k, a.kn_rstd, a.k_lin, w.k_norm, N * KV, D, eps);
-            note(l, ObservedOp::KNorm, Pass::Forward, a.k, KV * D);
-            b.rope_forward(a.q, a.q, rope_cos.get(), rope_sin.get(), B, T, H, D);
+            if (f.skip_qk_norm) {  // fault: q_proj / k_proj outputs go to RoPE unnormalised
+                note(l, ObservedOp::QNorm, Pass::Forward, a.q_lin, H * D);  // the (skipped) norm step's output
+                note(l, ObservedOp::KNorm, Pass::Forward, a.k_lin, KV * D);
+                b.rope_forward(a.q, a.q_lin, rope_cos.get(), rope_sin.get(), B, T, H, D, f.rope_pairing);
+                b.rope_forward(a.k, a.k_lin, rope_cos.get(), rope_sin.get(), B, T, KV, D, f.rope_pairing);
+            } else {
+                b.rmsnorm_forward(a.q, a.qn_rstd, a.q_lin, w.q_norm, N * H, D, eps);
+                note(l, ObservedOp::QNorm, Pass::Forward, a.q, H * D);
+                b.rmsnorm_forward(a.k, a.kn_rstd, a.k_lin, w.k_norm, N * KV, D, eps);
+                note(l, ObservedOp::KNorm, Pass::Forward, a.k, KV * D);
+                b.rope_forward(a.q, a.q, rope_cos.get(), rope_sin.get(), B, T, H, D, f.rope_pairing);
+                b.rope_forward(a.k, a.k, rope_cos.get(), rope_sin.get(), B, T, KV, D, f.rope_pairing);
+            }
             note(l, ObservedOp::QRope, Pass::Forward, a.q, H * D);
-            b.rope_forward(a.k, a.k, rope_cos.get(), rope_sin.get(), B, T, KV, D);
             note(l, ObservedOp::KRope, Pass::Forward, a.k, KV * D);
-            b.attention_forward(a.att, a.att_cache, a.q, a.k, a.v, lengths, B, T, H, KV, D);
+            b.attention_forward(a.att, a.att_cache, a.q, a.k, a.v, lengths, B, T, H, KV, D, f.kv_heads);
             note(l, ObservedOp::Attention, Pass::Forward, a.att, H * D);
             proj(OProj, acts.proj_out, a.att);
             b.residual_add(a.x_mid, x, acts.proj_out, N * C);
@@ -477,7 +506,7 @@ struct Qwen3LoraModel::Impl {
         if (want_grad) b.fill_zero(acts.dx, sizeof(float) * size_t(N * C));
         if (Ns == 0) return;
         b.gather_rows(acts.xs, acts.residual[size_t(L)], in.rows, Ns, C);
-        b.rmsnorm_forward(acts.hs, acts.hs_rstd, acts.xs, final_norm, Ns, C, cfg.rms_norm_eps);
+        b.rmsnorm_forward(acts.hs, acts.hs_rstd, acts.xs, final_norm, Ns, C, rms_eps);
         const double loss_before = obs ? read_loss_sum() : 0.0;
         b.lm_head_cross_entropy(loss_sum.get(), want_grad ? acts.dh : nullptr, acts.hs, lm_head, in.targets, Ns, C, V,
                                 grad_scale, opts.ce_token_chunk, opts.ce_vocab_chunk);
@@ -494,6 +523,7 @@ struct Qwen3LoraModel::Impl {
     // backward from acts.dx = d(residual[L]) into the LoRA gradients (+=)
     void backward() {
         const int64_t B = shape.B, T = shape.T, N = shape.N;
+        const FaultConfig& f = opts.faults;
         Backend& b = *be;
         Activations& g = acts;
         for (int64_t l = L - 1; l >= 0; --l) {
@@ -501,9 +531,11 @@ struct Qwen3LoraModel::Impl {
             LayerActivations& a = acts.layers[size_t(l)];
             auto proj_back = [&](int j, float* din, const float* dy, const float* input, bool accumulate) {
                 const size_t J = size_t(j);
-                b.lora_linear_backward(din, grad_lora_a(l, j), grad_lora_b(l, j), dy, input, w.w[J], lora_a(l, j),
-                                       lora_b(l, j), layout.adapted[J] ? a.t[J] : nullptr, masks[size_t(l)][J], scaling,
-                                       N, layout.in_dim[J], layout.out_dim[J], r, accumulate);
+                const int src = adapter_of(j);
+                b.lora_linear_backward(din, grad_lora_a(l, src), grad_lora_b(l, src), dy, input, w.w[J], lora_a(l, src),
+                                       lora_b(l, src), layout.adapted[size_t(src)] ? a.t[J] : nullptr,
+                                       masks[size_t(l)][J], scaling, N, layout.in_dim[J], layout.out_dim[J], r,
+                                       accumulate, f.lora_b_grad);
                 note_lora_grads(l, j);
             };
             const Pass bwd = Pass::Backward;
@@ -522,17 +554,25 @@ struct Qwen3LoraModel::Impl {
             // attention block; the input norm's input gradient adds into dx = d(x_in)
             proj_back(OProj, g.datt, g.dx, a.att, false);
             note(l, ObservedOp::Attention, bwd, g.datt, H * D);
-            b.attention_backward(g.dq, g.dk, g.dv, g.datt, a.att, a.q, a.k, a.v, a.att_cache, lengths, B, T, H, KV, D);
+            b.attention_backward(g.dq, g.dk, g.dv, g.datt, a.att, a.q, a.k, a.v, a.att_cache, lengths, B, T, H, KV, D,
+                                 f.kv_heads);
             note(l, ObservedOp::QRope, bwd, g.dq, H * D);
             note(l, ObservedOp::KRope, bwd, g.dk, KV * D);
             note(l, projection_op(VProj, ProjectionPart::Out), bwd, g.dv, KV * D);
-            b.rope_backward(g.dq, g.dq, rope_cos.get(), rope_sin.get(), B, T, H, D);
-            note(l, ObservedOp::QNorm, bwd, g.dq, H * D);
-            b.rope_backward(g.dk, g.dk, rope_cos.get(), rope_sin.get(), B, T, KV, D);
-            note(l, ObservedOp::KNorm, bwd, g.dk, KV * D);
-            b.rmsnorm_backward(g.dq_lin, nullptr, g.dq, a.q_lin, w.q_norm, a.qn_rstd, N * H, D, false);
+            if (f.skip_qk_norm) {  // fault: no q/k norm between the projections and RoPE
+                b.rope_backward(g.dq_lin, g.dq, rope_cos.get(), rope_sin.get(), B, T, H, D, f.rope_pairing);
+                b.rope_backward(g.dk_lin, g.dk, rope_cos.get(), rope_sin.get(), B, T, KV, D, f.rope_pairing);
+                note(l, ObservedOp::QNorm, bwd, g.dq_lin, H * D);  // the (skipped) norm step passes it through
+                note(l, ObservedOp::KNorm, bwd, g.dk_lin, KV * D);
+            } else {
+                b.rope_backward(g.dq, g.dq, rope_cos.get(), rope_sin.get(), B, T, H, D, f.rope_pairing);
+                note(l, ObservedOp::QNorm, bwd, g.dq, H * D);
+                b.rope_backward(g.dk, g.dk, rope_cos.get(), rope_sin.get(), B, T, KV, D, f.rope_pairing);
+                note(l, ObservedOp::KNorm, bwd, g.dk, KV * D);
+                b.rmsnorm_backward(g.dq_lin, nullptr, g.dq, a.q_lin, w.q_norm, a.qn_rstd, N * H, D, false);
+                b.rmsnorm_backward(g.dk_lin, nullptr, g.dk, a.k_lin, w.k_norm, a.kn_rstd, N * KV, D, false);
+            }
             note(l, projection_op(QProj, ProjectionPart::Out), bwd, g.dq_lin, H * D);
-            b.rmsnorm_backward(g.dk_lin, nullptr, g.dk, a.k_lin, w.k_norm, a.kn_rstd, N * KV, D, false);
             note(l, projection_op(KProj, ProjectionPart::Out), bwd, g.dk_lin, KV * D);
             proj_back(QProj, g.dln, g.dq_lin, a.ln1, false);
             proj_back(KProj, g.dln, g.dk_lin, a.ln1, true);
@@ -633,6 +673,16 @@ double Qwen3LoraModel::accumulate(const std::vector<MicroBatch>& micro_batches,
     return m.read_loss_sum();
 }
 
+double Qwen3LoraModel::evaluate(const std::vector<MicroBatch>& micro_batches,
+                                const std::function<DropoutContext(size_t)>& dropout) {
+    struct Evaluating {  // the flag is cleared however accumulate() ends
+        bool& flag;
+        explicit Evaluating(bool& f) : flag(f) { flag = true; }
+        ~Evaluating() { flag = false; }
+    } scope(impl_->evaluating);
+    return accumulate(micro_batches, dropout, 0.0);
+}
+
 double Qwen3LoraModel::forward_backward(const MicroBatch& mb, const DropoutContext& dropout, double grad_scale) {
     return accumulate({mb}, [&](size_t) { return dropout; }, grad_scale);
 }
@@ -682,7 +732,7 @@ std::vector<float> Qwen3LoraModel::logits(const MicroBatch& mb) {
     Backend& b = *m.be;
     Buffer<float> h(b, N * m.C, MemoryKind::Workspace), rstd(b, N, MemoryKind::Workspace),
         out(b, N * m.V, MemoryKind::Workspace);
-    b.rmsnorm_forward(h.get(), rstd.get(), m.acts.residual[size_t(m.L)], m.final_norm, N, m.C, m.cfg.rms_norm_eps);
+    b.rmsnorm_forward(h.get(), rstd.get(), m.acts.residual[size_t(m.L)], m.final_norm, N, m.C, m.rms_eps);
     b.linear_forward(out.get(), h.get(), m.lm_head, N, m.C, m.V);
     std::vector<float> host(size_t(N * m.V));
     b.download(host.data(), out.get(), host.size() * sizeof(float));

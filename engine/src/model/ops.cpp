@@ -155,8 +155,29 @@ void rope_tables(double* cos, double* sin, int64_t T_, int64_t D, double theta) 
 }
 
 template <typename T>
-void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D) {
+void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                  RopePairing pairing) {
     const int64_t half = D / 2;
+    if (pairing == RopePairing::Interleaved) {
+        // fault variant: pairs (2i, 2i+1) rotated by angle i (cos/sin[i] == cos/sin[i + half])
+        parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
+            for (int64_t bt = b0; bt < e0; ++bt) {
+                const int64_t t = bt % T_;
+                const T* c = cos + t * D;
+                const T* s = sin + t * D;
+                for (int64_t h = 0; h < H; ++h) {
+                    const T* x = in + (bt * H + h) * D;
+                    T* y = out + (bt * H + h) * D;
+                    for (int64_t i = 0; i < half; ++i) {
+                        const T x1 = x[2 * i], x2 = x[2 * i + 1];
+                        y[2 * i] = x1 * c[i] - x2 * s[i];
+                        y[2 * i + 1] = x2 * c[i] + x1 * s[i];
+                    }
+                }
+            }
+        });
+        return;
+    }
     parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
         for (int64_t bt = b0; bt < e0; ++bt) {
             const int64_t t = bt % T_;
@@ -177,8 +198,28 @@ void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, in
 }
 
 template <typename T>
-void rope_backward(T* din, const T* dout, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D) {
+void rope_backward(T* din, const T* dout, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                   RopePairing pairing) {
     const int64_t half = D / 2;
+    if (pairing == RopePairing::Interleaved) {
+        parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
+            for (int64_t bt = b0; bt < e0; ++bt) {
+                const int64_t t = bt % T_;
+                const T* c = cos + t * D;
+                const T* s = sin + t * D;
+                for (int64_t h = 0; h < H; ++h) {
+                    const T* dy = dout + (bt * H + h) * D;
+                    T* dx = din + (bt * H + h) * D;
+                    for (int64_t i = 0; i < half; ++i) {
+                        const T dy1 = dy[2 * i], dy2 = dy[2 * i + 1];
+                        dx[2 * i] = dy1 * c[i] + dy2 * s[i];
+                        dx[2 * i + 1] = dy2 * c[i] - dy1 * s[i];
+                    }
+                }
+            }
+        });
+        return;
+    }
     parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
         for (int64_t bt = b0; bt < e0; ++bt) {
             const int64_t t = bt % T_;
@@ -207,13 +248,14 @@ inline int64_t visible_keys(int64_t i, int64_t len) { return std::min(i + 1, len
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, const int32_t* lengths, int64_t B,
-                       int64_t T_, int64_t H, int64_t KV, int64_t D) {
+                       int64_t T_, int64_t H, int64_t KV, int64_t D, KvHeadMapping kv_heads) {
     const int64_t rep = H / KV;
     const T scale = T(1) / std::sqrt(T(D));
     for (int64_t b = 0; b < B; ++b) {
         const int64_t len = lengths[b];
         for (int64_t h = 0; h < H; ++h) {
-            const int64_t kvh = h / rep;  // repeat_kv: query head h reads key/value head h / n_rep
+            // repeat_kv: query head h reads key/value head h / n_rep (h % KV: the Modulo fault variant)
+            const int64_t kvh = kv_heads == KvHeadMapping::Modulo ? h % KV : h / rep;
             const T* qb = q + (b * T_ * H + h) * D;
             const T* kb = k + (b * T_ * KV + kvh) * D;
             const T* vb = v + (b * T_ * KV + kvh) * D;
@@ -247,7 +289,8 @@ void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, con
 
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* probs,
-                        const int32_t* lengths, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+                        const int32_t* lengths, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                        KvHeadMapping kv_heads) {
     const int64_t rep = H / KV;
     const T scale = T(1) / std::sqrt(T(D));
     std::fill(dk, dk + B * T_ * KV * D, T(0));
@@ -256,7 +299,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
     for (int64_t b = 0; b < B; ++b) {
         const int64_t len = lengths[b];
         for (int64_t h = 0; h < H; ++h) {
-            const int64_t kvh = h / rep;
+            const int64_t kvh = kv_heads == KvHeadMapping::Modulo ? h % KV : h / rep;
             const int64_t qoff = (b * T_ * H + h) * D;
             const int64_t kvoff = (b * T_ * KV + kvh) * D;
             const T* P = probs + (b * H + h) * T_ * T_;
@@ -344,14 +387,22 @@ void lora_linear_forward(T* y, T* t, const T* x, const T* w, const T* a, const T
 template <typename T>
 void lora_linear_backward(T* dx, T* da, T* db, const T* dy, const T* x, const T* w, const T* a, const T* b,
                           const T* t, const uint8_t* keep, T dropout_scale, T scaling, int64_t N, int64_t in,
-                          int64_t out, int64_t r, bool accumulate_dx) {
+                          int64_t out, int64_t r, bool accumulate_dx, LoraBGrad b_grad) {
     linear_backward_input(dx, dy, w, N, out, in, accumulate_dx ? T(1) : T(0));  // dx (+)= dy W
     if (!a) return;
     std::vector<T> du(static_cast<size_t>(N * out));
     parallel_for_grain(N * out, 1 << 14, [&](int64_t b0, int64_t e0) {
         for (int64_t i = b0; i < e0; ++i) du[size_t(i)] = dy[i] * scaling;
     });
-    if (db) linear_backward_weight(db, du.data(), t, N, out, r);  // dB += du^T t
+    if (db && b_grad == LoraBGrad::TransposedOperand) {
+        // fault variant: t's storage read as its transpose's, t'[n,k] = t[k*N + n]
+        std::vector<T> tt(static_cast<size_t>(N * r));
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < r; ++k) tt[size_t(n * r + k)] = t[k * N + n];
+        linear_backward_weight(db, du.data(), tt.data(), N, out, r);
+    } else if (db) {
+        linear_backward_weight(db, du.data(), t, N, out, r);  // dB += du^T t
+    }
     std::vector<T> dt(static_cast<size_t>(N * r));
     linear_backward_input(dt.data(), du.data(), b, N, out, r);  // dt = du B
     const T* xd = x;
@@ -484,18 +535,22 @@ double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* tar
     template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t);                   \
     template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                        \
     template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);     \
-    template void rope_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);           \
-    template void rope_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);          \
+    template void rope_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,            \
+                                  RopePairing);                                                                    \
+    template void rope_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,           \
+                                   RopePairing);                                                                   \
     template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, int64_t, int64_t,     \
-                                       int64_t, int64_t, int64_t);                                                 \
+                                       int64_t, int64_t, int64_t, KvHeadMapping);                                  \
     template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,              \
-                                        const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t);              \
+                                        const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t,               \
+                                        KvHeadMapping);                                                            \
     template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                                              \
     template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);                               \
     template void lora_linear_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const uint8_t*, T, T,     \
                                          int64_t, int64_t, int64_t, int64_t);                                      \
     template void lora_linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*,  \
-                                          const uint8_t*, T, T, int64_t, int64_t, int64_t, int64_t, bool);         \
+                                          const uint8_t*, T, T, int64_t, int64_t, int64_t, int64_t, bool,          \
+                                          LoraBGrad);                                                              \
     template double lm_head_cross_entropy<T>(T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t,    \
                                              double, int64_t, int64_t);
 

@@ -16,12 +16,14 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
     const float w1 = static_cast<float>(1.0 - o.beta1);
     const float b2 = static_cast<float>(o.beta2);
     const float w2 = static_cast<float>(1.0 - o.beta2);
-    const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
+    const double bc1 = o.bias_correction ? 1.0 - std::pow(o.beta1, static_cast<double>(step)) : 1.0;
+    const double bc2 = o.bias_correction ? 1.0 - std::pow(o.beta2, static_cast<double>(step)) : 1.0;
     const float step_size = static_cast<float>(-(lr / bc1));
     const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     const float eps = static_cast<float>(o.eps);
     const bool apply_decay = o.weight_decay != 0.0;
+    const float bc2_f = static_cast<float>(bc2);
+    const bool eps_inside = o.eps_inside_sqrt;  // a fault variant (faults.h)
     detail::parallel_for_grain(n, 1 << 14, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
             if (apply_decay) param[i] = param[i] * decay;
@@ -29,7 +31,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
             m[i] = m[i] + w1 * (g - m[i]);
             v[i] = v[i] * b2;
             v[i] = v[i] + (w2 * g) * g;
-            const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+            const float denom = eps_inside ? std::sqrt(v[i] / bc2_f + eps) : std::sqrt(v[i]) / bc2_sqrt + eps;
             param[i] = param[i] + step_size * (m[i] / denom);
         }
     });

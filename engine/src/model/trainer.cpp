@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "tandem/error.h"
 
@@ -21,9 +22,57 @@ struct Trainer::Impl {
     int64_t n_segments = 0, max_segment = 0;
     Buffer<double> norm;                        // pre-clip global grad norm of the last update
     Buffer<float> clip_coef;
+    Buffer<float> fault_acc;                    // the clip_per_micro_batch fault: the sum of clipped shares
     int64_t step = 0;
     uint64_t native_counter = 0;
     int64_t warmup = 0;
+    bool evaluated_since_update = false;        // the slow_after_eval fault's trigger
+
+    const FaultConfig& faults() const { return opts.model.faults; }
+
+    // The dropout context of micro-batch i of the current update (the same_mask_every_micro_batch
+    // fault: every micro-batch gets micro-batch 0's shared key / native counter start).
+    DropoutContext train_dropout(size_t i, uint64_t counter_at_update_start) {
+        DropoutContext dc;
+        dc.mode = opts.dropout_mode;
+        dc.p = model->lora().dropout;
+        dc.seed = opts.seed;
+        dc.update = static_cast<uint64_t>(step);
+        dc.micro_batch = faults().same_mask_every_micro_batch ? 0 : i;
+        if (faults().same_mask_every_micro_batch && dc.mode == DropoutMode::Native) native_counter = counter_at_update_start;
+        dc.native_counter = &native_counter;
+        return dc;
+    }
+
+    // Gradient accumulation one micro-batch at a time, for the faults that change it: each
+    // micro-batch's mean / M (mean_of_micro_batch_means), or each share clipped on its own
+    // (Clipping::PerMicroBatch). Leaves the sum in the model's grads; returns the update's loss.
+    double accumulate_one_by_one(const std::vector<MicroBatch>& mbs, int64_t supervised, uint64_t counter_start) {
+        Backend& bk = *be;
+        const int64_t n = model->num_trainable();
+        if (fault_acc.size() != n) fault_acc = Buffer<float>(bk, n, MemoryKind::Workspace);
+        bk.fill_zero(fault_acc.get(), fault_acc.bytes());
+        const double M = static_cast<double>(mbs.size());
+        double loss = 0;
+        for (size_t i = 0; i < mbs.size(); ++i) {
+            const int64_t s_i = mbs[i].validate(model->config().vocab_size);
+            if (s_i == 0 && faults().mean_of_micro_batch_means) continue;  // no mean to take
+            const double scale = faults().mean_of_micro_batch_means ? 1.0 / (static_cast<double>(s_i) * M)
+                                                                    : 1.0 / static_cast<double>(supervised);
+            model->zero_grads();
+            const double sum = model->accumulate({mbs[i]}, [&](size_t) { return train_dropout(i, counter_start); }, scale);
+            loss += sum * scale;
+            if (faults().clipping == Clipping::PerMicroBatch) {
+                bk.global_grad_norm(norm.get(), clip_coef.get(), model->grads(), seg_offsets.get(), seg_counts.get(),
+                                    n_segments, max_segment, opts.max_grad_norm);
+                bk.clip_grad(model->grads(), n, clip_coef.get());
+            }
+            bk.residual_add(fault_acc.get(), fault_acc.get(), model->grads(), n);
+        }
+        model->zero_grads();
+        bk.residual_add(model->grads(), model->grads(), fault_acc.get(), n);
+        return loss;
+    }
 
     TensorMap to_map(const Buffer<float>& buf) const {
         const auto& slots = model->adapter_slots();
@@ -68,6 +117,9 @@ Trainer Trainer::create(const Qwen3Config& config, TensorMap base_weights, const
     Trainer t;
     Impl& s = *t.impl_;
     s.be = backend ? std::move(backend) : make_cpu_backend(options.threads);
+    // the optimizer faults are AdamW variants (faults.h); set here, once
+    if (options.model.faults.adamw_no_bias_correction) options.adamw.bias_correction = false;
+    if (options.model.faults.adamw_eps_inside_sqrt) options.adamw.eps_inside_sqrt = true;
     s.opts = options;
     s.model = std::make_unique<Qwen3LoraModel>(config, std::move(base_weights), lora, options.model, s.be);
     Backend& be = *s.be;
@@ -102,7 +154,9 @@ const TrainOptions& Trainer::options() const { return impl_->opts; }
 Backend& Trainer::backend() const { return *impl_->be; }
 
 double Trainer::lr_for_update(int64_t t) const {
-    return cosine_with_warmup_lr(impl_->opts.lr, t, impl_->warmup, impl_->opts.total_updates);
+    // the warmup_offset fault: update t runs with the schedule's lr of update t + offset
+    return cosine_with_warmup_lr(impl_->opts.lr, t + impl_->faults().warmup_offset, impl_->warmup,
+                                 impl_->opts.total_updates);
 }
 
 UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer) {
@@ -119,34 +173,29 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     // loss = (sum of token losses over the whole update) / (supervised tokens of the update), so every
     // micro-batch backpropagates with the same scale 1 / supervised.
     const double grad_scale = 1.0 / static_cast<double>(supervised);
-    model.zero_grads();
+    const FaultConfig& f = s.faults();
+    const uint64_t counter_start = s.native_counter;
+    UpdateMetrics out;
     model.set_observer(observer);
     struct Unset {
         Qwen3LoraModel& m;
         ~Unset() { m.set_observer(nullptr); }
     } unset{model};
-    const double loss_sum = model.accumulate(
-        micro_batches,
-        [&](size_t i) {
-            DropoutContext dc;
-            dc.mode = s.opts.dropout_mode;
-            dc.p = model.lora().dropout;
-            dc.seed = s.opts.seed;
-            dc.update = static_cast<uint64_t>(s.step);
-            dc.micro_batch = i;
-            dc.native_counter = &s.native_counter;
-            return dc;
-        },
-        grad_scale);
+    if (f.mean_of_micro_batch_means || f.clipping == Clipping::PerMicroBatch) {
+        out.loss = s.accumulate_one_by_one(micro_batches, supervised, counter_start);
+    } else {
+        model.zero_grads();
+        const double loss_sum = model.accumulate(
+            micro_batches, [&](size_t i) { return s.train_dropout(i, counter_start); }, grad_scale);
+        out.loss = loss_sum / static_cast<double>(supervised);
+    }
 
     const int64_t n = model.num_trainable();
     be.global_grad_norm(s.norm.get(), s.clip_coef.get(), model.grads(), s.seg_offsets.get(), s.seg_counts.get(),
                         s.n_segments, s.max_segment, s.opts.max_grad_norm);
-    be.clip_grad(model.grads(), n, s.clip_coef.get());
-    UpdateMetrics out;
+    if (f.clipping == Clipping::Global) be.clip_grad(model.grads(), n, s.clip_coef.get());
     out.update = s.step;
     out.supervised_tokens = supervised;
-    out.loss = loss_sum / static_cast<double>(supervised);
     out.lr = lr_for_update(s.step);
     ++s.step;  // torch increments the step before the bias corrections
     be.adamw_step(model.params(), model.grads(), s.m.get(), s.v.get(), n, s.step, out.lr, s.opts.adamw);
@@ -156,6 +205,12 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
                               Pass::Optimizer, model.params() + slot.offset, slot.shape[0], slot.shape[1], Rows::All);
     be.download(&out.grad_norm, s.norm.get(), sizeof(double));  // waits for the update
     out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (f.slow_after_eval > 1 && s.evaluated_since_update) {
+        // the runtime fault: this update takes slow_after_eval times as long; no number changes
+        std::this_thread::sleep_for(std::chrono::duration<double>((f.slow_after_eval - 1) * out.wall_seconds));
+        out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    s.evaluated_since_update = false;
     return out;
 }
 
@@ -163,8 +218,21 @@ EvalResult Trainer::evaluate(const std::vector<MicroBatch>& micro_batches) {
     EvalResult r;
     for (const auto& mb : micro_batches) r.supervised_tokens += mb.validate(impl_->model->config().vocab_size);
     if (r.supervised_tokens == 0) throw Error("evaluate: the held-out batches have no supervised token");
-    r.loss_sum = impl_->model->accumulate(micro_batches, [](size_t) { return DropoutContext{}; }, 0.0);
+    const Impl& s = *impl_;
+    const double eval_p = s.faults().eval_dropout;  // the eval_dropout fault: masks in evaluation
+    r.loss_sum = impl_->model->evaluate(micro_batches, [&](size_t i) {
+        DropoutContext dc;
+        if (eval_p > 0) {
+            dc.mode = DropoutMode::Shared;
+            dc.p = eval_p;
+            dc.seed = s.opts.seed;
+            dc.update = static_cast<uint64_t>(s.step);
+            dc.micro_batch = (uint64_t{1} << 32) + i;  // a key space training never draws from
+        }
+        return dc;
+    });
     r.loss = r.loss_sum / static_cast<double>(r.supervised_tokens);
+    impl_->evaluated_since_update = true;
     return r;
 }
 

@@ -25,6 +25,7 @@
 
 #include "tandem/engine/config.h"
 #include "tandem/engine/dropout.h"
+#include "tandem/engine/faults.h"
 #include "tandem/engine/optim.h"
 #include "tandem/engine/tensor.h"
 
@@ -44,26 +45,29 @@ namespace tandem::engine {
       (float* din, float* dweight, const float* dout, const float* in, const float* weight, const float* rstd,      \
        int64_t rows, int64_t C, bool accumulate_din),                                                               \
       (din, dweight, dout, in, weight, rstd, rows, C, accumulate_din))                                              \
-    /* rotate-half RoPE on [B,T,H,D] with host-computed cos/sin [T,D] tables; out may alias in */                   \
+    /* RoPE on [B,T,H,D] with host-computed cos/sin [T,D] tables; out may alias in. pairing: rotate-half      \
+       (transformers), or the Interleaved fault variant (faults.h) */                                             \
     X(rope_forward,                                                                                                 \
-      (float* out, const float* in, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t D), \
-      (out, in, cos, sin, B, T, H, D))                                                                              \
+      (float* out, const float* in, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H, int64_t D, \
+       RopePairing pairing),                                                                                        \
+      (out, in, cos, sin, B, T, H, D, pairing))                                                                     \
     X(rope_backward,                                                                                                \
       (float* din, const float* dout, const float* cos, const float* sin, int64_t B, int64_t T, int64_t H,          \
-       int64_t D),                                                                                                  \
-      (din, dout, cos, sin, B, T, H, D))                                                                            \
+       int64_t D, RopePairing pairing),                                                                             \
+      (din, dout, cos, sin, B, T, H, D, pairing))                                                                   \
     /* causal GQA attention, right padding (key j visible to query i iff j <= i and j < lengths[b]);             \
-       cache: attention_cache_floats(B,T,H) floats of the backend's choice (CPU: probabilities, CUDA: lse) */      \
+       cache: attention_cache_floats(B,T,H) floats of the backend's choice (CPU: probabilities, CUDA: lse);     \
+       kv_heads: query head h reads kv head h / (H/KV), or h % KV (the Modulo fault variant, faults.h) */        \
     X(attention_forward,                                                                                            \
       (float* out, float* cache, const float* q, const float* k, const float* v, const int32_t* lengths,            \
-       int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D),                                                     \
-      (out, cache, q, k, v, lengths, B, T, H, KV, D))                                                               \
+       int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, KvHeadMapping kv_heads),                             \
+      (out, cache, q, k, v, lengths, B, T, H, KV, D, kv_heads))                                                     \
     /* dq[B,T,H,D], dk, dv[B,T,KV,D] (=); out is the forward's output */                                            \
     X(attention_backward,                                                                                           \
       (float* dq, float* dk, float* dv, const float* dout, const float* out, const float* q, const float* k,        \
        const float* v, const float* cache, const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV,     \
-       int64_t D),                                                                                                  \
-      (dq, dk, dv, dout, out, q, k, v, cache, lengths, B, T, H, KV, D))                                             \
+       int64_t D, KvHeadMapping kv_heads),                                                                          \
+      (dq, dk, dv, dout, out, q, k, v, cache, lengths, B, T, H, KV, D, kv_heads))                                   \
     /* out[n] = silu(gate) * up */                                                                                  \
     X(swiglu_forward, (float* out, const float* gate, const float* up, int64_t n), (out, gate, up, n))              \
     X(swiglu_backward, (float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n), \
@@ -74,12 +78,13 @@ namespace tandem::engine {
       (float* y, float* t, const float* x, const float* w, const float* a, const float* b,                          \
        const DropoutMask& dropout, float scaling, int64_t N, int64_t in, int64_t out, int64_t r),                   \
       (y, t, x, w, a, b, dropout, scaling, N, in, out, r))                                                          \
-    /* dx[N,in] (= , or += when accumulate_dx), da[r,in], db[out,r] (+=, nullable); W is frozen */                  \
+    /* dx[N,in] (= , or += when accumulate_dx), da[r,in], db[out,r] (+=, nullable); W is frozen.                  \
+       b_grad: Correct, or the TransposedOperand fault variant of dB (faults.h) */                                 \
     X(lora_linear_backward,                                                                                         \
       (float* dx, float* da, float* db, const float* dy, const float* x, const float* w, const float* a,            \
        const float* b, const float* t, const DropoutMask& dropout, float scaling, int64_t N, int64_t in,            \
-       int64_t out, int64_t r, bool accumulate_dx),                                                                 \
-      (dx, da, db, dy, x, w, a, b, t, dropout, scaling, N, in, out, r, accumulate_dx))                              \
+       int64_t out, int64_t r, bool accumulate_dx, LoraBGrad b_grad),                                               \
+      (dx, da, db, dy, x, w, a, b, t, dropout, scaling, N, in, out, r, accumulate_dx, b_grad))                      \
     /* out[n] = a[n] + b[n] (the residual stream); out may alias a */                                               \
     X(residual_add, (float* out, const float* a, const float* b, int64_t n), (out, a, b, n))                        \
     /* out[j,:] = in[rows[j],:] */                                                                                  \
@@ -107,7 +112,8 @@ namespace tandem::engine {
       (norm, clip_coef, grad, offsets, counts, n_segments, max_count, max_norm))                                    \
     /* grad[i] *= clip_coef[0] */                                                                                   \
     X(clip_grad, (float* grad, int64_t n, const float* clip_coef), (grad, n, clip_coef))                            \
-    /* one torch.optim.AdamW step (optim.h adamw_step); step is 1-based after the increment */                      \
+    /* one torch.optim.AdamW step (optim.h adamw_step; its fault variants are AdamWOptions fields); step is       \
+       1-based after the increment */                                                                              \
     X(adamw_step,                                                                                                   \
       (float* param, const float* grad, float* m, float* v, int64_t n, int64_t step, double lr,                     \
        const AdamWOptions& options),                                                                                \
@@ -155,6 +161,9 @@ public:
     // Throws tandem::Error naming what this backend cannot run (CUDA: head_dim not 32, 64 or 128),
     // so a model fails when it is built, not at its first forward.
     virtual void check_supported(const Qwen3Config&) const {}
+    // Throws tandem::Error naming a fault (faults.h) this backend has no op variant for (CUDA: every
+    // op-variant fault), so a faulty model fails when it is built.
+    virtual void check_faults_supported(const FaultConfig&) const {}
 
     // ---- the ops (TANDEM_BACKEND_OPS)
 #define TANDEM_OP_VIRTUAL(name, params, args) virtual void name params = 0;

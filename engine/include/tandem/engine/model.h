@@ -25,6 +25,7 @@
 #include "tandem/engine/config.h"
 #include "tandem/engine/dropout.h"
 #include "tandem/engine/observe.h"
+#include "tandem/engine/faults.h"
 #include "tandem/engine/tensor.h"
 
 namespace tandem::engine {
@@ -55,6 +56,7 @@ struct AdapterLayout {
 struct ModelOptions {
     int64_t ce_token_chunk = 256;  // tokens per LM-head chunk (256 x 151,936 floats = 155 MB)
     int64_t ce_vocab_chunk = 0;    // vocabulary rows per LM-head chunk; <= 0 = whole vocabulary
+    FaultConfig faults{};          // all off (faults.h); the trainer reads its own switches from here too
 };
 
 class Qwen3LoraModel {
@@ -101,6 +103,10 @@ public:
     // upload and the host waits once, at the end, for the sum of token losses it returns.
     double accumulate(const std::vector<MicroBatch>& micro_batches,
                       const std::function<DropoutContext(size_t)>& dropout, double grad_scale);
+    // Evaluation: the sum of token losses over every micro-batch, no gradients, adapter on (off under
+    // the eval_without_adapter fault), micro-batch i with dropout(i) (Off unless the eval_dropout fault).
+    double evaluate(const std::vector<MicroBatch>& micro_batches, const std::function<DropoutContext(size_t)>& dropout);
+
     // Logits [rows.size(), vocab] of the hidden states at flat positions rows (b * seq + t) of one
     // micro-batch (dropout off, adapter on): the next-token distributions of the probe set.
     std::vector<float> logits_at(const MicroBatch& mb, const std::vector<int32_t>& rows);

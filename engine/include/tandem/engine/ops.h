@@ -17,6 +17,7 @@
 //     given thread count (needed for bit-identical resume).
 #include <cstdint>
 
+#include "tandem/engine/faults.h"
 #include "tandem/engine/rope.h"
 
 namespace tandem::engine::ops {
@@ -61,23 +62,29 @@ void rmsnorm_backward(T* din, T* dweight, const T* dout, const T* in, const T* w
 // ----------------------------------------------------------------------------------------------
 // RoPE, rotate-half convention; the tables (rope_tables) are in rope.h.
 // out[B,T,H,D] = x*cos + rotate_half(x)*sin; in[B,T,H,D]. out may alias in.
+// pairing Interleaved (a fault variant, faults.h): pairs (2i, 2i+1) rotated by angle i (cos[i], sin[i]).
 template <typename T>
-void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D);
+void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                  RopePairing pairing = RopePairing::RotateHalf);
 // din[B,T,H,D] (=); din may alias dout.
 template <typename T>
-void rope_backward(T* din, const T* dout, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D);
+void rope_backward(T* din, const T* dout, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                   RopePairing pairing = RopePairing::RotateHalf);
 
 // ----------------------------------------------------------------------------------------------
 // Grouped-query causal attention with right padding. Query i of sequence b attends to key j iff
 // j <= i and j < lengths[b] (transformers' causal mask AND the padding mask). scale = 1/sqrt(D).
 // out[B,T,H,D], probs[B,H,T,T] (cache; masked entries are 0), q[B,T,H,D], k,v[B,T,KV,D], lengths[B]
+// kv_heads Modulo (a fault variant, faults.h): query head h reads kv head h % KV instead of h / (H/KV).
 template <typename T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, const int32_t* lengths,
-                       int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D);
+                       int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                       KvHeadMapping kv_heads = KvHeadMapping::Grouped);
 // dq[B,T,H,D] (=), dk,dv[B,T,KV,D] (=), dout[B,T,H,D]
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* probs,
-                        const int32_t* lengths, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D);
+                        const int32_t* lengths, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
+                        KvHeadMapping kv_heads = KvHeadMapping::Grouped);
 
 // ----------------------------------------------------------------------------------------------
 // SiLU-gated MLP core: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)).   all [n]
@@ -97,10 +104,12 @@ void lora_linear_forward(T* y, T* t, const T* x, const T* w, const T* a, const T
                          T dropout_scale, T scaling, int64_t N, int64_t in, int64_t out, int64_t r);
 // dx[N,in]: ASSIGNED when accumulate_dx is false, ACCUMULATED (+=) when true (q/k/v and gate/up
 // share one input). da[r,in], db[out,r] (+=; nullable = frozen). dw is never computed (frozen base).
+// b_grad TransposedOperand (a fault variant, faults.h): dB += du^T t' with t'[n,k] = t[k*N + n] (t's
+// storage read as its transpose's); every other output unchanged.
 template <typename T>
 void lora_linear_backward(T* dx, T* da, T* db, const T* dy, const T* x, const T* w, const T* a, const T* b,
                           const T* t, const uint8_t* keep, T dropout_scale, T scaling, int64_t N, int64_t in,
-                          int64_t out, int64_t r, bool accumulate_dx);
+                          int64_t out, int64_t r, bool accumulate_dx, LoraBGrad b_grad = LoraBGrad::Correct);
 
 // ----------------------------------------------------------------------------------------------
 // Cross-entropy fused with the (tied) LM head, chunked over tokens AND vocabulary so at most

@@ -10,6 +10,9 @@ struct AdamWOptions {
     double beta2 = 0.999;
     double eps = 1e-8;
     double weight_decay = 0.0;
+    // Fault variants (faults.h, docs/faults.md); the defaults are torch's AdamW.
+    bool bias_correction = true;   // false: bc1 = bc2 = 1 (no bias correction)
+    bool eps_inside_sqrt = false;  // true: denom = sqrt(v / bc2 + eps) instead of sqrt(v) / sqrt(bc2) + eps
 };
 
 // One torch.optim.AdamW step (foreach implementation, non-capturable), element-wise in float32:

@@ -125,8 +125,10 @@ private:
         bool flags_dirty = false;
     };
     LegRecord leg_record(const LegState& leg) const;
+    RunFileWriter& writer();
 
     std::filesystem::path run_file_;
+    std::optional<RunFileWriter> writer_;
     Catalog catalog_;
     std::string hostname_;
     RunRecord run_;

@@ -209,7 +209,9 @@ void validate_leg_name(const std::string& leg) {
 // Writer
 
 RunFileWriter::RunFileWriter(const std::filesystem::path& path)
-    : path_(path), temp_path_(path.parent_path() / ("." + path.filename().string() + ".writing")) {
+    : path_(path),
+      temp_path_(path.parent_path() / ("." + path.filename().string() + ".writing")),
+      spare_path_(path.parent_path() / ("." + path.filename().string() + ".previous")) {
     h5::silence_library_errors();
     const std::string name = path.string();
     std::error_code ec;
@@ -227,9 +229,64 @@ RunFileWriter::RunFileWriter(const std::filesystem::path& path)
     ensure_open();
 }
 
+// Starts a session from the previous version (the spare hard link made at the last commit) by
+// replaying the last session's writes onto it; false when that is not possible (first session, the
+// published file is not the one this writer committed, a reader still has the old version open, a
+// replay failed) — the caller then copies the published file.
+bool RunFileWriter::reopen_previous_version() {
+    if (spare_ino_ == 0 || published_ino_ == 0) return false;
+    struct stat pub {}, spare {};
+    if (::stat(path_.c_str(), &pub) != 0 || pub.st_ino != published_ino_) return false;
+    const int fd = ::open(spare_path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return false;
+    // A reader holding the old version open (HDF5's own locking: a shared flock) keeps it: we must not
+    // change a file someone reads.
+    if (::fstat(fd, &spare) != 0 || spare.st_ino != spare_ino_ || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        ::close(fd);
+        return false;
+    }
+    if (::rename(spare_path_.c_str(), temp_path_.c_str()) != 0) {
+        ::close(fd);
+        return false;
+    }
+    spare_ino_ = 0;
+    lock_fd_ = fd;
+    const std::string name = path_.string();
+    try {
+        reserve_room(lock_fd_, name);
+        Handle fapl = unlocked_file_access();
+        file_ = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
+        if (file_ < 0) h5::fail(name, "cannot open run file for writing");
+        replaying_ = true;
+        for (auto& w : last_session_writes_) w();
+        replaying_ = false;
+    } catch (...) {
+        replaying_ = false;
+        H5Eclear2(H5E_DEFAULT);
+        discard();  // unlinks the half-replayed copy; the caller starts over from a full copy
+        return false;
+    }
+    last_session_writes_.clear();
+    last_copied_bytes_ = 0;
+    return true;
+}
+
+void RunFileWriter::forget_previous_version() noexcept {
+    if (spare_ino_ != 0) {
+        struct stat st {};
+        if (::stat(spare_path_.c_str(), &st) == 0 && st.st_ino == spare_ino_) ::unlink(spare_path_.c_str());
+    }
+    spare_ino_ = 0;
+    last_session_writes_.clear();
+}
+
 // Opens a session: lock the hidden copy, fill it with the published file (or create a new file).
 void RunFileWriter::ensure_open() {
     if (file_ >= 0) return;
+    session_writes_.clear();
+    failed_ = false;
+    if (reopen_previous_version()) return;
+    forget_previous_version();
     const std::string name = path_.string();
     lock_fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock_fd_ < 0) throw Error(name + ": cannot write run file (" + temp_path_.string() + ": " + std::strerror(errno) + ")");
@@ -246,10 +303,12 @@ void RunFileWriter::ensure_open() {
         std::error_code ec;
         if (std::filesystem::exists(path_, ec)) {
             copy_bytes(path_, lock_fd_, name);
+            last_copied_bytes_ = static_cast<std::int64_t>(std::filesystem::file_size(temp_path_, ec));
             reserve_room(lock_fd_, name);
             file_ = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
             if (file_ < 0) h5::fail(name, "cannot open run file for writing");
         } else {
+            last_copied_bytes_ = 0;
             // Default (earliest) format bounds: readable by every HDF5 tool.
             file_ = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
             if (file_ < 0) h5::fail(name, "cannot create run file");
@@ -273,6 +332,8 @@ void RunFileWriter::guarded(F&& write) {
         failed_ = true;  // the copy may hold half of this call: never publish it
         throw;
     }
+    // Kept for the next session, which may start from the version before this one (double buffering).
+    session_writes_.emplace_back(std::forward<F>(write));
 }
 
 void RunFileWriter::commit() {
@@ -292,12 +353,25 @@ void RunFileWriter::commit() {
         discard();
         throw Error(name + ": cannot fsync " + temp_path_.string() + " (" + std::strerror(error) + ")");
     }
+    // Keep the version being replaced as the next session's starting point (a hard link; where the
+    // file system has none, every session copies).
+    struct stat old_published {};
+    const bool had_published = ::stat(path_.c_str(), &old_published) == 0;
+    ::unlink(spare_path_.c_str());
+    const bool spare = had_published && ::link(path_.c_str(), spare_path_.c_str()) == 0;
     try {
         rename_durably(temp_path_, path_);  // rename + fsync of the folder
     } catch (...) {
+        if (spare) ::unlink(spare_path_.c_str());
         discard();
         throw;
     }
+    struct stat now_published {};
+    ::fstat(lock_fd_, &now_published);
+    published_ino_ = now_published.st_ino;
+    spare_ino_ = spare ? old_published.st_ino : 0;
+    last_session_writes_ = std::move(session_writes_);
+    session_writes_.clear();
     ::close(lock_fd_);  // releases the lock; the descriptor now names the published file
     lock_fd_ = -1;
 }
@@ -321,14 +395,21 @@ RunFileWriter::~RunFileWriter() {
     } catch (...) {
     }
     discard();
+    forget_previous_version();
 }
 
 RunFileWriter::RunFileWriter(RunFileWriter&& other) noexcept
     : path_(std::move(other.path_)),
       temp_path_(std::move(other.temp_path_)),
+      spare_path_(std::move(other.spare_path_)),
       file_(std::exchange(other.file_, -1)),
       lock_fd_(std::exchange(other.lock_fd_, -1)),
-      failed_(other.failed_) {}
+      failed_(other.failed_),
+      session_writes_(std::move(other.session_writes_)),
+      last_session_writes_(std::move(other.last_session_writes_)),
+      published_ino_(std::exchange(other.published_ino_, 0)),
+      spare_ino_(std::exchange(other.spare_ino_, 0)),
+      last_copied_bytes_(other.last_copied_bytes_) {}
 
 RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
     if (this != &other) {
@@ -337,17 +418,24 @@ RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
         } catch (...) {
         }
         discard();
+        forget_previous_version();
         path_ = std::move(other.path_);
         temp_path_ = std::move(other.temp_path_);
+        spare_path_ = std::move(other.spare_path_);
         file_ = std::exchange(other.file_, -1);
         lock_fd_ = std::exchange(other.lock_fd_, -1);
         failed_ = other.failed_;
+        session_writes_ = std::move(other.session_writes_);
+        last_session_writes_ = std::move(other.last_session_writes_);
+        published_ino_ = std::exchange(other.published_ino_, 0);
+        spare_ino_ = std::exchange(other.spare_ino_, 0);
+        last_copied_bytes_ = other.last_copied_bytes_;
     }
     return *this;
 }
 
 void RunFileWriter::write_host(const HostInfo& host) {
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, "/host");
         h5::write_attributes(f, group,
@@ -370,7 +458,7 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
     if (experiment.spec_json.size() > 60000)
         throw Error(path_.string() + ": experiment spec JSON is " + std::to_string(experiment.spec_json.size()) +
                     " bytes; /experiment holds at most 60000 as an attribute");
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, "/experiment");
         h5::write_attributes(f, group,
@@ -391,7 +479,7 @@ void RunFileWriter::write_probe(const ProbeResult& probe) {
         validate_direction(d.name);
         names += (names.empty() ? "" : ",") + d.name;
     }
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         // Replace a previous probe of the same device as a whole, so no stale direction survives.
         h5::require_group(f, file_, "/probes");
@@ -419,7 +507,7 @@ void RunFileWriter::write_probe(const ProbeResult& probe) {
 
 void RunFileWriter::create_leg(const std::string& leg, const Attributes& attributes) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
         h5::write_attributes(path_.string(), group, attributes);
     });
@@ -451,7 +539,7 @@ void write_table_rows(const std::string& f, hid_t file, const std::string& leg, 
 
 void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "steps", step_type(true), step_type(false), kStepChunkRows,
                          rows.data(), rows.size(), false);
     });
@@ -459,7 +547,7 @@ void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepR
 
 void RunFileWriter::replace_steps(const std::string& leg, const std::vector<StepRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "steps", step_type(true), step_type(false), kStepChunkRows,
                          rows.data(), rows.size(), true);
     });
@@ -467,7 +555,7 @@ void RunFileWriter::replace_steps(const std::string& leg, const std::vector<Step
 
 void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "eval", eval_type(true), eval_type(false), kEvalChunkRows,
                          rows.data(), rows.size(), false);
     });
@@ -475,7 +563,7 @@ void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRo
 
 void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "eval", eval_type(true), eval_type(false), kEvalChunkRows,
                          rows.data(), rows.size(), true);
     });
@@ -483,7 +571,7 @@ void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalR
 
 void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/timing");
         Attributes attributes = timing.extra;
         attributes["model_load_s"] = timing.model_load_s;
@@ -499,7 +587,7 @@ void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing
 
 void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/memory");
         Attributes attributes = memory.extra;
         attributes["peak_device_bytes"] = memory.peak_device_bytes;
@@ -510,7 +598,7 @@ void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory
 
 void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const std::string& json) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/checks");
         h5::write_string_dataset(path_.string(), group, check_level_name(level), json);
     });
@@ -518,7 +606,7 @@ void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const 
 
 void RunFileWriter::write_flags(const std::string& leg, const std::string& json) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
         h5::write_string_dataset(path_.string(), group, "flags", json);
     });
@@ -528,7 +616,7 @@ void RunFileWriter::write_comparison(const std::string& leg_a, const std::string
                                      const ComparisonSeries& series) {
     validate_comparison_pair(leg_a, leg_b);
     validate_series_name(series.series);
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, comparison_path(leg_a, leg_b));
         h5::remove_link(f, group, series.series);
@@ -541,7 +629,7 @@ void RunFileWriter::write_comparison(const std::string& leg_a, const std::string
 void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const std::string& leg_b,
                                               const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, comparison_path(leg_a, leg_b));
         h5::write_attributes(path_.string(), group, attributes);
     });

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -169,16 +170,30 @@ public:
     void commit();
     void flush() { commit(); }
 
+    // Bytes the last session copied from the published file to start its working copy: 0 when it
+    // started from the previous version instead (docs/hdf5-layout.md "Commit cost"). For tests.
+    std::int64_t last_copied_bytes() const { return last_copied_bytes_; }
+
 private:
     void ensure_open();
+    bool reopen_previous_version();
     void discard() noexcept;
+    void forget_previous_version() noexcept;
     template <class F>
     void guarded(F&& write);
     std::filesystem::path path_;
     std::filesystem::path temp_path_;
+    std::filesystem::path spare_path_;  // the version published before the last commit (hard link)
     std::int64_t file_ = -1;  // hid_t of the hidden copy, -1 between sessions
     int lock_fd_ = -1;        // flock on the hidden copy while a session is open
     bool failed_ = false;     // a write threw: the session must not be committed
+    // Double buffering: the writes of the last committed session, replayed onto the previous version
+    // (spare_path_) to bring it up to the published one, so a session costs O(its rows), not a copy of
+    // the whole file. Valid only while the published file is the one this writer committed.
+    std::vector<std::function<void()>> session_writes_, last_session_writes_;
+    std::uint64_t published_ino_ = 0, spare_ino_ = 0;
+    std::int64_t last_copied_bytes_ = 0;
+    bool replaying_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -174,7 +174,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         std::vector<size_t> lengths;
         for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
         data::PlanOptions po;
-        po.seed = spec.seed;
+        po.seed = spec.seeds.plan;
         po.micro_batch = static_cast<size_t>(spec.micro_batch);
         po.accumulation = static_cast<size_t>(spec.accumulation);
         po.max_len = static_cast<size_t>(spec.max_len);
@@ -202,7 +202,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.max_grad_norm = spec.clip;
     to.dropout_mode = spec.leg_setting(opt.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
                                                                               : engine::DropoutMode::Native;
-    to.seed = spec.seed;
+    to.seed = spec.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
     to.threads = opt.threads;
     const engine::Qwen3Config config = base.config;
     engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);

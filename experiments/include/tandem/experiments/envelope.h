@@ -62,7 +62,7 @@ const SeedEnvelope* pick_envelope(const std::vector<SeedEnvelope>& envelopes, co
 void write_envelope(RunFileWriter& writer, const SeedEnvelope& envelope, const std::vector<EnvelopeMember>* members);
 std::vector<SeedEnvelope> read_envelopes(const RunFileReader& reader);
 
-// Catalog (tables envelopes, envelope_points; docs/catalog.md schema 4).
+// Catalog (tables envelopes, envelope_points; docs/catalog.md schema 5).
 void store_envelope(Catalog& catalog, const SeedEnvelope& envelope);
 // The newest envelope of every stack for this key.
 std::vector<SeedEnvelope> find_envelopes(const Catalog& catalog, const std::string& key);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tandem/experiments/gate.h"
+#include "tandem/experiments/gate_config.h"
 
 namespace tandem::experiments {
 

@@ -275,3 +275,29 @@ TEST(Gate, NewFlagSettingsParseAndKeepOldHashes) {
     EXPECT_EQ(c.to_json()["envelope"], "stop");
     EXPECT_THROW(GateConfig::from_json(nlohmann::json{{"envelope", "halt"}}, "x.json"), std::exception);
 }
+
+TEST(Gate, RowsRecordedBeforeTheGateExistedAreNotFlaggedAgain) {
+    // A resumed run: the earlier runner judged (and flagged) these rows; a new gate marks them seen.
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";
+    TrajectoryGate g;
+    TrajectoryGate::Context ctx;
+    ctx.implementation = {{"engine", "engine"}, {"reference", "reference"}};
+    ctx.paired = {{"engine", "reference"}};
+    ctx.model = error_model_for(spec);
+    ctx.envelopes = {envelope_for(spec, "reference")};
+    g.set_context(ctx);
+    LegTrace t, ref;
+    t.evals = {{0, 3.0}, {2, 2.8}, {4, 2.9}};  // 4: outside the band, and far from the reference
+    t.steps = {{0, std::nan(""), 1.0, 0, 1, 0.1}};
+    ref.evals = {{0, 3.0}, {2, 2.8}, {4, 2.6}};
+    std::map<std::string, const LegTrace*> traces{{"engine", &t}, {"reference", &ref}};
+    g.mark_seen("engine", t);
+    g.mark_pairs_seen(traces);
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+    EXPECT_TRUE(g.check_pairs(traces).empty());
+    t.evals.push_back({6, 2.9});  // a new row is judged
+    ref.evals.push_back({6, 2.4});
+    EXPECT_EQ(g.check("engine", t, 0).size(), 1u);
+    EXPECT_EQ(g.check_pairs(traces).size(), 1u);
+}

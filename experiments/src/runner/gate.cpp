@@ -186,6 +186,21 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
     return out;
 }
 
+void TrajectoryGate::mark_seen(const std::string& leg, const LegTrace& trace) {
+    Seen& seen = seen_[leg];
+    for (const auto& s : trace.steps) seen.last_update = std::max(seen.last_update, s.update);
+    for (const auto& e : trace.evals) seen.last_eval = std::max(seen.last_eval, e.update);
+}
+
+void TrajectoryGate::mark_pairs_seen(const std::map<std::string, const LegTrace*>& traces) {
+    for (const auto& [a, b] : context_.paired) {
+        auto ta = traces.find(a), tb = traces.find(b);
+        if (ta == traces.end() || tb == traces.end() || !ta->second || !tb->second) continue;
+        int64_t& last = pair_seen_.try_emplace(a + "~" + b, -1).first->second;
+        for (const PairedPoint& p : pair_evals(ta->second->evals, tb->second->evals)) last = std::max(last, p.update);
+    }
+}
+
 void TrajectoryGate::check_envelope(const std::string& leg, const char* series, int64_t update, double value,
                                     std::vector<GateFlag>& out) const {
     auto impl = context_.implementation.find(leg);

@@ -519,6 +519,13 @@ public:
                      return v;
                  }()) + " (" + e.source + ")");
         gate_.set_context(std::move(ctx));
+        // What a resumed run's legs recorded before was judged by the runner that saw it.
+        std::map<std::string, const LegTrace*> traces;
+        for (const auto& l : run_.legs) {
+            gate_.mark_seen(l.plan.name, l.trace);
+            traces[l.plan.name] = &l.trace;
+        }
+        gate_.mark_pairs_seen(traces);
     }
 
     // Runs until no leg runs or waits; returns true when interrupted (SIGINT / SIGTERM).

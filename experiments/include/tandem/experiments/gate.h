@@ -62,6 +62,10 @@ public:
         std::vector<SeedEnvelope> envelopes;
     };
     void set_context(Context context) { context_ = std::move(context); }
+    // Rows a leg recorded before this gate existed (an earlier runner judged them, and its flags are
+    // in run.h5): not checked again, so a resumed run does not raise — and act on — old flags anew.
+    void mark_seen(const std::string& leg, const LegTrace& trace);
+    void mark_pairs_seen(const std::map<std::string, const LegTrace*>& traces);
     const Context& context() const { return context_; }
     // Paired evaluations both legs have reported since the last call, against the error-model bound.
     // The flag names the pair's non-reference leg (the reference is the yardstick).

@@ -296,8 +296,12 @@ TEST(Gate, RowsRecordedBeforeTheGateExistedAreNotFlaggedAgain) {
     g.mark_pairs_seen(traces);
     EXPECT_TRUE(g.check("engine", t, 0).empty());
     EXPECT_TRUE(g.check_pairs(traces).empty());
-    t.evals.push_back({6, 2.9});  // a new row is judged
+    t.steps.push_back({1, std::nan(""), 1.0, 0, 1, 0.1});  // new rows are judged
+    t.evals.push_back({6, 2.9});
     ref.evals.push_back({6, 2.4});
-    EXPECT_EQ(g.check("engine", t, 0).size(), 1u);
+    auto f = g.check("engine", t, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, "non-finite");
+    EXPECT_EQ(f[0].update, 1);
     EXPECT_EQ(g.check_pairs(traces).size(), 1u);
 }

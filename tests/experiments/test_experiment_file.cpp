@@ -106,9 +106,22 @@ TEST(ExperimentFile, SeedsDefaultToTheSeedAndKeepTheHashUnlessOneDiffers) {
     EXPECT_EQ(varied.sha256_without_seeds(), plain.sha256_without_seeds());
     ExperimentSpec again = parse_experiment(varied.to_json(), "resolved");
     EXPECT_EQ(again.sha256(), varied.sha256());
-    // What changes the experiment's numbers changes the envelope key.
-    j["lora"] = {{"rank", 8}};
-    EXPECT_NE(parse_experiment(j, "x").sha256_without_seeds(), plain.sha256_without_seeds());
+    // What does not change the distribution of the numbers keeps the envelope key: the name, the
+    // gate, checkpoints, the mask generator (shared or native: the same Bernoulli masks).
+    json k = j;
+    k["name"] = "y";
+    k["gate"] = {{"envelope", "stop"}};
+    k["checkpoint"] = {{"interval", 5}};
+    k["dropout_masks"] = "native";
+    k["overrides"] = {{"engine", {{"dropout_masks", "native"}}}};
+    EXPECT_EQ(parse_experiment(k, "x").sha256_without_seeds(), plain.sha256_without_seeds());
+    // What changes them changes it.
+    for (auto change : {json{{"lora", {{"rank", 8}}}}, json{{"plan", "native"}}, json{{"optimizer", {{"lr", 2e-4}}}},
+                        json{{"overrides", {{"engine", {{"template", "chatml"}}}}}}}) {
+        json c = j;
+        c.update(change);
+        EXPECT_NE(parse_experiment(c, "x").sha256_without_seeds(), plain.sha256_without_seeds()) << change.dump();
+    }
     // Bad seeds are named.
     j = minimal();
     j["seeds"] = {{"dropout", -1}};

@@ -76,6 +76,12 @@ TEST(Envelope, StatisticsMatchHandComputedValues) {
     EXPECT_DOUBLE_EQ(l->mean, 5.0);
     EXPECT_EQ(e.member_mean_ce, (std::vector<double>{10.0, 11.0, 13.0}));  // evaluations after update 0
     EXPECT_EQ(e.at("heldout_ce", 1), nullptr);
+    // Eight identical values whose float64 sum is inexact: still exactly zero width.
+    std::vector<EnvelopeMember> same;
+    for (int i = 0; i < 8; ++i) same.push_back(member("m" + std::to_string(i), {{0, 11.963249123313210}}));
+    const EnvelopePoint* q = compute_envelope(same).at("heldout_ce", 0);
+    EXPECT_EQ(q->std, 0.0);
+    EXPECT_EQ(q->mean, 11.963249123313210);
 }
 
 namespace {

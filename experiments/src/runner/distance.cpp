@@ -40,6 +40,14 @@ ErrorModel error_model_for(const ExperimentSpec& spec, const fs::path& run_folde
     return m;
 }
 
+std::optional<ErrorModel> error_model_or_none(const ExperimentSpec& spec, const fs::path& run_folder) {
+    try {
+        return error_model_for(spec, run_folder);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
 bool legs_are_paired(const ExperimentSpec& spec, const std::string& a, const std::string& b) {
     const bool dropout_matches = spec.lora_dropout == 0.0 ||
                                  (spec.leg_setting(a, "dropout_masks") == "shared" && spec.leg_setting(b, "dropout_masks") == "shared");
@@ -173,7 +181,8 @@ EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<Eva
         if (!p || p->n < 2) continue;
         const Band band = envelope_band(*p, kEnvelopeBandSigma, model.bound(e.update));
         if (!std::isfinite(e.heldout_ce) || e.heldout_ce < band.low || e.heldout_ce > band.high) d.outside_band.push_back(e.update);
-        if (!(p->std > 0)) continue;
+        // No z where the members spread less than rounding can (update 0 when B starts at zero).
+        if (!(p->std > model.bound(e.update) * std::fabs(p->mean))) continue;
         DistancePoint q;
         q.update = e.update;
         q.value = e.heldout_ce;

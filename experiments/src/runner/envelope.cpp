@@ -59,6 +59,11 @@ EnvelopePoint point_of(int64_t update, std::vector<double> v) {
     }
     p.min = *std::min_element(v.begin(), v.end());
     p.max = *std::max_element(v.begin(), v.end());
+    if (p.min == p.max) {  // identical members: exactly zero width (a summed mean could be off by an ulp)
+        p.mean = p.std = p.q05 = p.q25 = p.q50 = p.q75 = p.q95 = p.min;
+        p.std = 0.0;
+        return p;
+    }
     p.mean = mean(v);
     double s = 0;
     for (double x : v) s += (x - p.mean) * (x - p.mean);
@@ -266,7 +271,13 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     const ExperimentSpec spec = load_experiment(opt.experiment);
     if (opt.seeds < 2) throw Error("--seeds: an envelope needs at least 2 runs (given " + std::to_string(opt.seeds) + ")");
-    for (const auto& v : opt.vary) spec.seed_of(v);  // throws for an unknown name
+    for (const auto& v : opt.vary) {
+        try {
+            spec.seed_of(v);
+        } catch (const Error& e) {
+            throw Error(std::string("--vary: ") + e.what());
+        }
+    }
     const std::vector<LegPlan> plans = plan_legs(opt.legs, "cpu", &spec);
     std::set<std::string> stacks;
     for (const auto& p : plans)

@@ -384,8 +384,20 @@ json ExperimentSpec::to_json() const {
 std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }
 
 std::string ExperimentSpec::sha256_without_seeds() const {
-    json j = to_json();
-    for (const char* k : {"seed", "seeds", "description", "gate"}) j.erase(k);
+    // Only what decides the distribution of a stack's numbers (docs/envelope.md "Reuse: the key"):
+    // not the name, seeds, the legs section, the gate, checkpoints (a resume is bit-identical) or
+    // l3_records, and not how dropout masks are drawn (shared or a leg's native RNG: both Bernoulli
+    // masks of the same rate). The plan stays: a native plan batches differently.
+    const json full = to_json();
+    json j = json::object();
+    for (const char* k : {"model", "lora", "optimizer", "schedule", "clip", "batch", "sequence", "corpus", "eval", "plan",
+                          "template", "overrides"})
+        j[k] = full.at(k);
+    for (auto& [leg, fields] : j["overrides"].items()) fields.erase("dropout_masks");
+    for (auto it = j["overrides"].begin(); it != j["overrides"].end();) {
+        if (it.value().empty()) it = j["overrides"].erase(it);
+        else ++it;
+    }
     return sha256_hex(j.dump());
 }
 

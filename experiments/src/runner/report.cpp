@@ -509,7 +509,7 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
     std::vector<SeedEnvelope> envelopes = read_envelopes(reader);
     if (envelopes.empty() && !catalog.empty() && fs::exists(catalog)) envelopes = find_envelopes(Catalog(catalog), spec.sha256_without_seeds());
-    Comparison c = compare_legs(legs, spec, Thresholds{}, error_model_for(spec, file.parent_path()), envelopes);
+    Comparison c = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, file.parent_path()), envelopes);
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
     if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;

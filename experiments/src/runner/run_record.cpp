@@ -418,7 +418,7 @@ Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const Expe
     {
         RunFileReader r(run_file_);
         legs = read_legs(r);
-        cmp = compare_legs(legs, spec, Thresholds{}, error_model_for(spec, run_file_.parent_path()), envelopes_);
+        cmp = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
         cmp.probes = r.probes();
     }
     judge_completeness(cmp, legs, expected);

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct ErrorModel {
 // L from the experiment's model (named, inline, or a checkpoint's config.json: `run_folder`/base
 // when the experiment's base path is gone); S = sequence.max_len.
 ErrorModel error_model_for(const ExperimentSpec& spec, const std::filesystem::path& run_folder = {});
+// The same, or nothing when the depth cannot be read (compare_legs then says why the paired distance
+// does not apply, instead of the comparison failing).
+std::optional<ErrorModel> error_model_or_none(const ExperimentSpec& spec, const std::filesystem::path& run_folder = {});
 
 // Whether two legs of a run are paired: the same seeds (one run), shared dropout masks (or dropout
 // 0) and a shared plan.

@@ -95,9 +95,11 @@ struct ExperimentSpec {
     nlohmann::json to_json() const;
     // SHA-256 of to_json().dump() (keys sorted, no spaces): docs/run-folder.md.
     std::string sha256() const;
-    // The experiment without what seeds decide and without what does not change the numbers: SHA-256
-    // of to_json() less `seed`, `seeds`, `description` and `gate`. Runs of one experiment with
-    // different seeds share it; it keys the seed envelope (docs/envelope.md).
+    // The experiment without its seeds and without what does not change the distribution of the
+    // numbers: SHA-256 of the resolved spec's model, lora, optimizer, schedule, clip, batch, sequence,
+    // corpus, eval, plan, template and overrides (less their dropout_masks). Runs of one experiment with
+    // other seeds, another name, gate, legs section or mask generator share it; it keys the seed
+    // envelope (docs/envelope.md "Reuse: the key").
     std::string sha256_without_seeds() const;
 };
 

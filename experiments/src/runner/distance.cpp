@@ -156,6 +156,25 @@ double student_t_sf(double t, double df) {
     return t >= 0 ? tail : 1.0 - tail;
 }
 
+std::vector<DistancePoint> envelope_z_points(const std::vector<EvalRow>& evals, const SeedEnvelope& env, const ErrorModel& model) {
+    std::vector<DistancePoint> out;
+    for (const EvalRow& e : evals) {
+        const EnvelopePoint* p = env.at("heldout_ce", e.update);
+        if (!p || p->n < 2) continue;
+        // No z where the members spread less than rounding can (update 0 when B starts at zero).
+        if (!(p->std > model.bound(e.update) * std::fabs(p->mean))) continue;
+        DistancePoint q;
+        q.update = e.update;
+        q.value = e.heldout_ce;
+        q.reference = p->mean;
+        q.difference = e.heldout_ce - p->mean;
+        q.scale = p->std;
+        q.distance = q.difference / q.scale;
+        out.push_back(q);
+    }
+    return out;
+}
+
 EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<EvalRow>& evals, const SeedEnvelope& env,
                                    const ErrorModel& model) {
     EnvelopeDistance d;
@@ -181,21 +200,13 @@ EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<Eva
         if (!p || p->n < 2) continue;
         const Band band = envelope_band(*p, kEnvelopeBandSigma, model.bound(e.update));
         if (!std::isfinite(e.heldout_ce) || e.heldout_ce < band.low || e.heldout_ce > band.high) d.outside_band.push_back(e.update);
-        // No z where the members spread less than rounding can (update 0 when B starts at zero).
-        if (!(p->std > model.bound(e.update) * std::fabs(p->mean))) continue;
-        DistancePoint q;
-        q.update = e.update;
-        q.value = e.heldout_ce;
-        q.reference = p->mean;
-        q.difference = e.heldout_ce - p->mean;
-        q.scale = p->std;
-        q.distance = q.difference / q.scale;
+    }
+    d.points = envelope_z_points(evals, env, model);
+    for (const auto& q : d.points)
         if (std::isfinite(q.distance) && (d.max_abs_z_update < 0 || std::fabs(q.distance) > d.max_abs_z)) {
             d.max_abs_z = std::fabs(q.distance);
             d.max_abs_z_update = q.update;
         }
-        d.points.push_back(q);
-    }
     d.leg_mean = mean_heldout_after_start(evals);
     const double n = static_cast<double>(sample.size());
     d.df = static_cast<int64_t>(sample.size()) - 1;

@@ -139,6 +139,16 @@ SeedEnvelope compute_envelope(const std::vector<EnvelopeMember>& members) {
     return e;
 }
 
+std::vector<BandPoint> envelope_band_points(const SeedEnvelope& e, const std::string& series, double sigma) {
+    std::vector<BandPoint> out;
+    for (const auto& p : e.series(series)) {
+        if (p.n < 1 || !std::isfinite(p.mean)) continue;
+        const double sd = std::isfinite(p.std) ? p.std : 0.0;
+        out.push_back({p.update, p.min, p.max, p.mean - sigma * sd, p.mean + sigma * sd});
+    }
+    return out;
+}
+
 const SeedEnvelope* pick_envelope(const std::vector<SeedEnvelope>& envelopes, const std::string& implementation) {
     for (const auto& e : envelopes)
         if (e.implementation == "reference") return &e;

@@ -103,6 +103,7 @@ json flags_to_json(const std::vector<GateFlag>& flags) {
     for (const auto& f : flags) {
         json x{{"leg", f.leg}, {"kind", f.kind}, {"update", f.update}, {"action", gate_action_name(f.action)},
                {"message", f.message}};
+        if (!f.series.empty()) x["series"] = f.series;
         x["value"] = std::isfinite(f.value) ? json(f.value) : json(nullptr);
         x["threshold"] = std::isfinite(f.threshold) ? json(f.threshold) : json(nullptr);
         a.push_back(std::move(x));
@@ -123,6 +124,7 @@ std::vector<GateFlag> flags_from_json(const json& j) {
         const std::string a = x.value("action", "warn");
         f.action = a == "stop" ? GateAction::Stop : a == "pause" ? GateAction::Pause : GateAction::Warn;
         f.message = x.value("message", "");
+        f.series = x.value("series", "");
         out.push_back(std::move(f));
     }
     return out;
@@ -141,7 +143,8 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
         if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
             const bool loss = !std::isfinite(s.loss);
             out.push_back({leg, "non-finite", s.update, loss ? s.loss : s.grad_norm, std::nan(""), config_.non_finite,
-                           leg + ": non-finite " + (loss ? "loss" : "grad norm") + " at update " + std::to_string(s.update)});
+                           leg + ": non-finite " + (loss ? "loss" : "grad norm") + " at update " + std::to_string(s.update),
+                           loss ? "loss" : "grad_norm"});
             continue;
         }
         // Step time against this attempt's last `window` updates before this one.
@@ -156,7 +159,8 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             if (s.wall_s > limit)
                 out.push_back({leg, "step-time", s.update, s.wall_s, limit, config_.step_time,
                                leg + ": update " + std::to_string(s.update) + " took " + fmt("%.3g", s.wall_s) + " s, " +
-                                   fmt("%.1f", s.wall_s / median) + "x its running median " + fmt("%.3g", median) + " s"});
+                                   fmt("%.1f", s.wall_s / median) + "x its running median " + fmt("%.3g", median) + " s",
+                               "wall_s"});
         }
         check_envelope(leg, "loss", s.update, s.loss, out);
         // Loss spike against the last `window` finite losses before this update.
@@ -170,7 +174,8 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
                 out.push_back({leg, "loss-spike", s.update, s.loss, limit, config_.loss_spike,
                                leg + ": loss " + fmt("%.6g", s.loss) + " at update " + std::to_string(s.update) + " is above mean + " +
                                    fmt("%g", config_.loss_spike_sigma) + " std of its last " + std::to_string(losses.size()) +
-                                   " updates (" + fmt("%.6g", limit) + ")"});
+                                   " updates (" + fmt("%.6g", limit) + ")",
+                               "loss"});
         }
     }
     for (const EvalRow& e : trace.evals) {
@@ -178,7 +183,7 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
         seen.last_eval = e.update;
         if (!std::isfinite(e.heldout_ce)) {
             out.push_back({leg, "non-finite", e.update, e.heldout_ce, std::nan(""), config_.non_finite,
-                           leg + ": non-finite held-out CE at update " + std::to_string(e.update)});
+                           leg + ": non-finite held-out CE at update " + std::to_string(e.update), "heldout_ce"});
             continue;
         }
         check_envelope(leg, "heldout_ce", e.update, e.heldout_ce, out);
@@ -215,7 +220,8 @@ void TrajectoryGate::check_envelope(const std::string& leg, const char* series, 
     out.push_back({leg, "envelope", update, value, above ? band.high : band.low, config_.envelope,
                    leg + ": " + what + " " + fmt("%.7g", value) + " at update " + std::to_string(update) + " is " +
                        (above ? "above" : "below") + " the " + env->implementation + " seed envelope band [" +
-                       fmt("%.7g", band.low) + ", " + fmt("%.7g", band.high) + "] (" + std::to_string(env->members) + " runs)"});
+                       fmt("%.7g", band.low) + ", " + fmt("%.7g", band.high) + "] (" + std::to_string(env->members) + " runs)",
+                   series});
 }
 
 std::vector<GateFlag> TrajectoryGate::check_pairs(const std::map<std::string, const LegTrace*>& traces) {
@@ -240,7 +246,8 @@ std::vector<GateFlag> TrajectoryGate::check_pairs(const std::map<std::string, co
                 out.push_back({leg, "paired-bound", p.update, rel, bound, config_.paired_bound,
                                leg + ": held-out CE at update " + std::to_string(p.update) + " differs from " + ref + "'s by " +
                                    fmt("%.3g", rel) + " relative, " + fmt("%.3g", rel / bound) + "x the error-model bound " +
-                                   fmt("%.3g", bound)});
+                                   fmt("%.3g", bound),
+                               "heldout_ce"});
         }
     }
     return out;

@@ -93,6 +93,9 @@ struct EnvelopeDistance {
     bool test_rejects() const { return std::isfinite(p) && p < alpha; }
     bool within() const { return available && !test_rejects() && outside_band.empty(); }
 };
+// z = (x - mean) / std of each evaluation with a spread above rounding (bound(u) |mean|), as the
+// envelope distance and the workbench's z panel use them.
+std::vector<DistancePoint> envelope_z_points(const std::vector<EvalRow>& evals, const SeedEnvelope& envelope, const ErrorModel& model);
 // The leg's held-out CE (`evals`) against the envelope; `model` widens the band by the bound.
 EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<EvalRow>& evals, const SeedEnvelope& envelope,
                                    const ErrorModel& model);

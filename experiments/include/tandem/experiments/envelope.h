@@ -54,6 +54,14 @@ SeedEnvelope compute_envelope(const std::vector<EnvelopeMember>& members);
 // Mean held-out CE over the evaluations after update 0 (NaN when there is none).
 double mean_heldout_after_start(const std::vector<EvalRow>& evals);
 
+// What the workbench draws behind a series (docs/workbench.md): per update the envelope's min and
+// max and mean -/+ sigma std (sample std).
+struct BandPoint {
+    int64_t update = 0;
+    double min = 0, max = 0, lo = 0, hi = 0;
+};
+std::vector<BandPoint> envelope_band_points(const SeedEnvelope& envelope, const std::string& series, double sigma = 2.0);
+
 // Which envelope judges a leg: the reference stack's when there is one (the yardstick), else the
 // leg's own stack's, else none.
 const SeedEnvelope* pick_envelope(const std::vector<SeedEnvelope>& envelopes, const std::string& implementation);

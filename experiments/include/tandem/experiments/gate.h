@@ -39,6 +39,7 @@ struct GateFlag {
     double threshold = 0;  // what it was compared with
     GateAction action = GateAction::Warn;
     std::string message;   // one line, e.g. "engine: update 14 took 2.41 s, 6.0x its running median 0.40 s"
+    std::string series;    // what the value is of: heldout_ce | loss | grad_norm | wall_s (where the workbench marks it)
 };
 
 nlohmann::json flags_to_json(const std::vector<GateFlag>& flags);

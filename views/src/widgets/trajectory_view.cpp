@@ -489,7 +489,9 @@ void TrajectoryView::hover_at(double update) {
     // panel; every curve is then read at exactly that update ("–" where it has no point there).
     hovered_ = update;
     QStringList lines;
-    auto line_for = [&](const QString& title, const std::vector<Curve>& curves, const QString& unit, int digits) {
+    auto line_for = [&](const QString& title, std::vector<Curve> curves, const QString& unit, int digits) {
+        // Flag markers are listed on their own lines below, with their reason.
+        curves.erase(std::remove_if(curves.begin(), curves.end(), [](const Curve& c) { return c.markers; }), curves.end());
         std::vector<const Series*> series;
         for (const auto& c : curves) series.push_back(c.series);
         const auto at = nearest_update(series, update);

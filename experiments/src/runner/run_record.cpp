@@ -272,8 +272,14 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
     catalog_.upsert_run(run_);
 
     tracked_.clear();
+    envelopes_ = find_envelopes(catalog_, spec.sha256_without_seeds());
+    if (envelopes_.empty() && resumed && fs::exists(run_file_)) {
+        for (auto& e : read_envelopes(RunFileReader(run_file_)))
+            if (e.key == spec.sha256_without_seeds()) envelopes_.push_back(std::move(e));
+    }
     {
         RunFileWriter& w = writer();
+        for (const auto& e : envelopes_) write_envelope(w, e, nullptr);
         // /host and /experiment are (re)written when absent: a runner killed during preparation or
         // before its first commit left no run file.
         std::optional<ExperimentInfo> existing;
@@ -416,7 +422,7 @@ Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const Expe
     {
         RunFileReader r(run_file_);
         legs = read_legs(r);
-        cmp = compare_legs(legs, spec);
+        cmp = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
         cmp.probes = r.probes();
     }
     judge_completeness(cmp, legs, expected);

@@ -68,6 +68,39 @@ Handle paired_type(bool file) {
     return type;
 }
 
+Handle envelope_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 88 : sizeof(EnvelopePoint)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(EnvelopePoint, update), i64);
+    H5Tinsert(type, "n", file ? 8 : offsetof(EnvelopePoint, n), i64);
+    H5Tinsert(type, "min", file ? 16 : offsetof(EnvelopePoint, min), f64);
+    H5Tinsert(type, "max", file ? 24 : offsetof(EnvelopePoint, max), f64);
+    H5Tinsert(type, "mean", file ? 32 : offsetof(EnvelopePoint, mean), f64);
+    H5Tinsert(type, "std", file ? 40 : offsetof(EnvelopePoint, std), f64);
+    H5Tinsert(type, "q05", file ? 48 : offsetof(EnvelopePoint, q05), f64);
+    H5Tinsert(type, "q25", file ? 56 : offsetof(EnvelopePoint, q25), f64);
+    H5Tinsert(type, "q50", file ? 64 : offsetof(EnvelopePoint, q50), f64);
+    H5Tinsert(type, "q75", file ? 72 : offsetof(EnvelopePoint, q75), f64);
+    H5Tinsert(type, "q95", file ? 80 : offsetof(EnvelopePoint, q95), f64);
+    return type;
+}
+
+Handle distance_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 48 : sizeof(DistancePoint)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(DistancePoint, update), i64);
+    H5Tinsert(type, "value", file ? 8 : offsetof(DistancePoint, value), f64);
+    H5Tinsert(type, "reference", file ? 16 : offsetof(DistancePoint, reference), f64);
+    H5Tinsert(type, "difference", file ? 24 : offsetof(DistancePoint, difference), f64);
+    H5Tinsert(type, "scale", file ? 32 : offsetof(DistancePoint, scale), f64);
+    H5Tinsert(type, "distance", file ? 40 : offsetof(DistancePoint, distance), f64);
+    return type;
+}
+
+Handle f64_type(bool file) { return Handle(H5Tcopy(file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE), H5Tclose); }
+
 // --- attribute helpers ----------------------------------------------------------------------------
 
 std::string leg_path(const std::string& leg) { return "/legs/" + leg; }
@@ -78,6 +111,9 @@ void validate_comparison_pair(const std::string& a, const std::string& b) {
 }
 
 std::string comparison_path(const std::string& a, const std::string& b) { return "/comparisons/" + a + "~" + b; }
+std::string distance_path(const std::string& a, const std::string& b) { return "/distances/" + a + "~" + b; }
+// Stacks are implementation names and members run ids: both follow the leg-name rule (a path component).
+std::string envelope_path(const std::string& stack) { return "/envelope/" + stack; }
 
 void validate_series_name(const std::string& series) {
     if (series.empty() || series.size() > 64 || series.find_first_of("/~") != std::string::npos || series == "." ||
@@ -635,6 +671,86 @@ void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const st
     });
 }
 
+void RunFileWriter::remove_envelope(const std::string& stack) {
+    validate_leg_name(stack);
+    guarded([&] {
+        if (h5::exists(file_, envelope_path(stack))) h5::remove_link(path_.string(), file_, envelope_path(stack));
+    });
+}
+
+void RunFileWriter::set_envelope_attributes(const std::string& stack, const Attributes& attributes) {
+    validate_leg_name(stack);
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, envelope_path(stack));
+        h5::write_attributes(path_.string(), group, attributes);
+    });
+}
+
+void RunFileWriter::write_envelope_series(const std::string& stack, const std::string& series,
+                                          const std::vector<EnvelopePoint>& points) {
+    validate_leg_name(stack);
+    validate_series_name(series);
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, envelope_path(stack));
+        h5::remove_link(f, group, series);
+        Handle dataset = h5::create_table(f, group, series, envelope_type(true), 256);
+        h5::append_rows(f, dataset, envelope_type(false), points.data(), points.size());
+    });
+}
+
+void RunFileWriter::write_envelope_values(const std::string& stack, const std::string& name, const std::vector<double>& values) {
+    validate_leg_name(stack);
+    validate_series_name(name);
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, envelope_path(stack));
+        h5::remove_link(f, group, name);
+        Handle dataset = h5::create_table(f, group, name, f64_type(true), 64);
+        h5::append_rows(f, dataset, f64_type(false), values.data(), values.size());
+    });
+}
+
+void RunFileWriter::write_envelope_member(const std::string& stack, const std::string& member,
+                                          const std::vector<StepRow>& steps, const std::vector<EvalRow>& evals,
+                                          const Attributes& attributes) {
+    validate_leg_name(stack);
+    validate_leg_name(member);
+    guarded([&] {
+        const std::string f = path_.string();
+        const std::string path = envelope_path(stack) + "/members/" + member;
+        if (h5::exists(file_, path)) h5::remove_link(f, file_, path);
+        Handle group = h5::require_group(f, file_, path);
+        h5::write_attributes(f, group, attributes);
+        Handle st = h5::create_table(f, group, "steps", step_type(true), kStepChunkRows);
+        h5::append_rows(f, st, step_type(false), steps.data(), steps.size());
+        Handle ev = h5::create_table(f, group, "eval", eval_type(true), kEvalChunkRows);
+        h5::append_rows(f, ev, eval_type(false), evals.data(), evals.size());
+    });
+}
+
+void RunFileWriter::write_distance(const std::string& leg_a, const std::string& leg_b, const std::string& name,
+                                   const std::vector<DistancePoint>& points, const Attributes& attributes) {
+    validate_comparison_pair(leg_a, leg_b);
+    validate_series_name(name);
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, distance_path(leg_a, leg_b));
+        h5::remove_link(f, group, name);
+        Handle dataset = h5::create_table(f, group, name, distance_type(true), 256);
+        h5::append_rows(f, dataset, distance_type(false), points.data(), points.size());
+        h5::write_attributes(f, dataset, attributes);
+    });
+}
+
+void RunFileWriter::set_distance_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes) {
+    validate_comparison_pair(leg_a, leg_b);
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, distance_path(leg_a, leg_b));
+        h5::write_attributes(path_.string(), group, attributes);
+    });
+}
+
 // =================================================================================================
 // Reader
 
@@ -882,6 +998,62 @@ std::vector<ComparisonSeries> RunFileReader::comparison_series(const std::string
         out.push_back(std::move(series));
     }
     return out;
+}
+
+namespace {
+template <class Row>
+std::vector<Row> read_table(const std::string& file_name, hid_t file, const std::string& path, hid_t memory_type) {
+    if (!h5::exists(file, path)) return {};
+    Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(file_name, "cannot open " + path);
+    std::vector<Row> rows(h5::row_count(file_name, dataset));
+    h5::read_rows(file_name, dataset, memory_type, rows.data());
+    return rows;
+}
+}  // namespace
+
+std::vector<std::string> RunFileReader::envelope_stacks() const {
+    if (!h5::exists(file_, "/envelope")) return {};
+    Handle group = h5::open_group(path_.string(), file_, "/envelope");
+    return h5::child_names(path_.string(), group);
+}
+
+std::vector<EnvelopePoint> RunFileReader::envelope_series(const std::string& stack, const std::string& series) const {
+    validate_leg_name(stack);
+    validate_series_name(series);
+    return read_table<EnvelopePoint>(path_.string(), file_, envelope_path(stack) + "/" + series, envelope_type(false));
+}
+
+std::vector<double> RunFileReader::envelope_values(const std::string& stack, const std::string& name) const {
+    validate_leg_name(stack);
+    validate_series_name(name);
+    return read_table<double>(path_.string(), file_, envelope_path(stack) + "/" + name, f64_type(false));
+}
+
+std::vector<std::string> RunFileReader::envelope_members(const std::string& stack) const {
+    validate_leg_name(stack);
+    const std::string path = envelope_path(stack) + "/members";
+    if (!h5::exists(file_, path)) return {};
+    Handle group = h5::open_group(path_.string(), file_, path);
+    return h5::child_names(path_.string(), group);
+}
+
+std::vector<StepRow> RunFileReader::envelope_member_steps(const std::string& stack, const std::string& member) const {
+    validate_leg_name(stack);
+    validate_leg_name(member);
+    return read_table<StepRow>(path_.string(), file_, envelope_path(stack) + "/members/" + member + "/steps", step_type(false));
+}
+
+std::vector<EvalRow> RunFileReader::envelope_member_eval(const std::string& stack, const std::string& member) const {
+    validate_leg_name(stack);
+    validate_leg_name(member);
+    return read_table<EvalRow>(path_.string(), file_, envelope_path(stack) + "/members/" + member + "/eval", eval_type(false));
+}
+
+std::vector<DistancePoint> RunFileReader::distance(const std::string& leg_a, const std::string& leg_b, const std::string& name) const {
+    validate_comparison_pair(leg_a, leg_b);
+    validate_series_name(name);
+    return read_table<DistancePoint>(path_.string(), file_, distance_path(leg_a, leg_b) + "/" + name, distance_type(false));
 }
 
 }  // namespace tandem::experiments

@@ -26,7 +26,8 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 4;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes
+inline constexpr int kCatalogSchemaVersion = 5;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
+                                                 // 5: seed envelopes
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -87,6 +88,21 @@ struct LegRecord {
     std::string error;            // one-line error when failed
 };
 
+// One row of `envelopes` with its `envelope_points` (docs/envelope.md): a stack's seed envelope.
+struct EnvelopeRecord {
+    std::int64_t id = 0;             // assigned by the catalog
+    std::string spec_key;            // ExperimentSpec::sha256_without_seeds()
+    std::string experiment;
+    std::string implementation;      // the stack
+    std::int64_t members = 0;
+    std::string vary;                // the seeds varied, comma-separated
+    std::string member_mean_ce;      // JSON array: each member's mean held-out CE after update 0
+    std::string run_file;            // the envelope's run.h5
+    std::string created_at;          // ISO-8601 UTC (now when empty)
+    std::string hostname;
+    std::vector<std::pair<std::string, EnvelopePoint>> points;  // (series, statistics at one update)
+};
+
 class Catalog {
 public:
     // Opens (creating when absent) and migrates to kCatalogSchemaVersion.
@@ -123,6 +139,10 @@ public:
     std::map<std::string, RunAnnotation> annotations() const;  // every annotated run, by id
     // Ids of the runs (newest first) whose tags, note, id or experiment contain `text` (case-insensitive).
     std::vector<std::string> search_runs(const std::string& text) const;
+
+    // Envelopes (schema 5): added with their points in one transaction; listed newest first for a key.
+    std::int64_t add_envelope(const EnvelopeRecord& envelope);
+    std::vector<EnvelopeRecord> envelopes(const std::string& spec_key) const;
 
     sqlite3* handle() const { return db_; }  // for tests and advanced queries
 

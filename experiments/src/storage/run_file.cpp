@@ -1201,15 +1201,6 @@ void replace_leg_table(const std::string& f, hid_t file, const std::string& leg,
     h5::append_rows(f, dataset, memory_type, rows.data(), rows.size());
 }
 
-template <class Pod>
-std::vector<Pod> read_table(const std::string& f, hid_t file, const std::string& path, hid_t memory_type) {
-    if (!h5::exists(file, path)) return {};
-    Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) h5::fail(f, "cannot open " + path);
-    std::vector<Pod> rows(h5::row_count(f, dataset));
-    if (!rows.empty()) h5::read_rows(f, dataset, memory_type, rows.data());
-    return rows;
-}
 
 }  // namespace
 

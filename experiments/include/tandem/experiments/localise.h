@@ -1,0 +1,66 @@
+#pragma once
+// `tandem localise` (issue 16, docs/observables.md "Localisation"): aligns two legs' fingerprints
+// point by point, computes each point's relative difference, and names the first point of the chain
+// (update, micro-batch, pass, position in the pass) whose difference exceeds the bound for its depth.
+//
+// Difference of a point recorded by both legs (summaries a and b, docs/observables.md):
+//     rel      = |sketch_a - sketch_b| / (4 max(|X_a|, |X_b|))     (estimates |X_a - X_b| / |X|)
+//     norm_rel = | |X_a| - |X_b| | / max(|X_a|, |X_b|)
+//     value    = max(rel, norm_rel); 0 when both tensors are exactly zero; +inf when the element
+//                counts differ or any summary value is non-finite
+// Bound (the float32 error model of docs/thresholds.md, per depth instead of per model):
+//     bound(depth, u) = k_loc * eps32 * C^depth * sqrt(1 + u)      (data points tokens/labels: 1e-12)
+// with depth = engine::chain_depth (layers between the point and the start of the chain) and k_loc
+// calibrated on clean paired runs (kLocaliseK; the measurement is in docs/observables.md).
+#include "tandem/experiments/report.h"
+#include "tandem/experiments/run_file.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::experiments {
+
+inline constexpr double kLocaliseK = 192;          // calibrated: docs/observables.md "Calibration"
+inline constexpr double kLocaliseDataBound = 1e-12;  // tokens, labels: integers summarised in float64
+
+struct LocaliseBound {
+    double k = kLocaliseK;
+    double c = 1.03;                  // per-layer growth (docs/thresholds.md)
+    double eps = 1.1920928955078125e-07;  // 2^-23
+    double bound(const std::string& op, std::int64_t depth, std::int64_t update) const;
+};
+
+struct Localisation {
+    std::string leg_a, leg_b;
+    std::int64_t num_layers = 0;
+    std::vector<LocalisedPoint> points;  // every point both legs recorded, in chain order
+    std::optional<size_t> first;         // index in points of the first whose ratio > 1 (or is not finite)
+    size_t max_ratio_index = 0;          // the largest ratio (when points is not empty)
+    size_t only_a = 0, only_b = 0;       // points one leg recorded and the other did not
+    size_t unknown = 0;                  // points with an op/pass not in the table (ignored)
+    std::vector<std::int64_t> updates;   // updates both legs fingerprinted
+    bool diverged() const { return first.has_value(); }
+    // One line: "no divergence: ..." or "first divergence: update U, micro-batch M, layer L, OP (PASS): ...".
+    std::string summary() const;
+};
+
+// Aligns a's and b's fingerprints (of one update when `update` is given).
+Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,
+                     const std::string& leg_b, std::optional<std::int64_t> update = {}, const LocaliseBound& bound = {});
+
+// The chain around the first divergence (or around the largest ratio): `context` points before and
+// after it; the point itself is marked "<<". Table id "localisation".
+Table localisation_table(const Localisation& l, size_t context = 4);
+
+// Reads a run folder's (or run.h5's) fingerprints and localises a pair: the given legs, else the
+// first two legs that hold fingerprints (a reference-implementation leg second). Throws naming the
+// file when the run holds no fingerprints. With `store`, writes /localisation/<a>~<b> into run.h5.
+Localisation localise_run(const std::filesystem::path& run, std::optional<std::pair<std::string, std::string>> legs,
+                          std::optional<std::int64_t> update, bool store);
+// The attributes stored with /localisation/<a>~<b> (summary, first point, bound constants).
+Attributes localisation_attributes(const Localisation& l);
+
+}  // namespace tandem::experiments

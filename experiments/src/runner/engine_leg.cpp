@@ -16,6 +16,7 @@
 #include "tandem/error.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/localise.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/sha256.h"
 #include "tandem/version.h"
@@ -117,26 +118,6 @@ engine::TrainerState from_checkpoint(const engine::Checkpoint& c) {
 }
 
 // ---- observables (docs/observables.md) --------------------------------------------------------------
-
-std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points) {
-    std::vector<FingerprintRow> rows;
-    rows.reserve(points.size());
-    for (const auto& p : points) {
-        FingerprintRow r;
-        r.update = p.update;
-        r.micro_batch = p.micro_batch;
-        r.layer = p.layer;
-        r.op = engine::observed_op_name(p.op);
-        r.pass = engine::pass_name(p.pass);
-        r.count = p.summary.count;
-        r.norm = p.summary.norm;
-        r.mean = p.summary.mean;
-        r.maxabs = p.summary.maxabs;
-        std::copy(p.summary.sketch.begin(), p.summary.sketch.end(), r.sketch.begin());
-        rows.push_back(std::move(r));
-    }
-    return rows;
-}
 
 // |A|, |B| and |B A| * scaling of every adapted projection of every layer.
 std::vector<AdapterNormRow> adapter_norms(const engine::Trainer& trainer, double scaling, int64_t update) {

@@ -65,6 +65,26 @@ std::string point_name(const LocalisedPoint& p) {
 
 }  // namespace
 
+std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points) {
+    std::vector<FingerprintRow> rows;
+    rows.reserve(points.size());
+    for (const auto& p : points) {
+        FingerprintRow r;
+        r.update = p.update;
+        r.micro_batch = p.micro_batch;
+        r.layer = p.layer;
+        r.op = engine::observed_op_name(p.op);
+        r.pass = engine::pass_name(p.pass);
+        r.count = p.summary.count;
+        r.norm = p.summary.norm;
+        r.mean = p.summary.mean;
+        r.maxabs = p.summary.maxabs;
+        std::copy(p.summary.sketch.begin(), p.summary.sketch.end(), r.sketch.begin());
+        rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
 Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,
                       const std::string& leg_b, std::optional<std::int64_t> update, const LocaliseBound& bound) {
     Localisation out;

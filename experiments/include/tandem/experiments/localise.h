@@ -12,6 +12,7 @@
 //     bound(depth, u) = k_loc * eps32 * C^depth * sqrt(1 + u)      (data points tokens/labels: 1e-12)
 // with depth = engine::chain_depth (layers between the point and the start of the chain) and k_loc
 // calibrated on clean paired runs (kLocaliseK; the measurement is in docs/observables.md).
+#include "tandem/engine/observe.h"
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 
@@ -46,6 +47,9 @@ struct Localisation {
     // One line: "no divergence: ..." or "first divergence: update U, micro-batch M, layer L, OP (PASS): ...".
     std::string summary() const;
 };
+
+// The engine's recorded points as run.h5 rows (the engine leg's fingerprints event).
+std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points);
 
 // Aligns a's and b's fingerprints (of one update when `update` is given).
 Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,

@@ -1,0 +1,301 @@
+// Localisation of injected faults (issue 16, docs/observables.md): a tiny Qwen3 + LoRA trained by the
+// engine twice on the same batches — clean, and with one fault (the engine's fault switches,
+// faults.h, or a test-only perturbation through a delegating backend) — with fingerprints recorded;
+// localise() must name the layer, op and pass where the fault acts, and the clean pair "no divergence".
+// The cross-stack half (engine vs the PyTorch reference, real run.h5, `tandem localise`) is
+// tests/experiments/test_localise_run.py.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tandem/engine/generate.h"
+#include "tandem/engine/observe.h"
+#include "tandem/engine/trainer.h"
+#include "tandem/error.h"
+#include "tandem/experiments/localise.h"
+#include "tandem/experiments/run_file.h"
+#include "test_support.h"
+
+using namespace tandem::engine;
+using tandem::experiments::FingerprintRow;
+using tandem::experiments::Localisation;
+
+namespace {
+
+Qwen3Config tiny_config() {
+    Qwen3Config c;
+    c.vocab_size = 300;
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;  // GQA: the kv-mapping fault changes heads 1 and 2
+    c.head_dim = 8;
+    c.initializer_range = 0.1;
+    return c;
+}
+
+MicroBatch random_mb(std::mt19937_64& rng, int64_t vocab) {
+    MicroBatch mb;
+    mb.batch = 2;
+    mb.seq = 9;
+    mb.lengths = {9, 6};
+    mb.ids.resize(18);
+    mb.supervised.assign(18, 0);
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(vocab - 1));
+    for (auto& id : mb.ids) id = tok(rng);
+    for (int64_t b = 0; b < 2; ++b)
+        for (int64_t t = 2; t < mb.lengths[size_t(b)]; ++t) mb.supervised[size_t(b * 9 + t)] = 1;
+    return mb;
+}
+
+std::vector<std::vector<MicroBatch>> plan(int updates, int64_t vocab) {
+    std::mt19937_64 rng(99);
+    std::vector<std::vector<MicroBatch>> out;
+    for (int u = 0; u < updates; ++u) out.push_back({random_mb(rng, vocab), random_mb(rng, vocab)});
+    return out;
+}
+
+// A backend that forwards every op to the CPU backend; tests override one op to perturb it.
+class DelegatingBackend : public Backend {
+public:
+    DelegatingBackend() : inner_(make_cpu_backend(1)) {}
+    std::string device() const override { return inner_->device(); }
+    std::string device_name() const override { return inner_->device_name(); }
+    std::string stack() const override { return inner_->stack(); }
+    void* allocate(size_t bytes, MemoryKind kind) override { return inner_->allocate(bytes, kind); }
+    void release(void* p) noexcept override { inner_->release(p); }
+    void upload(void* dst, const void* src, size_t bytes) override { inner_->upload(dst, src, bytes); }
+    void download(void* dst, const void* src, size_t bytes) override { inner_->download(dst, src, bytes); }
+    void fill_zero(void* dst, size_t bytes) override { inner_->fill_zero(dst, bytes); }
+    const float* take_weight(Tensor&& t) override { return inner_->take_weight(std::move(t)); }
+    int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const override {
+        return inner_->attention_cache_floats(B, T, H);
+    }
+    bool keeps_dropout_masks() const override { return inner_->keeps_dropout_masks(); }
+#define TANDEM_DELEGATE(name, params, args) \
+    void name params override { inner_->name args; }
+    TANDEM_BACKEND_OPS(TANDEM_DELEGATE)
+#undef TANDEM_DELEGATE
+
+protected:
+    std::shared_ptr<Backend> inner_;
+};
+
+// The MLP fault (test-only): the SwiGLU output of one decoder layer, in training forwards only,
+// scaled by 1 + 1e-3. Counts forward calls: layer l is call l of every forward pass of L layers.
+class SwigluPerturbed final : public DelegatingBackend {
+public:
+    SwigluPerturbed(int64_t layer, int64_t layers) : layer_(layer), layers_(layers) {}
+    void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) override {
+        inner_->swiglu_forward(out, gate, up, n);
+        if (calls_++ % layers_ == layer_)  // CPU backend: `out` is host memory
+            for (int64_t i = 0; i < n; ++i) out[i] *= 1.001f;
+    }
+
+private:
+    int64_t layer_, layers_, calls_ = 0;
+};
+
+struct Injection {
+    FaultConfig faults;
+    std::shared_ptr<Backend> backend;  // nullptr: the CPU backend
+    int perturb_token_update = -1;     // the data fault: one token of micro-batch 1 of this update changed
+};
+
+// Trains `updates` updates with fingerprints recorded at every one, returns the rows.
+std::vector<FingerprintRow> fingerprints(const Injection& s, int updates) {
+    const Qwen3Config c = tiny_config();
+    LoraConfig l;
+    l.rank = 4;
+    l.alpha = 8;
+    l.dropout = 0.1;
+    TrainOptions o;
+    o.lr = 5e-3;
+    o.total_updates = updates;
+    o.dropout_mode = DropoutMode::Shared;
+    o.seed = 17;
+    o.threads = 1;
+    o.model.faults = s.faults;
+    Trainer t = Trainer::create(c, generate_base_weights(c, 3), l, o, s.backend ? s.backend : make_cpu_backend(1));
+    TensorMap adapter = generate_initial_adapter(c, l, 4);
+    for (auto& [name, tensor] : adapter)  // B non-zero: every gradient is non-trivial from update 0
+        if (name.find("lora_B") != std::string::npos) fill_normal(tensor.ptr(), tensor.data.size(), 0.05, mix64(name.size()));
+    t.load_adapter(adapter);
+    FingerprintRecorder rec(t.backend());
+    auto batches = plan(updates, c.vocab_size);
+    std::vector<FingerprintRow> rows;
+    for (int u = 0; u < updates; ++u) {
+        if (u == s.perturb_token_update) batches[size_t(u)][1].ids[3] = (batches[size_t(u)][1].ids[3] + 1) % 300;
+        rec.begin_update(u);
+        t.train_update(batches[size_t(u)], &rec);
+        auto r = tandem::experiments::fingerprint_rows(rec.take_points());
+        rows.insert(rows.end(), r.begin(), r.end());
+    }
+    return rows;
+}
+
+const std::vector<FingerprintRow>& clean() {
+    static const std::vector<FingerprintRow> rows = fingerprints(Injection{}, 2);
+    return rows;
+}
+
+struct Expected {
+    int64_t update, micro_batch, layer;
+    std::string op, pass;
+};
+
+void expect_first(const Localisation& l, const Expected& e) {
+    ASSERT_TRUE(l.diverged()) << l.summary();
+    const auto& p = l.points[*l.first];
+    EXPECT_EQ(p.update, e.update) << l.summary();
+    EXPECT_EQ(p.micro_batch, e.micro_batch) << l.summary();
+    EXPECT_EQ(p.layer, e.layer) << l.summary();
+    EXPECT_EQ(p.op, e.op) << l.summary();
+    EXPECT_EQ(p.pass, e.pass) << l.summary();
+    // every point before it is within its bound: it is the first of the chain
+    for (size_t i = 0; i < *l.first; ++i) EXPECT_LE(l.points[i].ratio, 1.0) << l.points[i].op;
+    EXPECT_GT(p.ratio, 1.0);
+}
+
+Localisation localise_fault(const Injection& s) {
+    return tandem::experiments::localise(fingerprints(s, 2), clean(), "faulty", "clean");
+}
+
+}  // namespace
+
+TEST(Localise, CleanPairHasNoDivergence) {
+    const auto again = fingerprints(Injection{}, 2);
+    const Localisation l = tandem::experiments::localise(again, clean(), "a", "b");
+    EXPECT_FALSE(l.diverged()) << l.summary();
+    EXPECT_EQ(l.only_a + l.only_b + l.unknown, 0u);
+    // 2 updates x 2 micro-batches x (3 + 3 layers x 31 + 2 forward, 1 + 3 x 29 + 1 backward) + 2 x 3 x 14 optimizer
+    EXPECT_EQ(l.points.size(), size_t(2 * 2 * (3 + 3 * 31 + 2 + 1 + 3 * 29 + 1) + 2 * 3 * 14));
+    EXPECT_NE(l.summary().find("no divergence"), std::string::npos);
+}
+
+// attention: GQA query head h reads kv head h % KV instead of h / (H / KV)
+TEST(Localise, AttentionKvMapping) {
+    Injection s;
+    s.faults.kv_heads = KvHeadMapping::Modulo;
+    expect_first(localise_fault(s), {0, 0, 0, "attention", "forward"});
+}
+
+// attention: RoPE pairs (2i, 2i+1) instead of (i, i + D/2)
+TEST(Localise, AttentionRopePairing) {
+    Injection s;
+    s.faults.rope_pairing = RopePairing::Interleaved;
+    expect_first(localise_fault(s), {0, 0, 0, "q_rope", "forward"});
+}
+
+// norm: every RMSNorm with eps x 10
+TEST(Localise, NormEps) {
+    Injection s;
+    s.faults.rms_norm_eps_factor = 10;
+    expect_first(localise_fault(s), {0, 0, 0, "input_norm", "forward"});
+}
+
+// norm: q_norm / k_norm skipped
+TEST(Localise, NormQkSkipped) {
+    Injection s;
+    s.faults.skip_qk_norm = true;
+    expect_first(localise_fault(s), {0, 0, 0, "q_norm", "forward"});
+}
+
+// MLP (test-only perturbation): the SwiGLU output of layer 1 x (1 + 1e-3)
+TEST(Localise, MlpActivationInLayer1) {
+    Injection s;
+    s.backend = std::make_shared<SwigluPerturbed>(1, tiny_config().num_hidden_layers);
+    expect_first(localise_fault(s), {0, 0, 1, "mlp_act", "forward"});
+}
+
+// LoRA backward: dB from t's storage read transposed; forward unchanged, so the first point is the
+// first LoRA B gradient of the backward: the last layer's down_proj
+TEST(Localise, LoraBackwardBGradient) {
+    Injection s;
+    s.faults.lora_b_grad = LoraBGrad::TransposedOperand;
+    expect_first(localise_fault(s), {0, 0, 2, "down_proj.lora_B", "backward"});
+}
+
+// optimizer: AdamW without bias correction. Update 0 runs with lr 0 (the first warmup update), so
+// nothing moves there; the first point is update 1's first AdamW step, after both micro-batches
+TEST(Localise, OptimizerBiasCorrection) {
+    Injection s;
+    s.faults.adamw_no_bias_correction = true;
+    expect_first(localise_fault(s), {1, -1, 0, "q_proj.lora_A", "optimizer"});
+}
+
+// data: one token of update 1's second micro-batch changed; update 0 is clean
+TEST(Localise, DataTokenInUpdate1) {
+    Injection s;
+    s.perturb_token_update = 1;
+    expect_first(localise_fault(s), {1, 1, -1, "tokens", "forward"});
+}
+
+// data: labels not shifted (hidden state t predicts token t): the head reads other rows
+TEST(Localise, DataLabelShift) {
+    Injection s;
+    s.faults.label_shift = LabelShift::None;
+    expect_first(localise_fault(s), {0, 0, -1, "final_norm", "forward"});
+}
+
+// adapter: k_proj runs with v_proj's A and B
+TEST(Localise, AdapterOnWrongProjection) {
+    Injection s;
+    s.faults.k_proj_uses_v_adapter = true;
+    expect_first(localise_fault(s), {0, 0, 0, "k_proj.lora_A.out", "forward"});
+}
+
+// LoRA scaling alpha instead of alpha / sqrt(r): base and A's output unchanged, the LoRA linear's output not
+TEST(Localise, LoraScaling) {
+    Injection s;
+    s.faults.lora_scaling = LoraScaling::RawAlpha;
+    expect_first(localise_fault(s), {0, 0, 0, "q_proj", "forward"});
+}
+
+// --update K: only that update's points; the perturbation of update 1 is invisible in update 0
+TEST(Localise, OneUpdate) {
+    Injection s;
+    s.perturb_token_update = 1;
+    const auto faulty = fingerprints(s, 2);
+    const Localisation u0 = tandem::experiments::localise(faulty, clean(), "faulty", "clean", 0);
+    EXPECT_FALSE(u0.diverged()) << u0.summary();
+    EXPECT_EQ(u0.updates, std::vector<int64_t>{0});
+    const Localisation u1 = tandem::experiments::localise(faulty, clean(), "faulty", "clean", 1);
+    expect_first(u1, {1, 1, -1, "tokens", "forward"});
+}
+
+// Stored and read back through run.h5: localise_run on a file holding both legs' fingerprints
+// writes /localisation/<a>~<b>, and the table names the point.
+TEST(Localise, RunFileRoundTrip) {
+    Injection s;
+    s.backend = std::make_shared<SwigluPerturbed>(1, tiny_config().num_hidden_layers);
+    const auto faulty = fingerprints(s, 2);
+    const auto dir = tandem::test::fresh_dir("localise_run_file");
+    const auto file = dir / "run.h5";
+    {
+        tandem::experiments::RunFileWriter w(file);
+        w.create_leg("engine", {{"implementation", std::string("engine")}});
+        w.create_leg("reference", {{"implementation", std::string("reference")}});
+        w.replace_fingerprints("reference", clean());
+        w.replace_fingerprints("engine", faulty);
+        w.commit();
+    }
+    const Localisation l = tandem::experiments::localise_run(dir, std::nullopt, std::nullopt, true);
+    EXPECT_EQ(l.leg_a, "engine");
+    EXPECT_EQ(l.leg_b, "reference");
+    expect_first(l, {0, 0, 1, "mlp_act", "forward"});
+    tandem::experiments::RunFileReader r(file);
+    const auto stored = r.localisation_points("engine", "reference");
+    ASSERT_EQ(stored.size(), l.points.size());
+    EXPECT_EQ(stored[*l.first].op, "mlp_act");
+    EXPECT_DOUBLE_EQ(stored[*l.first].ratio, l.points[*l.first].ratio);
+    const auto attrs = r.attributes("/localisation/engine~reference");
+    EXPECT_EQ(std::get<std::string>(attrs.at("first_op")), "mlp_act");
+    const auto table = tandem::experiments::localisation_table(l);
+    bool marked = false;
+    for (const auto& row : table.rows) marked = marked || (row[0].find("first over bound") != std::string::npos && row[4] == "mlp_act");
+    EXPECT_TRUE(marked);
+    EXPECT_THROW(tandem::experiments::localise_run(dir, std::pair<std::string, std::string>{"engine", "nope"}, std::nullopt, false),
+                 tandem::Error);
+}

@@ -13,6 +13,7 @@
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
 #include "tandem/experiments/localise.h"
+#include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 #include "test_support.h"
 

@@ -2,6 +2,9 @@
 // its bound (tandem/experiments/localise.h, docs/observables.md).
 #include "tandem/experiments/localise.h"
 
+#include "tandem/experiments/compare.h"
+#include "tandem/experiments/report.h"
+
 #include "tandem/engine/observe.h"
 #include "tandem/error.h"
 
@@ -216,6 +219,22 @@ Attributes localisation_attributes(const Localisation& l) {
         a["first_ratio"] = p.ratio;
     }
     return a;
+}
+
+std::vector<Localisation> localise_failed_pairs(const Comparison& c, const RunFileReader& reader) {
+    std::vector<Localisation> out;
+    for (const auto& e : c.l4) {
+        if (e.pass) continue;
+        auto a = reader.fingerprints(e.leg_a);
+        auto b = reader.fingerprints(e.leg_b);
+        if (a.empty() || b.empty()) continue;
+        out.push_back(localise(a, b, e.leg_a, e.leg_b));
+    }
+    return out;
+}
+
+void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls) {
+    for (const auto& l : ls) w.write_localisation(l.leg_a, l.leg_b, l.points, localisation_attributes(l));
 }
 
 Localisation localise_run(const fs::path& run, std::optional<std::pair<std::string, std::string>> legs,

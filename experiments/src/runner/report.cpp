@@ -173,6 +173,8 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         if (c.probes.empty()) tb.notes.push_back("no probe recorded");
         out.push_back(tb);
     }
+    // docs/observables.md: where a failing pair diverged, when both legs recorded fingerprints
+    for (const auto& l : c.localisations) out.push_back(localisation_table(l));
     return out;
 }
 
@@ -438,6 +440,7 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     if (c.incomplete.empty() && c.failures.empty())
         for (const auto& e : c.l4)
             if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+    for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     if (f == ReportFormat::Latex) {
         o << "% verdict: " << latex_escape(verdict) << "\n";
@@ -486,6 +489,7 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     if (c.incomplete.empty() && c.failures.empty())
         for (const auto& e : c.l4)
             if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+    for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
     if (reasons.size() == 1) reasons.clear();
     if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
         const char* lead = f == ReportFormat::Latex ? "% " : "# ";
@@ -512,6 +516,7 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     Comparison c = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, file.parent_path()), envelopes);
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
+    c.localisations = localise_failed_pairs(c, reader);
     if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
     return c;
 }

@@ -349,7 +349,7 @@ void RunRecorder::flush() {
         if (tr.observation_events != t.observation_events) {  // docs/observables.md: whole tables, replaced
             writer().replace_fingerprints(t.name, tr.fingerprints);
             writer().replace_adapter_norms(t.name, tr.adapter_norms);
-            writer().replace_probes(t.name, tr.probes);
+            writer().replace_next_token(t.name, tr.probes);
             t.observation_events = tr.observation_events;
         }
     }
@@ -430,11 +430,13 @@ Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const Expe
         legs = read_legs(r);
         cmp = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
         cmp.probes = r.probes();
+        cmp.localisations = localise_failed_pairs(cmp, r);  // docs/observables.md: when L4 fails
     }
     judge_completeness(cmp, legs, expected);
     if (legs.size() >= 2) {
         RunFileWriter& w = writer();
         write_comparisons(w, cmp);
+        store_localisations(w, cmp.localisations);
         w.commit();
     }
     return cmp;

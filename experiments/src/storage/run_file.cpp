@@ -1242,9 +1242,9 @@ void RunFileWriter::replace_adapter_norms(const std::string& leg, const std::vec
     });
 }
 
-void RunFileWriter::replace_probes(const std::string& leg, const std::vector<ProbeRow>& rows) {
+void RunFileWriter::replace_next_token(const std::string& leg, const std::vector<ProbeRow>& rows) {
     validate_leg_name(leg);
-    guarded([=, this] { replace_leg_table(path_.string(), file_, leg, "probes", probe_type(true), probe_type(false), rows); });
+    guarded([=, this] { replace_leg_table(path_.string(), file_, leg, "next_token", probe_type(true), probe_type(false), rows); });
 }
 
 void RunFileWriter::write_localisation(const std::string& leg_a, const std::string& leg_b,
@@ -1304,9 +1304,9 @@ std::vector<AdapterNormRow> RunFileReader::adapter_norms(const std::string& leg)
     return out;
 }
 
-std::vector<ProbeRow> RunFileReader::probes(const std::string& leg) const {
+std::vector<ProbeRow> RunFileReader::next_token(const std::string& leg) const {
     validate_leg_name(leg);
-    return read_table<ProbeRow>(path_.string(), file_, leg_path(leg) + "/probes", probe_type(false));
+    return read_table<ProbeRow>(path_.string(), file_, leg_path(leg) + "/next_token", probe_type(false));
 }
 
 std::vector<std::pair<std::string, std::string>> RunFileReader::localisations() const {

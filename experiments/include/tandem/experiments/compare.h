@@ -17,6 +17,7 @@
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/localise.h"
 #include "tandem/experiments/run_file.h"
 
 #include <cmath>
@@ -172,6 +173,9 @@ struct Comparison {
     std::vector<TimingRow> timing;
     std::vector<ProbeResult> probes;
     std::vector<GateFlag> flags;        // every leg's gate flags, in leg order
+    // Where each pair whose L4 verdict fails diverged, when both legs recorded fingerprints
+    // (localise_failed_pairs, docs/observables.md); the report shows them.
+    std::vector<Localisation> localisations;
     std::vector<std::string> failures;  // one line per level L1-L3 that failed, and per non-finite value
     ErrorModel error_model;             // the bound the paired numerics distances used
     std::vector<SeedEnvelope> envelopes;  // the seed envelopes that judged the pairs (may be empty)

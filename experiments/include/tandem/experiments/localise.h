@@ -13,7 +13,6 @@
 // with depth = engine::chain_depth (layers between the point and the start of the chain) and k_loc
 // calibrated on clean paired runs (kLocaliseK; the measurement is in docs/observables.md).
 #include "tandem/engine/observe.h"
-#include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 
 #include <cstdint>
@@ -55,15 +54,18 @@ std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerpri
 Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,
                      const std::string& leg_b, std::optional<std::int64_t> update = {}, const LocaliseBound& bound = {});
 
-// The chain around the first divergence (or around the largest ratio): `context` points before and
-// after it; the point itself is marked "<<". Table id "localisation".
-Table localisation_table(const Localisation& l, size_t context = 4);
-
 // Reads a run folder's (or run.h5's) fingerprints and localises a pair: the given legs, else the
 // first two legs that hold fingerprints (a reference-implementation leg second). Throws naming the
 // file when the run holds no fingerprints. With `store`, writes /localisation/<a>~<b> into run.h5.
 Localisation localise_run(const std::filesystem::path& run, std::optional<std::pair<std::string, std::string>> legs,
                           std::optional<std::int64_t> update, bool store);
+// The report's localisations (docs/report.md): for every pair of `c` whose L4 verdict does not pass
+// and whose two legs both hold fingerprints in `reader`, the localisation of all their points.
+struct Comparison;
+std::vector<Localisation> localise_failed_pairs(const Comparison& c, const RunFileReader& reader);
+// Stores each in run.h5 (/localisation/<a>~<b>).
+void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls);
+
 // The attributes stored with /localisation/<a>~<b> (summary, first point, bound constants).
 Attributes localisation_attributes(const Localisation& l);
 

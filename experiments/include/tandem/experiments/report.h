@@ -19,6 +19,10 @@ struct Table {
 
 std::vector<Table> report_tables(const Comparison& c, const Thresholds& t = {});
 
+// `tandem localise` and the report: the chain around the first divergence (or around the largest
+// ratio): `context` points before and after it, the point itself marked "<<". Table id "localisation".
+Table localisation_table(const Localisation& l, size_t context = 4);
+
 enum class ReportFormat { Text, Markdown, Csv, Latex };
 ReportFormat parse_report_format(const std::string& name);  // text|md|csv|tex; throws naming the value
 

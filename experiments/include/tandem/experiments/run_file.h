@@ -108,7 +108,7 @@ struct AdapterNormRow {
     double a_norm = 0, b_norm = 0, delta_norm = 0;
 };
 
-// /legs/<leg>/probes — at every evaluation, the next-token distribution of each probe prompt: its
+// /legs/<leg>/next_token — at every evaluation, the next-token distribution of each probe prompt: its
 // kProbeTopK most likely ids (descending probability) and their probabilities.
 inline constexpr int kProbeTopK = 32;
 struct ProbeRow {
@@ -226,11 +226,11 @@ public:
     void write_check(const std::string& leg, CheckLevel level, const std::string& json);
     // /legs/<leg>/flags: the live gate's flags as a JSON array (docs/gate.md; replaced when written again).
     void write_flags(const std::string& leg, const std::string& json);
-    // /legs/<leg>/fingerprints, /adapter_norms, /probes (docs/observables.md): the whole table replaced
+    // /legs/<leg>/fingerprints, /adapter_norms, /next_token (docs/observables.md): the whole table replaced
     // by `rows` (the runner keeps them equal to the leg's events).
     void replace_fingerprints(const std::string& leg, const std::vector<FingerprintRow>& rows);
     void replace_adapter_norms(const std::string& leg, const std::vector<AdapterNormRow>& rows);
-    void replace_probes(const std::string& leg, const std::vector<ProbeRow>& rows);
+    void replace_next_token(const std::string& leg, const std::vector<ProbeRow>& rows);
     // /localisation/<legA>~<legB> (docs/observables.md): its points table and attributes, replaced.
     void write_localisation(const std::string& leg_a, const std::string& leg_b,
                             const std::vector<LocalisedPoint>& points, const Attributes& attributes);
@@ -319,7 +319,7 @@ public:
     std::optional<std::string> flags(const std::string& leg) const;  // JSON array text
     std::vector<FingerprintRow> fingerprints(const std::string& leg) const;  // empty when none
     std::vector<AdapterNormRow> adapter_norms(const std::string& leg) const;
-    std::vector<ProbeRow> probes(const std::string& leg) const;
+    std::vector<ProbeRow> next_token(const std::string& leg) const;  // the probe set's next-token rows
     // /localisation/<legA>~<legB>: pairs stored, and one pair's points and attributes.
     std::vector<std::pair<std::string, std::string>> localisations() const;
     std::vector<LocalisedPoint> localisation_points(const std::string& leg_a, const std::string& leg_b) const;

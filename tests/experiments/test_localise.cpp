@@ -6,6 +6,7 @@
 // tests/experiments/test_localise_run.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "tandem/engine/generate.h"
@@ -13,6 +14,7 @@
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
 #include "tandem/experiments/localise.h"
+#include "tandem/experiments/observables.h"
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 #include "test_support.h"
@@ -299,4 +301,34 @@ TEST(Localise, RunFileRoundTrip) {
     EXPECT_TRUE(marked);
     EXPECT_THROW(tandem::experiments::localise_run(dir, std::pair<std::string, std::string>{"engine", "nope"}, std::nullopt, false),
                  tandem::Error);
+}
+
+// The evaluation observables compared: hand-built rows, differences recomputed here.
+TEST(Observables, AdapterNormsAndProbesCompared) {
+    using tandem::experiments::AdapterNormRow;
+    using tandem::experiments::ProbeRow;
+    std::vector<AdapterNormRow> a = {{2, 0, "q_proj", 1.0, 2.0, 3.0}, {2, 1, "down_proj", 1.0, 2.0, 4.0}};
+    std::vector<AdapterNormRow> b = {{2, 0, "q_proj", 1.0, 2.0, 3.0}, {2, 1, "down_proj", 1.0, 2.5, 5.0}};
+    ProbeRow pa, pb;
+    pa.update = pb.update = 2;
+    for (int k = 0; k < tandem::experiments::kProbeTopK; ++k) {
+        pa.ids[size_t(k)] = k;
+        pb.ids[size_t(k)] = k + 1;  // b's top-1 is a's second: top-1 differs, ids 1..31 shared
+        pa.probs[size_t(k)] = 0.01 * (32 - k);
+        pb.probs[size_t(k)] = 0.01 * (32 - k) + 0.001;
+    }
+    const auto c = tandem::experiments::compare_observables("a", a, {pa}, "b", b, {pb});
+    ASSERT_EQ(c.rows.size(), 1u);
+    const auto& r = c.rows[0];
+    EXPECT_EQ(r.update, 2);
+    EXPECT_EQ(r.slots, 2);
+    EXPECT_DOUBLE_EQ(r.update_norm_a, 5.0);           // sqrt(9 + 16)
+    EXPECT_DOUBLE_EQ(r.update_norm_b, std::sqrt(34.0));  // sqrt(9 + 25)
+    EXPECT_DOUBLE_EQ(r.max_delta_rel, 0.2);           // |4 - 5| / 5
+    EXPECT_EQ(r.max_delta_at, "layer 1 down_proj");
+    EXPECT_DOUBLE_EQ(r.max_factor_rel, 0.2);          // |2 - 2.5| / 2.5
+    EXPECT_EQ(r.probes, 1);
+    EXPECT_EQ(r.top1_agree, 0);
+    // id k (1..31): a has 0.01 (32 - k), b has it at rank k - 1: 0.01 (33 - k) + 0.001 -> |dp| = 0.011
+    EXPECT_NEAR(r.max_prob_diff, 0.011, 1e-12);
 }

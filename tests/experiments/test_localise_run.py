@@ -169,3 +169,26 @@ def test_faulty_run_is_localised(faulty):
     assert one.returncode == 0 and "no divergence" in one.stdout, one.stdout + one.stderr
     missing = localise(folder, "--update", "7")
     assert missing.returncode == 1 and "update 7 was not fingerprinted" in missing.stderr, missing.stdout + missing.stderr
+
+
+def test_clean_pair_evaluation_observables_agree(clean):
+    """Adapter norms and the probe set's next-token top-k at every evaluation, per leg, and compared."""
+    p, folder = clean
+    assert "Evaluation observables: engine vs reference" in p.stdout, p.stdout[-3000:]
+    with h5(folder) as f:
+        na, nb = f["legs/engine/adapter_norms"][()], f["legs/reference/adapter_norms"][()]
+        # 2 evaluations (0 and 2) x 2 layers x 7 projections
+        assert len(na) == len(nb) == 2 * 2 * 7
+        for a, b in zip(sorted(na.tolist()), sorted(nb.tolist())):
+            assert a[:3] == b[:3]
+            for x, y in zip(a[3:], b[3:]):
+                assert abs(x - y) <= 1e-5 * max(abs(x), abs(y), 1e-30), (a, b)
+        ta, tb = f["legs/engine/next_token"][()], f["legs/reference/next_token"][()]
+        assert len(ta) == len(tb) > 0
+        for a, b in zip(ta, tb):
+            assert (a["update"], a["probe"], a["position"]) == (b["update"], b["probe"], b["position"])
+            np.testing.assert_allclose(a["probs"], b["probs"], rtol=1e-4)
+        s = f["comparisons/engine~reference/adapter_update_norm"]
+        assert list(s["update"]) == [0, 2]
+        assert float(s.attrs["max_probe_prob_diff"]) <= 1e-6
+        assert int(s.attrs["probe_top1_agree"]) == int(s.attrs["probes"]) == len(ta)

@@ -233,6 +233,15 @@ std::vector<Localisation> localise_failed_pairs(const Comparison& c, const RunFi
     return out;
 }
 
+std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader) {
+    std::vector<ObservablesComparison> out;
+    for (const auto& e : c.l4) {
+        ObservablesComparison o = compare_observables(reader, e.leg_a, e.leg_b);
+        if (!o.rows.empty()) out.push_back(std::move(o));
+    }
+    return out;
+}
+
 void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls) {
     for (const auto& l : ls) w.write_localisation(l.leg_a, l.leg_b, l.points, localisation_attributes(l));
 }

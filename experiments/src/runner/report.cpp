@@ -173,6 +173,20 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         if (c.probes.empty()) tb.notes.push_back("no probe recorded");
         out.push_back(tb);
     }
+    // docs/observables.md: the evaluation observables of each pair
+    for (const auto& o : c.observables) {
+        Table tb{"observables", "Evaluation observables: " + o.leg_a + " vs " + o.leg_b + " (docs/observables.md)",
+                 {"update", "|dW| " + o.leg_a, "|dW| " + o.leg_b, "max slot rel diff |dW|", "at", "max rel diff |A|,|B|",
+                  "probes top-1 same", "max |dp| top-32"},
+                 {}, {}};
+        for (const auto& r : o.rows)
+            tb.rows.push_back({std::to_string(r.update), fmt(r.update_norm_a, "%.6g"), fmt(r.update_norm_b, "%.6g"),
+                               fmt(r.max_delta_rel, "%.2e"), r.max_delta_at, fmt(r.max_factor_rel, "%.2e"),
+                               std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e")});
+        tb.notes.push_back("|dW| = sqrt(sum over layers and projections of |B A|^2) * scaling: the adapter's whole update; "
+                           "slot = (layer, projection); probes: the first 16 eval records' next token");
+        out.push_back(tb);
+    }
     // docs/observables.md: where a failing pair diverged, when both legs recorded fingerprints
     for (const auto& l : c.localisations) out.push_back(localisation_table(l));
     return out;
@@ -517,6 +531,7 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
     c.localisations = localise_failed_pairs(c, reader);
+    c.observables = compare_pair_observables(c, reader);
     if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
     return c;
 }

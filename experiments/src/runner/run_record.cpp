@@ -431,12 +431,14 @@ Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const Expe
         cmp = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
         cmp.probes = r.probes();
         cmp.localisations = localise_failed_pairs(cmp, r);  // docs/observables.md: when L4 fails
+        cmp.observables = compare_pair_observables(cmp, r);
     }
     judge_completeness(cmp, legs, expected);
     if (legs.size() >= 2) {
         RunFileWriter& w = writer();
         write_comparisons(w, cmp);
         store_localisations(w, cmp.localisations);
+        store_observables(w, cmp.observables);
         w.commit();
     }
     return cmp;

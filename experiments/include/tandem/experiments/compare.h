@@ -18,6 +18,7 @@
 #include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/localise.h"
+#include "tandem/experiments/observables.h"
 #include "tandem/experiments/run_file.h"
 
 #include <cmath>
@@ -176,6 +177,8 @@ struct Comparison {
     // Where each pair whose L4 verdict fails diverged, when both legs recorded fingerprints
     // (localise_failed_pairs, docs/observables.md); the report shows them.
     std::vector<Localisation> localisations;
+    // The evaluation observables of every L4 pair whose legs recorded them (observables.h).
+    std::vector<ObservablesComparison> observables;
     std::vector<std::string> failures;  // one line per level L1-L3 that failed, and per non-finite value
     ErrorModel error_model;             // the bound the paired numerics distances used
     std::vector<SeedEnvelope> envelopes;  // the seed envelopes that judged the pairs (may be empty)

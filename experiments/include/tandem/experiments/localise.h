@@ -13,6 +13,7 @@
 // with depth = engine::chain_depth (layers between the point and the start of the chain) and k_loc
 // calibrated on clean paired runs (kLocaliseK; the measurement is in docs/observables.md).
 #include "tandem/engine/observe.h"
+#include "tandem/experiments/observables.h"
 #include "tandem/experiments/run_file.h"
 
 #include <cstdint>
@@ -63,6 +64,8 @@ Localisation localise_run(const std::filesystem::path& run, std::optional<std::p
 // and whose two legs both hold fingerprints in `reader`, the localisation of all their points.
 struct Comparison;
 std::vector<Localisation> localise_failed_pairs(const Comparison& c, const RunFileReader& reader);
+// The evaluation observables of every L4 pair of `c` whose legs both recorded some (observables.h).
+std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader);
 // Stores each in run.h5 (/localisation/<a>~<b>).
 void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls);
 

@@ -1,0 +1,41 @@
+#pragma once
+// The evaluation observables of two legs compared (issue 16 item 3, docs/observables.md "Evaluation
+// observables"): per evaluation, the adapter update norms |Delta W| = |B A| * scaling per layer and
+// projection, and the probe set's next-token top-k, both from /legs/<leg>/adapter_norms and
+// /legs/<leg>/next_token.
+#include "tandem/experiments/run_file.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::experiments {
+
+struct ObservablesRow {
+    std::int64_t update = 0;
+    std::int64_t slots = 0;              // (layer, projection) pairs both legs recorded
+    double update_norm_a = 0, update_norm_b = 0;  // sqrt(sum over slots of |Delta W|^2): the adapter's whole update
+    double max_delta_rel = 0;            // max over slots of | |dW|_a - |dW|_b | / max(|dW|_a, |dW|_b)
+    std::string max_delta_at;            // "layer 1 down_proj"
+    double max_factor_rel = 0;           // the same over |A| and |B|
+    std::int64_t probes = 0;             // probes both legs recorded
+    std::int64_t top1_agree = 0;         // probes whose most likely next token is the same
+    double max_prob_diff = 0;            // max |p_a - p_b| over the ids in both legs' top-k
+};
+
+struct ObservablesComparison {
+    std::string leg_a, leg_b;
+    std::vector<ObservablesRow> rows;    // one per evaluation both legs recorded, by update
+};
+
+// Empty rows when either leg has no observables.
+ObservablesComparison compare_observables(const std::string& leg_a, const std::vector<AdapterNormRow>& norms_a,
+                                          const std::vector<ProbeRow>& probes_a, const std::string& leg_b,
+                                          const std::vector<AdapterNormRow>& norms_b, const std::vector<ProbeRow>& probes_b);
+ObservablesComparison compare_observables(const RunFileReader& reader, const std::string& leg_a, const std::string& leg_b);
+// /comparisons/<a>~<b>/adapter_update_norm: the whole adapter's update norm per evaluation (a, b,
+// a - b), with the largest per-slot relative difference, probe top-1 agreement and largest top-k
+// probability difference as attributes. Nothing for a pair without rows.
+void store_observables(RunFileWriter& w, const std::vector<ObservablesComparison>& cs);
+
+}  // namespace tandem::experiments

@@ -298,9 +298,11 @@ def probe_set(encoded_eval):
     return probes
 
 
-def probe_rows(torch, model, probes, pad_id, micro_batch, device):
+def probe_rows(torch, model, probes, pad_id, micro_batch, device, logits_file=None):
     """The next-token distribution of every probe: top-k ids and probabilities from the float32 logits
-    (softmax in float64), adapter on, dropout off."""
+    (softmax in float64), adapter on, dropout off. With logits_file, the float32 logits [probes, vocab]
+    are also written there (raw little-endian, probe order), as the engine leg writes them."""
+    all_logits = []
     base = model.get_base_model()
     was_training = model.training
     model.eval()
@@ -316,7 +318,9 @@ def probe_rows(torch, model, probes, pad_id, micro_batch, device):
                 attn[b, :len(e.ids)] = 1
             hidden = base.model(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
             sel = torch.stack([hidden[b, pos] for b, (_, _, pos) in enumerate(chunk)])
-            logits = base.lm_head(sel).to(torch.float64).cpu().numpy()
+            logits32 = base.lm_head(sel).to(torch.float32).cpu().numpy()
+            all_logits.append(logits32)
+            logits = logits32.astype(np.float64)
             for b, (k, e, pos) in enumerate(chunk):
                 z = logits[b]
                 m = z.max()
@@ -326,4 +330,10 @@ def probe_rows(torch, model, probes, pad_id, micro_batch, device):
                              "probs": [_finite(math.exp(z[v] - lse)) for v in order]})
     if was_training:
         model.train()
+    if logits_file is not None and all_logits:
+        import os
+        os.makedirs(os.path.dirname(logits_file), exist_ok=True)
+        tmp = logits_file + ".tmp"
+        np.concatenate(all_logits).astype("<f4").tofile(tmp)
+        os.replace(tmp, logits_file)
     return rows

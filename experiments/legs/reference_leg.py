@@ -302,7 +302,9 @@ def run_leg(args):
 
     def emit_observables(update):
         emit("observables", update=update, adapter=fingerprint.adapter_norms(torch, model, update),
-             probes=fingerprint.probe_rows(torch, model, probes, pad_id, micro_batch, device))
+             probes=fingerprint.probe_rows(torch, model, probes, pad_id, micro_batch, device,
+                                           os.path.join(leg_dir, "next_token", f"update-{update}.f32")
+                                           if hooks is not None else None))
 
     start_update = 0
     if resume_path is not None:

@@ -192,3 +192,24 @@ def test_clean_pair_evaluation_observables_agree(clean):
         assert list(s["update"]) == [0, 2]
         assert float(s.attrs["max_probe_prob_diff"]) <= 1e-6
         assert int(s.attrs["probe_top1_agree"]) == int(s.attrs["probes"]) == len(ta)
+
+
+def test_clean_pair_probe_kl(clean):
+    """The probe set's KL between the clean paired legs, per evaluation, <= 1e-6; recomputed here from
+    both legs' logits files with numpy (float64 log-softmax)."""
+    p, folder = clean
+    with h5(folder) as f:
+        s = f["comparisons/engine~reference/probe_kl"][()]
+        n = len(f["legs/engine/next_token"][()]) // 2  # probes per evaluation
+    assert list(s["update"]) == [0, 2]
+    for row in s:
+        u = int(row["update"])
+        z = {leg: np.fromfile(os.path.join(folder, "legs", leg, "next_token", f"update-{u}.f32"), dtype="<f4")
+             .astype(np.float64).reshape(n, -1) for leg in ("engine", "reference")}
+        lp = {k: v - v.max(axis=1, keepdims=True) for k, v in z.items()}
+        lp = {k: v - np.log(np.exp(v).sum(axis=1, keepdims=True)) for k, v in lp.items()}
+        kl = (np.exp(lp["reference"]) * (lp["reference"] - lp["engine"])).sum(axis=1)
+        # agreement to the rounding of a float64 sum over 151,936 terms of p · (log p − log q), each ~12 in size
+        assert math.isclose(row["a"], max(0.0, kl.max()), rel_tol=1e-6, abs_tol=1e-12), (u, row["a"], kl.max())
+        assert row["a"] <= 1e-6, (u, row["a"])
+    assert "KL max / mean" in p.stdout

@@ -154,10 +154,13 @@ struct Probe {
 
 // The next-token distribution of every probe: top-k ids and probabilities from the float32 logits
 // (softmax in double).
+// With `logits_file`, the probes' float32 logits [probes, vocab] are also written there (raw,
+// little-endian, probe order): the full distributions the runner's KL between legs reads.
 std::vector<ProbeRow> probe_rows(engine::Trainer& trainer, const std::vector<Probe>& probes,
                                  const std::function<const std::vector<int32_t>&(size_t)>& ids_of, int32_t pad_id,
-                                 int64_t micro_batch, int64_t update) {
+                                 int64_t micro_batch, int64_t update, const fs::path& logits_file = {}) {
     std::vector<ProbeRow> out;
+    std::string all_logits;
     const int64_t V = trainer.model().config().vocab_size;
     for (size_t first = 0; first < probes.size(); first += static_cast<size_t>(micro_batch)) {
         const size_t last = std::min(probes.size(), first + static_cast<size_t>(micro_batch));
@@ -175,6 +178,8 @@ std::vector<ProbeRow> probe_rows(engine::Trainer& trainer, const std::vector<Pro
             rows.push_back(static_cast<int32_t>(b * mb.seq + probes[i].position));
         }
         const std::vector<float> logits = trainer.model().logits_at(mb, rows);
+        if (!logits_file.empty())
+            all_logits.append(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
         for (size_t i = first; i < last; ++i) {
             const float* z = logits.data() + static_cast<int64_t>(i - first) * V;
             double m = -INFINITY;
@@ -198,6 +203,10 @@ std::vector<ProbeRow> probe_rows(engine::Trainer& trainer, const std::vector<Pro
             }
             out.push_back(r);
         }
+    }
+    if (!logits_file.empty()) {
+        fs::create_directories(logits_file.parent_path());
+        write_file_atomic(logits_file, all_logits);
     }
     return out;
 }
@@ -419,10 +428,14 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
                 break;
             }
     }
+    // docs/observables.md: with `observe`, the probes' full logits per evaluation, for the KL between legs
+    auto logits_file = [&](int64_t update) {
+        return spec.observes_any() ? leg_dir / "next_token" / ("update-" + std::to_string(update) + ".f32") : fs::path{};
+    };
     auto emit_observables = [&](int64_t update) {
         auto ids_of = [&](size_t record) -> const std::vector<int32_t>& { return encoded.at(record).ids; };
         out.emit("observables", observables_event(update, adapter_norms(trainer, lora.scaling(), update),
-                                                  probe_rows(trainer, probes, ids_of, pad_id, spec.micro_batch, update)));
+                                                  probe_rows(trainer, probes, ids_of, pad_id, spec.micro_batch, update, logits_file(update))));
     };
     std::unique_ptr<engine::FingerprintRecorder> recorder;
     if (spec.observes_any()) recorder = std::make_unique<engine::FingerprintRecorder>(trainer.backend());

@@ -177,14 +177,18 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     for (const auto& o : c.observables) {
         Table tb{"observables", "Evaluation observables: " + o.leg_a + " vs " + o.leg_b + " (docs/observables.md)",
                  {"update", "|dW| " + o.leg_a, "|dW| " + o.leg_b, "max slot rel diff |dW|", "at", "max rel diff |A|,|B|",
-                  "probes top-1 same", "max |dp| top-32"},
+                  "probes top-1 same", "max |dp| top-32", "KL max / mean"},
                  {}, {}};
         for (const auto& r : o.rows)
             tb.rows.push_back({std::to_string(r.update), fmt(r.update_norm_a, "%.6g"), fmt(r.update_norm_b, "%.6g"),
                                fmt(r.max_delta_rel, "%.2e"), r.max_delta_at, fmt(r.max_factor_rel, "%.2e"),
-                               std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e")});
+                               std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e"),
+                               std::isnan(r.max_kl) ? std::string("n/a") : fmt(r.max_kl, "%.2e") + " / " + fmt(r.mean_kl, "%.2e")});
         tb.notes.push_back("|dW| = sqrt(sum over layers and projections of |B A|^2) * scaling: the adapter's whole update; "
-                           "slot = (layer, projection); probes: the first 16 eval records' next token");
+                           "slot = (layer, projection); probes: the first 16 eval records' next token; KL(" + o.leg_b + " || " + o.leg_a +
+                           ") of the full next-token distributions (recorded with `observe`; n/a without)");
+        for (const auto& r : o.rows)
+            if (!r.kl_error.empty()) tb.notes.push_back("KL at update " + std::to_string(r.update) + " not available: " + r.kl_error);
         out.push_back(tb);
     }
     // docs/observables.md: where a failing pair diverged, when both legs recorded fingerprints

@@ -5,7 +5,9 @@
 // /legs/<leg>/next_token.
 #include "tandem/experiments/run_file.h"
 
+#include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,10 @@ struct ObservablesRow {
     std::int64_t probes = 0;             // probes both legs recorded
     std::int64_t top1_agree = 0;         // probes whose most likely next token is the same
     double max_prob_diff = 0;            // max |p_a - p_b| over the ids in both legs' top-k
+    // KL(p_b || p_a) of the probes' full next-token distributions (b: the reference side), from the
+    // logits files legs/<leg>/next_token/update-<u>.f32 (written with `observe`); NaN when absent.
+    double max_kl = NAN, mean_kl = NAN;
+    std::string kl_error;                // why the KL is NaN although both files exist (one line)
 };
 
 struct ObservablesComparison {
@@ -32,7 +38,11 @@ struct ObservablesComparison {
 ObservablesComparison compare_observables(const std::string& leg_a, const std::vector<AdapterNormRow>& norms_a,
                                           const std::vector<ProbeRow>& probes_a, const std::string& leg_b,
                                           const std::vector<AdapterNormRow>& norms_b, const std::vector<ProbeRow>& probes_b);
+// Also reads the logits files next to run.h5 (the run folder) for the KL.
 ObservablesComparison compare_observables(const RunFileReader& reader, const std::string& leg_a, const std::string& leg_b);
+// KL(p || q) of each row of two float32 logits files [rows, vocab] (log-softmax in double): one value
+// per row. Throws naming the files when their sizes differ or are not rows x vocab.
+std::vector<double> probe_kl(const std::filesystem::path& p_logits, const std::filesystem::path& q_logits, std::int64_t rows);
 // /comparisons/<a>~<b>/adapter_update_norm: the whole adapter's update norm per evaluation (a, b,
 // a - b), with the largest per-slot relative difference, probe top-1 agreement and largest top-k
 // probability difference as attributes. Nothing for a pair without rows.

@@ -5,6 +5,7 @@
 #include "tandem/data/corpus.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/views/compare_view.h"
+#include "tandem/views/divergence_view.h"
 #include "tandem/views/export.h"
 #include "tandem/views/export_dialog.h"
 #include "tandem/views/launcher_view.h"
@@ -41,7 +42,7 @@ namespace tandem::views {
 
 namespace {
 constexpr int kMaxRecent = 10;
-const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png"};
+const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png", "divergence.png"};
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -56,12 +57,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     token_diff_ = new TokenDiffView(pages_);
     tables_ = new TablesView(pages_);
     compare_ = new CompareView(pages_);
+    divergence_ = new DivergenceView(pages_);
     pages_->addTab(runs_, tr("&Runs"));
     pages_->addTab(launcher_, tr("&Launch"));
     pages_->addTab(trajectories_, tr("Tra&jectories"));
     pages_->addTab(token_diff_, tr("Token &diff"));
     pages_->addTab(tables_, tr("Ta&bles"));
     pages_->addTab(compare_, tr("&Compare"));
+    pages_->addTab(divergence_, tr("Di&vergence"));
     auto* central = new QWidget(this);
     auto* central_layout = new QVBoxLayout(central);
     central_layout->setContentsMargins(0, 0, 0, 0);
@@ -227,6 +230,8 @@ void MainWindow::load_static_pages(const QString& run_file) {
     } catch (const std::exception& e) {
         tables_->set_tables({}, QString::fromUtf8(e.what()));
     }
+    // Divergence: the localisation of the run's fingerprints (docs/observables.md), when recorded.
+    divergence_->load(run_file.toStdString());
     // Token diff: every leg's L3 records, plus tandem's own rendering with both templates when the
     // run folder's corpus and the tokenizer are at hand.
     std::vector<std::vector<LegTokenRecord>> legs;

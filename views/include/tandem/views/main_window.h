@@ -18,6 +18,7 @@ QT_END_NAMESPACE
 namespace tandem::views {
 
 class CompareView;
+class DivergenceView;
 class LauncherView;
 class RunFollower;
 class RunsBrowser;
@@ -28,7 +29,7 @@ class TrajectoryView;
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage };
+    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage, DivergencePage };
 
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
@@ -57,6 +58,7 @@ public:
     TokenDiffView* token_diff() const { return token_diff_; }
     TablesView* tables() const { return tables_; }
     CompareView* compare() const { return compare_; }
+    DivergenceView* divergence() const { return divergence_; }
 
 Q_SIGNALS:
     // Emitted after a snapshot of the current run reached the views (tests wait on it).
@@ -85,6 +87,7 @@ private:
     TokenDiffView* token_diff_ = nullptr;
     TablesView* tables_ = nullptr;
     CompareView* compare_ = nullptr;
+    DivergenceView* divergence_ = nullptr;
     RunFollower* follower_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QLabel* status_ = nullptr;

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
 #include "tandem/engine/generate.h"
 #include "tandem/engine/observe.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
+#include "tandem/experiments/experiment.h"
+#include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/localise.h"
 #include "tandem/experiments/observables.h"
 #include "tandem/experiments/report.h"
@@ -331,4 +334,55 @@ TEST(Observables, AdapterNormsAndProbesCompared) {
     EXPECT_EQ(r.top1_agree, 0);
     // id k (1..31): a has 0.01 (32 - k), b has it at rank k - 1: 0.01 (33 - k) + 0.001 -> |dp| = 0.011
     EXPECT_NEAR(r.max_prob_diff, 0.011, 1e-12);
+}
+
+// The fingerprints event: written by the engine leg, read back by the runner's trace; a malformed
+// one is kept as a malformed line naming the field; a repeat of an update replaces it.
+TEST(FingerprintsEvent, RoundTripAndMalformed) {
+    using namespace tandem::experiments;
+    const auto rows = fingerprints(Injection{}, 1);
+    const nlohmann::json ev = fingerprints_event(0, rows);
+    LegTrace t;
+    nlohmann::json line = ev;
+    line["v"] = 1;
+    line["event"] = "fingerprints";
+    EXPECT_EQ(apply_event_line(t, line.dump()), EventKind::Fingerprints);
+    ASSERT_EQ(t.fingerprints.size(), rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        EXPECT_EQ(t.fingerprints[i].op, rows[i].op);
+        EXPECT_EQ(t.fingerprints[i].norm, rows[i].norm);  // JSON keeps doubles exactly
+        EXPECT_EQ(t.fingerprints[i].sketch, rows[i].sketch);
+    }
+    EXPECT_EQ(apply_event_line(t, line.dump()), EventKind::Fingerprints);  // repeated: replaced, not doubled
+    EXPECT_EQ(t.fingerprints.size(), rows.size());
+    nlohmann::json bad = line;
+    bad["points"][3]["sketch"] = {1, 2, 3};
+    EXPECT_EQ(apply_event_line(t, bad.dump()), EventKind::Malformed);
+    ASSERT_FALSE(t.malformed.empty());
+    EXPECT_NE(t.malformed.back().find("sketch"), std::string::npos) << t.malformed.back();
+    EXPECT_NE(t.malformed.back().find("point 3"), std::string::npos) << t.malformed.back();
+}
+
+// The experiment file's `observe` field: which updates are observed, and clear errors.
+TEST(ObserveField, UpdatesEveryAndErrors) {
+    using namespace tandem::experiments;
+    std::ifstream in(std::string(TANDEM_TEST_SOURCE_DIR) + "/experiments/clinical-tiny.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    EXPECT_FALSE(parse_experiment(j, "x.json").observes_any());
+    j["observe"] = {{"updates", {5, 1, 5}}, {"every", 10}};
+    const ExperimentSpec s = parse_experiment(j, "x.json");
+    EXPECT_EQ(s.observe_updates, (std::vector<int64_t>{1, 5}));
+    for (int64_t u : {0, 1, 5, 10, 20}) EXPECT_TRUE(s.observes(u)) << u;
+    for (int64_t u : {2, 6, 11}) EXPECT_FALSE(s.observes(u)) << u;
+    EXPECT_EQ(parse_experiment(s.to_json(), "y.json").observe_updates, s.observe_updates);  // written back
+    j["observe"] = {{"updates", {-1}}};
+    try {
+        parse_experiment(j, "x.json");
+        FAIL() << "accepted a negative update";
+    } catch (const tandem::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("updates"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("x.json"), std::string::npos) << e.what();
+    }
+    j["observe"] = {{"every", 2}, {"evry", 3}};
+    EXPECT_THROW(parse_experiment(j, "x.json"), tandem::Error);
 }

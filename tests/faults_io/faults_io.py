@@ -99,8 +99,8 @@ def run_case(case, keep=False):
         for rel, content in case.files.items():
             path = os.path.join(case_dir, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(content.encode() if isinstance(content, str) else content)
+            with open(path, "wb") as f:  # text content gets the placeholders too
+                f.write(substitute(content, case_dir).encode() if isinstance(content, str) else content)
         if case.setup:
             case.setup(case_dir)
         argv = [TANDEM] + [substitute(a, case_dir) for a in case.args]

@@ -5,6 +5,7 @@
 #include "tandem/error.h"
 #include "unicode.h"
 
+#include <climits>
 #include <cstring>
 
 namespace tandem::data::text {
@@ -132,7 +133,9 @@ private:
             skip_ws();
             nlohmann::json id = number();
             if (!id.is_number_integer()) fail("vocab id is not an integer");
-            model_.vocab.emplace_back(key, id.get<int32_t>());
+            if (id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX || (id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX))
+                fail("vocab id " + id.dump() + " is out of range");
+            model_.vocab.emplace_back(key, static_cast<int32_t>(id.get<int64_t>()));
             if (peek_is(',')) {
                 ++p_;
                 skip_ws();
@@ -176,9 +179,13 @@ private:
         }
     }
 
+    // Nesting deeper than any tokenizer.json needs is refused (the reader recurses per level).
+    static constexpr int kMaxDepth = 256;
+
     nlohmann::json value(int depth) {
         skip_ws();
         if (p_ >= s_.size()) fail("unexpected end");
+        if (depth > kMaxDepth) fail("nested deeper than " + std::to_string(kMaxDepth) + " levels");
         char c = s_[p_];
         if (c == '{') {
             ++p_;

@@ -256,6 +256,10 @@ void Tokenizer::Impl::encode(std::string_view text, std::vector<Token>& out) con
 
 namespace {
 
+// Token ids index dense tables (id -> text, id -> bytes); a larger id in a hostile file would make
+// the loader allocate gigabytes. Real vocabularies are below 300k (Qwen3: 151,669).
+constexpr int32_t kMaxTokenId = 1 << 24;
+
 const nlohmann::json& require(const nlohmann::json& j, const char* key, const std::string& where) {
     auto it = j.find(key);
     if (it == j.end()) throw Error(where + ": missing field '" + key + "'");
@@ -310,7 +314,7 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
             throw Error(file + " model: field '" + key + "' is " + it->dump() + ", tandem supports only \"\"");
     }
     auto dropout = model.find("dropout");
-    if (dropout != model.end() && !dropout->is_null() && dropout->get<double>() != 0.0)
+    if (dropout != model.end() && !dropout->is_null() && (!dropout->is_number() || dropout->get<double>() != 0.0))
         throw Error(file + " model: BPE dropout " + dropout->dump() + " is not supported");
 }
 
@@ -318,25 +322,54 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
-    auto impl = std::make_unique<Impl>();
-    impl->dir = dir;
     const std::filesystem::path file = dir / "tokenizer.json";
-    const std::string where = file.string();
+    Tokenizer tok = from_json_text(read_file(file), file.string());
+    tok.impl_->dir = dir;
+    const std::filesystem::path config = dir / "tokenizer_config.json";
+    if (std::filesystem::exists(config)) {
+        try {
+            auto c = nlohmann::json::parse(read_file(config));
+            auto it = c.find("chat_template");
+            if (it != c.end() && it->is_string()) tok.impl_->chat_template = it->get<std::string>();
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
+        }
+    }
+    return tok;
+}
+
+Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::string& where) {
+    auto impl = std::make_unique<Impl>();
     text::TokenizerJsonModel raw;
-    const nlohmann::json j = text::parse_tokenizer_json(read_file(file), raw, where);
+    const nlohmann::json j = text::parse_tokenizer_json(tokenizer_json, raw, where);
+    if (!j.is_object()) throw Error(where + ": must be a JSON object (a HuggingFace tokenizer.json)");
     check_pipeline(j, where);
     if (raw.vocab.empty()) throw Error(where + ": model.vocab is missing or empty");
     impl->vocab.reserve(raw.vocab.size() * 2);
     int32_t max_id = -1;
     for (const auto& [token, id] : raw.vocab) {
         if (id < 0) throw Error(where + ": model.vocab entry " + nlohmann::json(token).dump() + " has a negative id");
+        if (id >= kMaxTokenId)
+            throw Error(where + ": model.vocab entry " + nlohmann::json(token).dump() + " has id " + std::to_string(id) +
+                        ", beyond the limit of " + std::to_string(kMaxTokenId) + " ids");
         impl->vocab.emplace(token, id);
         max_id = std::max(max_id, id);
     }
     const auto& added = require(j, "added_tokens", where);
-    for (const auto& a : added) {
-        AddedToken t{a.at("id").get<int32_t>(), a.at("content").get<std::string>(), a.value("special", false)};
-        const std::string aw = where + " added token " + a.at("content").dump();
+    if (!added.is_array()) throw Error(where + ": field 'added_tokens' must be a list of {id, content, ...} objects");
+    for (size_t k = 0; k < added.size(); ++k) {
+        const auto& a = added[k];
+        const std::string at = where + ": added_tokens[" + std::to_string(k) + "]";
+        if (!a.is_object()) throw Error(at + " must be an object");
+        const auto id = a.find("id");
+        if (id == a.end() || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() >= kMaxTokenId)
+            throw Error(at + ": field 'id' must be an integer in [0, " + std::to_string(kMaxTokenId) + ")");
+        const auto content = a.find("content");
+        if (content == a.end() || !content->is_string()) throw Error(at + ": field 'content' must be a string");
+        const auto special = a.find("special");
+        if (special != a.end() && !special->is_boolean()) throw Error(at + ": field 'special' must be true or false");
+        AddedToken t{static_cast<int32_t>(id->get<int64_t>()), content->get<std::string>(), a.value("special", false)};
+        const std::string aw = where + " added token " + content->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         check_bool_field(a, "lstrip", false, aw);
         check_bool_field(a, "rstrip", false, aw);
         check_bool_field(a, "single_word", false, aw);
@@ -389,17 +422,6 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
         std::stable_sort(list.begin(), list.end(), [&](int a, int b) {
             return impl->added[static_cast<size_t>(a)].content.size() > impl->added[static_cast<size_t>(b)].content.size();
         });
-
-    const std::filesystem::path config = dir / "tokenizer_config.json";
-    if (std::filesystem::exists(config)) {
-        try {
-            auto c = nlohmann::json::parse(read_file(config));
-            auto it = c.find("chat_template");
-            if (it != c.end() && it->is_string()) impl->chat_template = it->get<std::string>();
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
-        }
-    }
     return Tokenizer(std::move(impl));
 }
 

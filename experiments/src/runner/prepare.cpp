@@ -10,6 +10,7 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 
 #include <chrono>
 #include <ctime>
@@ -171,11 +172,19 @@ PreparedRun read_prepared_run(const fs::path& folder) {
     run.run_id = run.folder.filename().string();
     fs::path p = run.folder / "prepare.json";
     if (!fs::exists(p)) throw Error(run.folder.string() + ": not a prepared run folder (no prepare.json)");
-    run.summary = json::parse(read_file(p));
-    run.total_updates = run.summary.value("total_updates", int64_t{0});
-    run.train_records = run.summary.value("train_records", int64_t{0});
-    run.heldout_records = run.summary.value("heldout_records", int64_t{0});
-    run.eval_examples = run.summary.value("eval_examples", int64_t{0});
+    run.summary = parse_json_strict(read_file(p), p.string());
+    if (!run.summary.is_object()) throw Error(p.string() + ": must be a JSON object (what prepare_run wrote)");
+    auto count = [&](const char* key) -> int64_t {
+        auto it = run.summary.find(key);
+        if (it == run.summary.end()) return 0;
+        if (!it->is_number_integer() || it->get<int64_t>() < 0)
+            throw Error(p.string() + ": field " + key + " must be a non-negative integer");
+        return it->get<int64_t>();
+    };
+    run.total_updates = count("total_updates");
+    run.train_records = count("train_records");
+    run.heldout_records = count("heldout_records");
+    run.eval_examples = count("eval_examples");
     return run;
 }
 

@@ -15,6 +15,7 @@ and returns True when every case was a clear error.
 """
 import concurrent.futures
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -105,7 +106,7 @@ def run_case(case, keep=False):
             case.setup(case_dir)
         argv = [TANDEM] + [substitute(a, case_dir) for a in case.args]
         stdin = case.stdin.encode() if isinstance(case.stdin, str) else case.stdin
-        env = dict(os.environ, **case.env)
+        env = dict(os.environ, **{k: substitute(v, case_dir) for k, v in case.env.items()})
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True,
@@ -186,3 +187,26 @@ def asset_root_with(case_dir, tokenizer_json=None, tokenizer_config=None, corpor
         os.makedirs(os.path.join(root, "data"), exist_ok=True)
         os.symlink(CORPORA_DIR, os.path.join(root, "data", "corpora"))
     return root
+
+
+def fake_reference_env(case_dir):
+    """A stand-in for the reference environment that `tandem doctor` inspects: a `python` that
+    prints the versions pinned in experiments/legs/requirements.txt, so a doctor case takes
+    milliseconds and its only MISSING line is the one the case provokes. Returns the folder, for
+    TANDEM_REFENV."""
+    pins = {}
+    with open(os.path.join(SOURCE_DIR, "experiments", "legs", "requirements.txt")) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "==" in line:
+                name, version = line.split("==", 1)
+                pins[name.strip()] = version.strip()
+    versions = {m: pins.get(m, "0.0") for m in ("torch", "transformers", "peft", "safetensors", "tokenizers", "jinja2",
+                                                "h5py", "numpy")}
+    env = os.path.join(case_dir, "fake-refenv")
+    os.makedirs(os.path.join(env, "bin"), exist_ok=True)
+    python = os.path.join(env, "bin", "python")
+    with open(python, "w") as f:
+        f.write("#!/bin/sh\necho '" + json.dumps(versions) + "'\n")
+    os.chmod(python, 0o755)
+    return env

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -61,7 +62,38 @@ json read_json(const fs::path& p) {
     }
 }
 
-json finite_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+// "nan", "inf", "-inf" or the value with 9 significant digits (as Python's f"{x:.9g}" writes it,
+// so both legs word the same failure the same way).
+std::string number_text(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", x);
+    return std::isnan(x) ? "nan" : buf;
+}
+
+// A leg that computes a non-finite loss or grad norm stops at once (issue 10 item 5): the step
+// event is written first (the protocol carries the NaN explicitly), then this error.
+void stop_if_non_finite(const std::string& leg, int64_t update, double loss, double grad_norm) {
+    const char* what = !std::isfinite(loss) ? "loss" : !std::isfinite(grad_norm) ? "grad norm" : nullptr;
+    if (what)
+        throw Error("leg " + leg + ": non-finite " + what + " at update " + std::to_string(update) + " (loss " +
+                    number_text(loss) + ", grad norm " + number_text(grad_norm) + ")");
+}
+// Test-only fault injection (docs/leg-protocol.md): TANDEM_TEST_NONFINITE_LOSS_AT=k makes update
+// k's loss NaN, as a numeric blow-up would; both legs honour it, so tests/faults_io can check that
+// each leg stops and names the update. -1 (unset) in normal use.
+int64_t injected_nonfinite_update() {
+    const char* v = std::getenv("TANDEM_TEST_NONFINITE_LOSS_AT");
+    if (!v || !*v) return -1;
+    char* end = nullptr;
+    const long long k = std::strtoll(v, &end, 10);
+    return end && *end == '\0' && k >= 0 ? static_cast<int64_t>(k) : -1;
+}
+
+void stop_if_non_finite_eval(const std::string& leg, int64_t update, double heldout_ce) {
+    if (!std::isfinite(heldout_ce))
+        throw Error("leg " + leg + ": non-finite held-out loss at update " + std::to_string(update) + " (held-out CE " +
+                    number_text(heldout_ce) + ")");
+}
 
 struct Encoded {
     std::vector<int32_t> ids;
@@ -253,14 +285,16 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
 
             engine::EvalResult ev = trainer.evaluate(eval_batches);
-            out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
+            out.emit("l1", {{"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens},
                             {"examples", eval_indices.size()}});
-            out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+            out.emit("eval", {{"update", 0}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}});
+            stop_if_non_finite_eval(opt.leg, 0, ev.loss);
         }
         out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
                             {"setup_s", seconds_since(t_start)}});
 
         double train_s = 0;
+        const int64_t inject_at = injected_nonfinite_update();
         for (int64_t u = start_update; u < total_updates; ++u) {
             std::vector<engine::MicroBatch> mbs;
             int64_t input_tokens = 0;
@@ -274,15 +308,18 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             }
             auto tu = std::chrono::steady_clock::now();
             engine::UpdateMetrics m = trainer.train_update(mbs);
+            if (u == inject_at) m.loss = std::nan("");
             double wall = seconds_since(tu);
             train_s += wall;
-            out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
+            out.emit("step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm},
                               {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
                               {"wall_s", wall}});
+            stop_if_non_finite(opt.leg, u, m.loss, m.grad_norm);
             const int64_t done = u + 1;
             if (done % spec.eval_interval == 0 || done == total_updates) {
                 engine::EvalResult ev = trainer.evaluate(eval_batches);
-                out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+                out.emit("eval", {{"update", done}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}});
+                stop_if_non_finite_eval(opt.leg, done, ev.loss);
             }
             if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
                 fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));

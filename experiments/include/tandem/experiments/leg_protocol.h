@@ -29,6 +29,14 @@ enum class EventKind { Hello, Resume, L1, L2, L3, Step, Eval, Timing, Memory, Ch
 // "hello", "step", ... as on the wire; "unknown" / "malformed" for the last two.
 const char* event_kind_name(EventKind kind);
 
+// Non-finite numbers on the wire (JSON has none): the strings "NaN", "Infinity", "-Infinity"
+// (Python's float() and JavaScript's Number() read them back). Readers also take null as NaN:
+// events.jsonl files written before the explicit form wrote every non-finite number as null.
+nlohmann::json protocol_number(double x);
+// A protocol number field's value: a JSON number, one of the three strings, or null (NaN);
+// nullopt for anything else (absent, another string, an object ...).
+std::optional<double> protocol_number_value(const nlohmann::json& v);
+
 struct TensorDigest {
     std::string name;   // HF / peft file name
     std::string kind;   // "base" | "adapter"

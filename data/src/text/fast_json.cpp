@@ -5,6 +5,7 @@
 #include "tandem/error.h"
 #include "unicode.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -250,8 +251,14 @@ private:
 }  // namespace
 
 nlohmann::json parse_tokenizer_json(std::string_view text, TokenizerJsonModel& model, const std::string& where) {
-    model.vocab.reserve(160000);
-    model.merges.reserve(160000);
+    // JSON text is UTF-8 (RFC 8259); HF's reader refuses anything else, so must we (an ill-formed
+    // byte in a vocab string would otherwise travel into error messages and token texts).
+    if (const size_t bad = first_invalid_utf8(text); bad != text.size())
+        throw Error(where + ": not valid UTF-8 at byte " + std::to_string(bad));
+    // Sized for a real vocabulary (Qwen3: 151,643 entries, 151,387 merges), capped by what the
+    // text can hold so that a small input does not pay for a large reservation.
+    model.vocab.reserve(std::min<size_t>(160000, text.size() / 6));
+    model.merges.reserve(std::min<size_t>(160000, text.size() / 8));
     return Reader(text, model, where).document();
 }
 

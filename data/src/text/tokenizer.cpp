@@ -258,7 +258,10 @@ namespace {
 
 // Token ids index dense tables (id -> text, id -> bytes); a larger id in a hostile file would make
 // the loader allocate gigabytes. Real vocabularies are below 300k (Qwen3: 151,669).
-constexpr int32_t kMaxTokenId = 1 << 24;
+constexpr int32_t kMaxTokenId = 1 << 21;
+
+// A JSON value quoted for an error message, whatever bytes it holds.
+std::string shown(const nlohmann::json& v) { return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 const nlohmann::json& require(const nlohmann::json& j, const char* key, const std::string& where) {
     auto it = j.find(key);
@@ -269,14 +272,14 @@ const nlohmann::json& require(const nlohmann::json& j, const char* key, const st
 void check_string_field(const nlohmann::json& j, const char* key, const std::string& expected, const std::string& where) {
     const auto& v = require(j, key, where);
     if (!v.is_string() || v.get<std::string>() != expected)
-        throw Error(where + ": field '" + key + "' is " + v.dump() + ", tandem's tokenizer supports only \"" + expected + "\"");
+        throw Error(where + ": field '" + key + "' is " + shown(v) + ", tandem's tokenizer supports only \"" + expected + "\"");
 }
 
 void check_bool_field(const nlohmann::json& j, const char* key, bool expected, const std::string& where) {
     auto it = j.find(key);
     if (it == j.end()) return;
     if (!it->is_boolean() || it->get<bool>() != expected)
-        throw Error(where + ": field '" + key + "' is " + it->dump() + ", tandem's tokenizer supports only " +
+        throw Error(where + ": field '" + key + "' is " + shown(*it) + ", tandem's tokenizer supports only " +
                     (expected ? "true" : "false"));
 }
 
@@ -296,7 +299,7 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
     check_string_field(steps[0], "type", "Split", split_where);
     const auto& pattern = require(steps[0], "pattern", split_where);
     if (!pattern.is_object() || !pattern.contains("Regex") || pattern["Regex"] != std::string(text::kQwenSplitPattern))
-        throw Error(split_where + ": pattern " + pattern.dump() + " is not the Qwen2/Qwen3 split regex tandem implements");
+        throw Error(split_where + ": pattern " + shown(pattern) + " is not the Qwen2/Qwen3 split regex tandem implements");
     check_string_field(steps[0], "behavior", "Isolated", split_where);
     check_bool_field(steps[0], "invert", false, split_where);
     const std::string bl_where = file + " pre_tokenizer.pretokenizers[1]";
@@ -311,11 +314,11 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         auto it = model.find(key);
         if (it != model.end() && !it->is_null() && *it != "")
-            throw Error(file + " model: field '" + key + "' is " + it->dump() + ", tandem supports only \"\"");
+            throw Error(file + " model: field '" + key + "' is " + shown(*it) + ", tandem supports only \"\"");
     }
     auto dropout = model.find("dropout");
     if (dropout != model.end() && !dropout->is_null() && (!dropout->is_number() || dropout->get<double>() != 0.0))
-        throw Error(file + " model: BPE dropout " + dropout->dump() + " is not supported");
+        throw Error(file + " model: BPE dropout " + shown(*dropout) + " is not supported");
 }
 
 
@@ -347,12 +350,19 @@ Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::
     if (raw.vocab.empty()) throw Error(where + ": model.vocab is missing or empty");
     impl->vocab.reserve(raw.vocab.size() * 2);
     int32_t max_id = -1;
+    std::unordered_map<int32_t, const std::string*> owner;  // id -> its vocab token
     for (const auto& [token, id] : raw.vocab) {
-        if (id < 0) throw Error(where + ": model.vocab entry " + nlohmann::json(token).dump() + " has a negative id");
+        if (id < 0) throw Error(where + ": model.vocab entry " + shown(token) + " has a negative id");
         if (id >= kMaxTokenId)
-            throw Error(where + ": model.vocab entry " + nlohmann::json(token).dump() + " has id " + std::to_string(id) +
+            throw Error(where + ": model.vocab entry " + shown(token) + " has id " + std::to_string(id) +
                         ", beyond the limit of " + std::to_string(kMaxTokenId) + " ids");
-        impl->vocab.emplace(token, id);
+        // One id per token and one token per id: otherwise decode(encode(text)) != text, and the
+        // file means different things to readers that keep the first or the last entry.
+        if (!impl->vocab.emplace(token, id).second)
+            throw Error(where + ": model.vocab entry " + shown(token) + " appears twice");
+        if (auto [it, fresh] = owner.emplace(id, &token); !fresh)
+            throw Error(where + ": model.vocab id " + std::to_string(id) + " is given to both " + shown(*it->second) +
+                        " and " + shown(token));
         max_id = std::max(max_id, id);
     }
     const auto& added = require(j, "added_tokens", where);
@@ -375,6 +385,11 @@ Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::
         check_bool_field(a, "single_word", false, aw);
         check_bool_field(a, "normalized", false, aw);
         if (t.content.empty()) throw Error(aw + ": empty content");
+        if (auto it = owner.find(t.id); it != owner.end() && *it->second != t.content)
+            throw Error(aw + ": id " + std::to_string(t.id) + " is the vocab entry " + shown(*it->second));
+        for (const auto& other : impl->added)
+            if (other.id == t.id || other.content == t.content)
+                throw Error(aw + ": its id or content repeats added token " + shown(other.content));
         impl->vocab[t.content] = t.id;
         max_id = std::max(max_id, t.id);
         impl->added.push_back(std::move(t));
@@ -385,7 +400,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::
     std::string bytes;
     for (const auto& [token, id] : raw.vocab) {
         if (!byte_level_to_bytes(token, bytes))
-            throw Error(where + ": vocab entry " + nlohmann::json(token).dump() + " is not in the byte-level alphabet");
+            throw Error(where + ": vocab entry " + shown(token) + " is not in the byte-level alphabet");
         impl->id_to_bytes[static_cast<size_t>(id)] = bytes;
     }
     for (const auto& t : impl->added) impl->id_to_bytes[static_cast<size_t>(t.id)] = t.content;
@@ -406,8 +421,8 @@ Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::
         joined.assign(left).append(right);
         auto mi = impl->vocab.find(joined);
         if (li == impl->vocab.end() || ri == impl->vocab.end() || mi == impl->vocab.end())
-            throw Error(where + ": merge #" + std::to_string(rank) + " [" + nlohmann::json(left).dump() + ", " +
-                        nlohmann::json(right).dump() + "] uses a token missing from the vocab");
+            throw Error(where + ": merge #" + std::to_string(rank) + " [" + shown(left) + ", " +
+                        shown(right) + "] uses a token missing from the vocab");
         // A pair listed twice keeps its last rank, as a map built from the list in order does (HF).
         impl->merges.insert_or_assign(pair_key(li->second, ri->second), MergeInfo{rank, mi->second});
         ++rank;

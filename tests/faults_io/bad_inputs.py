@@ -311,7 +311,35 @@ def report_cases():
          Case("report: --out folder does not exist", ["report", "{fixture}", "--out", "{dir}/no/such/r.md"], expect="{dir}/no/such"),
          Case("report: --out below a file", ["report", "{fixture}", "--out", "{dir}/f/r.md"], expect="{dir}/f", files={"f": "x"}),
          Case("report: probe file without legs", ["report", "{dir}/p.h5"], expect="p.h5", setup=_probe_file)]
+    # A real run file with one stored record replaced (h5py): what tandem wrote must still be read
+    # with errors naming the file and the object.
+    for label, path, value, expect in (
+            ("check l1 not JSON", "legs/engine/checks/l1", "{oops", "checks/l1"),
+            ("check l2 a number", "legs/engine/checks/l2", "5", "run.h5"),
+            ("check l3 with 1e400", "legs/engine/checks/l3", '{"records": [{"index": 1e400}]}', "checks/l3"),
+            ("spec_json not JSON", "experiment@spec_json", "{", "spec"),
+            ("spec_json with a null lr", "experiment@spec_json", None, "optimizer.lr")):
+        c.append(Case(f"report: run.h5 {label}", ["report", "{dir}/run.h5"], expect=expect,
+                      setup=lambda d, path=path, value=value: _edited_run_file(d, path, value)))
     return c
+
+
+def _edited_run_file(d, path, value):
+    import h5py
+
+    dst = os.path.join(d, "run.h5")
+    shutil.copy(os.path.join(F.PLACEHOLDERS["{fixture}"], "run.h5"), dst)
+    with h5py.File(dst, "r+") as f:
+        if "@" in path:
+            obj, attr = path.split("@")
+            if value is None:  # the spec with optimizer.lr set to null
+                spec = json.loads(f[obj].attrs[attr])
+                spec["optimizer"]["lr"] = None
+                value = json.dumps(spec)
+            f[obj].attrs[attr] = value
+        else:
+            del f[path]
+            f[path] = value
 
 
 def _truncated_copy(src, dst):

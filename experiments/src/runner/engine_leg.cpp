@@ -16,6 +16,7 @@
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/sha256.h"
+#include "tandem/strict_json.h"
 #include "tandem/version.h"
 
 // The CUDA trainer is used when the build links tandem_engine_cuda into tandem_experiments and
@@ -54,13 +55,7 @@ int64_t peak_rss_bytes() {
     return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-json read_json(const fs::path& p) {
-    try {
-        return json::parse(read_file(p));
-    } catch (const json::parse_error& e) {
-        throw Error(p.string() + ": not valid JSON: " + e.what());
-    }
-}
+json read_json(const fs::path& p) { return parse_json_strict(read_file(p), p.string()); }
 
 // "nan", "inf", "-inf" or the value with 9 significant digits (as Python's f"{x:.9g}" writes it,
 // so both legs word the same failure the same way).
@@ -195,7 +190,15 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     std::vector<data::Record> records = data::read_records(run_dir / "corpus" / "records.jsonl");
     data::BatchPlan plan = data::read_plan(run_dir / "plan.json");
     json prefix_json = read_json(run_dir / "corpus" / "eval_prefix.json");
-    std::vector<size_t> eval_indices = prefix_json.at("indices").get<std::vector<size_t>>();
+    std::vector<size_t> eval_indices;
+    if (!prefix_json.is_object() || !prefix_json.contains("indices") || !prefix_json["indices"].is_array())
+        throw Error((run_dir / "corpus" / "eval_prefix.json").string() + ": field indices missing or not a list");
+    for (const auto& i : prefix_json["indices"]) {
+        if (!i.is_number_unsigned())
+            throw Error((run_dir / "corpus" / "eval_prefix.json").string() + ": field indices: " + i.dump() +
+                        " is not a record index");
+        eval_indices.push_back(i.get<size_t>());
+    }
     const size_t l3_count = std::min(static_cast<size_t>(spec.l3_records), records.size());
     const std::string plan_mode = spec.leg_setting(opt.leg, "plan");
 

@@ -2,6 +2,7 @@
 #include "tandem/experiments/report.h"
 
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 #include "tandem/experiments/host_info.h"
 
 #include <cmath>
@@ -290,7 +291,8 @@ Comparison compare_run_file(const fs::path& run, std::string* title) {
     RunFileReader reader(file);
     auto exp = reader.experiment();
     if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
-    ExperimentSpec spec = parse_experiment(nlohmann::json::parse(exp->spec_json), file.string() + " /experiment spec");
+    const std::string spec_source = file.string() + " /experiment spec_json";
+    ExperimentSpec spec = parse_experiment(parse_json_strict(exp->spec_json, spec_source), spec_source);
     const std::vector<LegData> legs = read_legs(reader);
     Comparison c = compare_legs(legs, spec);
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});

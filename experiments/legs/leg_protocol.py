@@ -36,13 +36,25 @@ def _explicit(value):
     return value
 
 
+def _line(event, fields):
+    record = {"v": PROTOCOL_VERSION, "event": event, "t": round(time.time(), 3)}
+    record.update(_explicit(fields))
+    return json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+
+
 def emit(event, **fields):
     """Writes one event line and flushes, so the runner sees it at once. Non-finite floats anywhere
     in the fields are written explicitly; allow_nan=False makes any that slipped through an error
     here rather than an unparsable line for the runner."""
-    record = {"v": PROTOCOL_VERSION, "event": event, "t": round(time.time(), 3)}
-    record.update(_explicit(fields))
-    _out.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
+    _out.write(_line(event, fields))
+    _out.flush()
+
+
+def emit_together(*events):
+    """Several (event, fields) in ONE write: a runner that stops the leg as soon as it reads the
+    first (a NaN step) still finds the next (the error) in the pipe."""
+    _out.flush()
+    _out.write("".join(_line(event, fields) for event, fields in events))
     _out.flush()
 
 

@@ -29,7 +29,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from leg_protocol import emit, tensor_digest  # noqa: E402
+from leg_protocol import emit, emit_together, tensor_digest  # noqa: E402
 from run_folder import RunFolder, encode_record, load_tokenizer  # noqa: E402
 import leg_checkpoint  # noqa: E402
 
@@ -42,23 +42,40 @@ class LegFailure(Exception):
     """A failure this leg reports as its one-line error message, as the engine leg words it."""
 
 
+class ReportedFailure(LegFailure):
+    """A failure whose error event is already written."""
+
+
+def emit_or_stop(events, failure):
+    """Writes the events; with a failure, the events and the error in one write, then stops (the
+    runner's live gate may stop this leg the moment it reads a NaN: the error must be there)."""
+    if not failure:
+        for event, fields in events:
+            emit(event, **fields)
+        return
+    log(f"error: {failure}")
+    emit_together(*events, ("error", {"message": failure}))
+    raise ReportedFailure(failure)
+
+
 def number_text(x):
     """nan, inf, -inf or 9 significant digits (the engine leg's number_text)."""
     return f"{float(x):.9g}"
 
 
-def stop_if_non_finite(leg, update, loss, grad_norm):
-    """A non-finite loss or grad norm stops the leg at once (issue 10 item 5); the step event has
-    been written (with the NaN spelt out), the error follows."""
+def non_finite_step(leg, update, loss, grad_norm):
+    """The failure of a non-finite loss or grad norm (issue 10 item 5), worded as the engine leg's;
+    "" when both are finite."""
     what = "loss" if not math.isfinite(loss) else "grad norm" if not math.isfinite(grad_norm) else None
-    if what:
-        raise LegFailure(f"leg {leg}: non-finite {what} at update {update} "
-                         f"(loss {number_text(loss)}, grad norm {number_text(grad_norm)})")
+    if not what:
+        return ""
+    return f"leg {leg}: non-finite {what} at update {update} (loss {number_text(loss)}, grad norm {number_text(grad_norm)})"
 
 
-def stop_if_non_finite_eval(leg, update, heldout_ce):
-    if not math.isfinite(heldout_ce):
-        raise LegFailure(f"leg {leg}: non-finite held-out loss at update {update} (held-out CE {number_text(heldout_ce)})")
+def non_finite_eval(leg, update, heldout_ce):
+    if math.isfinite(heldout_ce):
+        return ""
+    return f"leg {leg}: non-finite held-out loss at update {update} (held-out CE {number_text(heldout_ce)})"
 
 
 def check_finite(torch, path):
@@ -387,9 +404,8 @@ def run_leg(args):
     model.train()
     if start_update == 0:
         ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
-        emit("l1", heldout_ce=ce, tokens=n, examples=len(eval_set))
-        emit("eval", update=0, heldout_ce=ce, tokens=n)
-        stop_if_non_finite_eval(leg, 0, ce)
+        emit_or_stop([("l1", dict(heldout_ce=ce, tokens=n, examples=len(eval_set))),
+                      ("eval", dict(update=0, heldout_ce=ce, tokens=n))], non_finite_eval(leg, 0, ce))
 
     setup_s = time.perf_counter() - t_start
     emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s, setup_s=setup_s)
@@ -424,14 +440,13 @@ def run_leg(args):
         loss = loss_total / max(1, n_update)
         if u == inject_at:  # test-only fault injection, as in the engine leg (docs/leg-protocol.md)
             loss = float("nan")
-        emit("step", update=u, loss=loss, grad_norm=float(grad_norm.item()), lr=lr, tokens=n_update,
-             input_tokens=input_tokens, wall_s=wall)
-        stop_if_non_finite(leg, u, loss, float(grad_norm.item()))
+        gn = float(grad_norm.item())
+        emit_or_stop([("step", dict(update=u, loss=loss, grad_norm=gn, lr=lr, tokens=n_update,
+                                    input_tokens=input_tokens, wall_s=wall))], non_finite_step(leg, u, loss, gn))
         done = u + 1
         if done % eval_interval == 0 or done == total_updates:
             ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
-            emit("eval", update=done, heldout_ce=ce, tokens=n)
-            stop_if_non_finite_eval(leg, done, ce)
+            emit_or_stop([("eval", dict(update=done, heldout_ce=ce, tokens=n))], non_finite_eval(leg, done, ce))
         if ckpt_interval and done % ckpt_interval == 0 and done < total_updates:
             def write(tmp, _done=done):
                 save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
@@ -465,6 +480,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         emit("error", message="interrupted")
         return 130
+    except ReportedFailure:
+        return 1
     except LegFailure as e:  # worded for the user: no traceback, no exception type
         log(f"error: {e}")
         emit("error", message=str(e))

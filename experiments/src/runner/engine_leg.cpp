@@ -65,13 +65,30 @@ std::string number_text(double x) {
     return std::isnan(x) ? "nan" : buf;
 }
 
-// A leg that computes a non-finite loss or grad norm stops at once (issue 10 item 5): the step
-// event is written first (the protocol carries the NaN explicitly), then this error.
-void stop_if_non_finite(const std::string& leg, int64_t update, double loss, double grad_norm) {
+// A failure whose error event this leg already wrote (run_engine_leg must not write a second one).
+struct ReportedFailure : Error {
+    using Error::Error;
+};
+
+// A leg that computes a non-finite loss or grad norm stops at once (issue 10 item 5). The event
+// that carries the value (with the NaN spelt out) and the error are written in one write: the
+// runner's live gate may stop the leg the moment it reads the value, and the error must already
+// be in the pipe then.
+void emit_or_stop(EventWriter& out, std::vector<std::pair<std::string, json>> events, const std::string& failure) {
+    if (failure.empty()) {
+        for (auto& [event, fields] : events) out.emit(event, std::move(fields));
+        return;
+    }
+    std::fprintf(stderr, "engine leg: error: %s\n", failure.c_str());
+    events.emplace_back("error", json{{"message", failure}});
+    out.emit_together(std::move(events));
+    throw ReportedFailure(failure);
+}
+std::string non_finite_step(const std::string& leg, int64_t update, double loss, double grad_norm) {
     const char* what = !std::isfinite(loss) ? "loss" : !std::isfinite(grad_norm) ? "grad norm" : nullptr;
-    if (what)
-        throw Error("leg " + leg + ": non-finite " + what + " at update " + std::to_string(update) + " (loss " +
-                    number_text(loss) + ", grad norm " + number_text(grad_norm) + ")");
+    if (!what) return "";
+    return "leg " + leg + ": non-finite " + what + " at update " + std::to_string(update) + " (loss " +
+           number_text(loss) + ", grad norm " + number_text(grad_norm) + ")";
 }
 // Test-only fault injection (docs/leg-protocol.md): TANDEM_TEST_NONFINITE_LOSS_AT=k makes update
 // k's loss NaN, as a numeric blow-up would; both legs honour it, so tests/faults_io can check that
@@ -84,10 +101,10 @@ int64_t injected_nonfinite_update() {
     return end && *end == '\0' && k >= 0 ? static_cast<int64_t>(k) : -1;
 }
 
-void stop_if_non_finite_eval(const std::string& leg, int64_t update, double heldout_ce) {
-    if (!std::isfinite(heldout_ce))
-        throw Error("leg " + leg + ": non-finite held-out loss at update " + std::to_string(update) + " (held-out CE " +
-                    number_text(heldout_ce) + ")");
+std::string non_finite_eval(const std::string& leg, int64_t update, double heldout_ce) {
+    if (std::isfinite(heldout_ce)) return "";
+    return "leg " + leg + ": non-finite held-out loss at update " + std::to_string(update) + " (held-out CE " +
+           number_text(heldout_ce) + ")";
 }
 
 struct Encoded {
@@ -288,10 +305,10 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
 
             engine::EvalResult ev = trainer.evaluate(eval_batches);
-            out.emit("l1", {{"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens},
-                            {"examples", eval_indices.size()}});
-            out.emit("eval", {{"update", 0}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}});
-            stop_if_non_finite_eval(opt.leg, 0, ev.loss);
+            emit_or_stop(out,
+                         {{"l1", {{"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}, {"examples", eval_indices.size()}}},
+                          {"eval", {{"update", 0}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
+                         non_finite_eval(opt.leg, 0, ev.loss));
         }
         out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
                             {"setup_s", seconds_since(t_start)}});
@@ -314,15 +331,15 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             if (u == inject_at) m.loss = std::nan("");
             double wall = seconds_since(tu);
             train_s += wall;
-            out.emit("step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm},
-                              {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
-                              {"wall_s", wall}});
-            stop_if_non_finite(opt.leg, u, m.loss, m.grad_norm);
+            emit_or_stop(out,
+                         {{"step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
+                                    {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens}, {"wall_s", wall}}}},
+                         non_finite_step(opt.leg, u, m.loss, m.grad_norm));
             const int64_t done = u + 1;
             if (done % spec.eval_interval == 0 || done == total_updates) {
                 engine::EvalResult ev = trainer.evaluate(eval_batches);
-                out.emit("eval", {{"update", done}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}});
-                stop_if_non_finite_eval(opt.leg, done, ev.loss);
+                emit_or_stop(out, {{"eval", {{"update", done}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
+                             non_finite_eval(opt.leg, done, ev.loss));
             }
             if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
                 fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
@@ -355,6 +372,8 @@ int run_engine_leg(const EngineLegOptions& options) {
     EventWriter out(stdout);
     try {
         return run(options, out);
+    } catch (const ReportedFailure&) {
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "engine leg: error: %s\n", e.what());
         out.emit("error", {{"message", e.what()}});

@@ -105,7 +105,11 @@ class EventWriter {
 public:
     explicit EventWriter(std::FILE* out = stdout) : out_(out) {}
     void emit(const std::string& event, nlohmann::json fields);
+    // Several events in ONE write (a step and the error it causes): a runner that stops the leg as
+    // soon as it reads the first one still finds the second in the pipe.
+    void emit_together(std::vector<std::pair<std::string, nlohmann::json>> events);
 private:
+    std::string line(const std::string& event, nlohmann::json fields) const;
     std::FILE* out_;
 };
 

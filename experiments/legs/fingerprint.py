@@ -97,8 +97,11 @@ class Sketcher:
 
 
 def _finite(v):
+    """A float for the protocol: non-finite values spelled "NaN" / "Infinity" / "-Infinity"."""
     v = float(v)
-    return v if math.isfinite(v) else None
+    if math.isfinite(v):
+        return v
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
 
 
 def summary(count, norm, mean, maxabs, sketch):

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -160,22 +161,30 @@ CommandResult run_command(const std::vector<std::string>& argv, double timeout_s
         return r;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    auto out_line = [&](std::string_view l) { r.out.append(l).push_back('\n'); };
-    auto err_line = [&](std::string_view l) { r.err.append(l).push_back('\n'); };
+    // Raw bytes (not lines): what the command printed, exactly.
+    auto take = [](int& fd, std::string& into) {
+        char chunk[65536];
+        for (;;) {
+            const ssize_t n = ::read(fd, chunk, sizeof chunk);
+            if (n > 0) {
+                into.append(chunk, static_cast<size_t>(n));
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+            close(fd);  // end of file (or an error: nothing more will come)
+            fd = -1;
+            return;
+        }
+    };
     while (p.out_fd >= 0 || p.err_fd >= 0) {
         pollfd fds[2];
         nfds_t n = 0;
         if (p.out_fd >= 0) fds[n++] = {p.out_fd, POLLIN, 0};
         if (p.err_fd >= 0) fds[n++] = {p.err_fd, POLLIN, 0};
         ::poll(fds, n, 100);
-        if (p.out_fd >= 0 && !read_lines(p.out_fd, p.out_buf, out_line)) {
-            close(p.out_fd);
-            p.out_fd = -1;
-        }
-        if (p.err_fd >= 0 && !read_lines(p.err_fd, p.err_buf, err_line)) {
-            close(p.err_fd);
-            p.err_fd = -1;
-        }
+        if (p.out_fd >= 0) take(p.out_fd, r.out);
+        if (p.err_fd >= 0) take(p.err_fd, r.err);
         if (!r.timed_out && std::chrono::steady_clock::now() > deadline) {
             r.timed_out = true;
             signal_group(p.pid, SIGKILL);

@@ -105,4 +105,10 @@ CommandResult run_command(const std::vector<std::string>& argv, double timeout_s
 // Quotes a word for a POSIX shell script (single quotes).
 std::string shell_quote(const std::string& word);
 
+// How many bytes of a Slurm job's stdout file `out` events.jsonl already holds, counting its lines
+// from byte `journal_start` on (where this attempt began): whole lines equal byte for byte, and an
+// unfinished last line of `out` when the journal holds it. A line the journal holds only in part (a
+// runner killed while writing it) ends the count: the re-attached runner appends it again, whole.
+uint64_t journaled_prefix(const std::filesystem::path& events, uint64_t journal_start, const std::filesystem::path& out);
+
 }  // namespace tandem::experiments

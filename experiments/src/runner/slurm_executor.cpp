@@ -127,10 +127,8 @@ std::string read_tail(const fs::path& p, uint64_t from) {
     return s;
 }
 
-// How much of this attempt's stdout events.jsonl already holds: its lines from `journal_start` on,
-// compared with the output file line by line (whole lines, byte for byte; an unfinished last line of
-// the output counts when the journal holds it). A line the journal holds only in part (the runner was
-// killed while writing it, then the line was closed) is not counted: it is appended again whole.
+}  // namespace
+
 uint64_t journaled_prefix(const fs::path& events, uint64_t journal_start, const fs::path& out) {
     const std::string journal = read_tail(events, journal_start);
     const std::string output = read_tail(out, 0);
@@ -148,6 +146,8 @@ uint64_t journaled_prefix(const fs::path& events, uint64_t journal_start, const 
     }
     return pos;
 }
+
+namespace {
 
 std::string job_name_for(const fs::path& run_dir, const std::string& leg, int attempt) {
     std::string name = "tandem:" + run_dir.filename().string() + ":" + leg + ":" + std::to_string(attempt);

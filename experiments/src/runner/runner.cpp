@@ -605,7 +605,20 @@ public:
             if (!stopping_)
                 for (auto& l : run_.legs)
                     if (l.status == LegStatus::Pending && !devices_busy(l)) {
-                        launch(l, run_);
+                        try {
+                            launch(l, run_);
+                        } catch (const Error& e) {
+                            // The cluster refused this leg (a partition, account or time it does not
+                            // accept): the leg fails with Slurm's reason and the others go on. A local
+                            // leg that cannot start (fork, pipes) is the machine's failure: the run's.
+                            if (l.plan.executor == "local") throw;
+                            l.status = LegStatus::Failed;
+                            l.exit_status = 1;
+                            l.trace.error = e.what();
+                            l.journal->log("[tandem run] " + utc_timestamp_now() + " " + e.what());
+                            say_("leg " + l.plan.name + ": " + e.what());
+                            rec_.write_leg_summary(state_of(l));
+                        }
                         rec_.update_leg(state_of(l));
                     }
             take_requests();

@@ -439,10 +439,12 @@ public:
         if (r.exit_status != 0) {
             clear_leg_process(launch.leg_dir);
             std::string cmd;
-            for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-            throw Error("leg " + launch.plan.name + ": sbatch refused the job (" +
-                        (r.exit_status == 127 ? "sbatch not found: is Slurm's client installed and on PATH?" : failure_of(argv, r)) +
-                        "); command: " + cmd);
+            for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+            write_file_atomic(dir / (stem + ".refused"), cmd + "\n" + r.err + r.out);
+            throw Error("sbatch refused the job (" +
+                        (r.exit_status == 127 ? std::string("sbatch not found: is Slurm's client installed and on PATH?")
+                                              : failure_of(argv, r)) +
+                        "); the command is in " + (dir / (stem + ".refused")).string());
         }
         std::string id = first_line(r.out);
         id = id.substr(0, id.find(';'));  // "ID;cluster" on multi-cluster setups

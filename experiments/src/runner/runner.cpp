@@ -399,6 +399,9 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
                         left->stop(true);
                         killed = true;
                     }
+                    if (Clock::now() > deadline + std::chrono::minutes(2))
+                        throw Error("leg " + l.plan.name + ": " + left->describe() + " does not end although cancelled; "
+                                    "end it (scancel) and run `tandem run --resume " + run.folder.string() + "` again");
                     std::this_thread::sleep_for(std::chrono::milliseconds(200));
                     left->read(journal_line, log_line);
                 }

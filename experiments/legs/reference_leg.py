@@ -264,7 +264,7 @@ def run_leg(args, rank=0, world=1):
     # Only rank 0 speaks the protocol; the other ranks compute.
     emit = emit_events if ranks.lead else (lambda *a, **k: None)
     set_determinism(torch, device)
-    seed = int(spec["seed"])
+    seed = run.seed("dropout")  # the dropout masks and the native RNG (docs/experiment-format.md "seeds")
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % (2 ** 32))
@@ -315,7 +315,7 @@ def run_leg(args, rank=0, world=1):
     if plan_mode == "native":
         updates = native_plan(torch, run.split()["train"], int(spec["batch"]["micro_batch"]),
                               int(spec["batch"]["accumulation"]), int(spec["batch"].get("epochs") or 1),
-                              seed)[:len(plan["updates"])]
+                              run.seed("plan"))[:len(plan["updates"])]
     eval_indices = run.eval_prefix()
     l3_count = min(int(spec.get("l3_records", 64)), len(records))
     needed = set(eval_indices) | set(range(l3_count))

@@ -86,8 +86,10 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
     ResourceEstimate e;
     e.host_bytes_per_cpu_leg = tensors + kReferenceOverheadBytes;
     for (const auto& l : legs) {
+        if (l.executor == "slurm") continue;  // runs on a cluster node, not in this machine's memory
         const double overhead = l.implementation == "reference" ? kReferenceOverheadBytes : kEngineOverheadBytes;
-        e.host_bytes_all_legs += (l.device == "cpu" ? tensors : 4 * params) + overhead;
+        const double ranks = static_cast<double>(std::max<size_t>(1, l.devices.size()));  // one process each
+        e.host_bytes_all_legs += ranks * ((l.device == "cpu" ? tensors : 4 * params) + overhead);
     }
     const double updates = spec.max_updates > 0 ? static_cast<double>(spec.max_updates) : 10000.0;
     const double checkpoints = spec.checkpoint_interval > 0 ? std::max(0.0, updates / static_cast<double>(spec.checkpoint_interval)) : 0;

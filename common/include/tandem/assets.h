@@ -31,4 +31,19 @@ std::filesystem::path corpora_dir(const AssetRoot& root);    // root/data/corpor
 // Same as find_asset_root but throws tandem::Error listing every place looked at.
 AssetRoot require_asset_root(const std::optional<std::filesystem::path>& flag = std::nullopt);
 
+// Named assets: an experiment names a shipped folder as "assets:<name>" (e.g. the pretrained base
+// "assets:qwen3-tiny-clinical" = <root>/assets/qwen3-tiny-clinical/).
+inline constexpr const char* kAssetPrefix = "assets:";
+bool is_asset_reference(const std::string& text);  // starts with "assets:"
+// "" when `text` is a well-formed reference ("assets:" + letters, digits, '-', '_', '.', not
+// starting with '.'), else why it is not.
+std::string asset_reference_problem(const std::string& text);
+// The folder a reference names: the first candidate root (same order as above) whose
+// assets/<name>/ holds `required_file`. A root named by --assets or TANDEM_ASSETS that lacks it is
+// an error, not a reason to look further (as for the tokenizer). Throws tandem::Error on one line
+// naming the reference and every folder tried.
+std::filesystem::path resolve_asset_reference(const std::string& reference,
+                                              const std::optional<std::filesystem::path>& flag,
+                                              const std::string& required_file);
+
 }  // namespace tandem

@@ -278,6 +278,8 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
         info.spec_sha256 = spec.sha256();
         info.run_id = prepared.run_id;
         info.total_updates = prepared.total_updates;
+        info.base = prepared.summary.value("base", std::string());
+        if (prepared.summary.contains("base_sha256")) info.base_sha256 = prepared.summary["base_sha256"].dump();
         w.write_experiment(info);
         for (const auto& l : legs) {
             w.create_leg(l.plan->name, {{"implementation", l.plan->implementation}, {"device", l.plan->device},

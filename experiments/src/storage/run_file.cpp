@@ -380,7 +380,9 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
                               {"tandem_version", experiment.tandem_version.empty() ? std::string(TANDEM_VERSION)
                                                                                    : experiment.tandem_version},
                               {"run_id", experiment.run_id},
-                              {"total_updates", experiment.total_updates}});
+                              {"total_updates", experiment.total_updates},
+                              {"base", experiment.base},
+                              {"base_sha256", experiment.base_sha256}});
     });
 }
 
@@ -624,7 +626,9 @@ std::optional<ExperimentInfo> RunFileReader::experiment() const {
     if (!h5::exists(file_, "/experiment")) return std::nullopt;
     const Attributes a = attributes("/experiment");
     return ExperimentInfo{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
-                          text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1)};
+                          text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1),
+                          // absent in files written before the base was recorded: ""
+                          text_attr(a, "base"), text_attr(a, "base_sha256")};
 }
 
 std::vector<ProbeResult> RunFileReader::probes() const {

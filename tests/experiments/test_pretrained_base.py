@@ -99,3 +99,21 @@ def test_a_missing_shipped_base_fails_before_the_run_folder_with_what_was_tried(
     assert f"model.base: assets:{ASSET}" in errors[0]
     assert f"{empty}/assets/{ASSET} (TANDEM_ASSETS)" in errors[0]
     assert only_run_folder(tmp, "e2e-missing-base") is None or not os.listdir(only_run_folder(tmp, "e2e-missing-base"))
+
+
+def test_doctor_reports_the_main_jobs_base(tmp_path):
+    # An assets folder with the tokenizer and corpora but not the base: doctor says MISSING (exit 3)
+    # naming the folder it tried; the real one: OK with the folder.
+    real = os.path.dirname(os.path.dirname(asset_dir()))
+    partial = tmp_path / "partial"
+    (partial / "assets").mkdir(parents=True)
+    os.symlink(os.path.join(real, "assets", "qwen3-tokenizer"), partial / "assets" / "qwen3-tokenizer")
+    os.symlink(os.path.join(real, "data"), partial / "data")
+    env = {k: v for k, v in os.environ.items() if k != "TANDEM_ASSETS"}
+    p = subprocess.run([TANDEM, "doctor", "--assets", str(partial)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 3, p.stdout
+    line = next(l for l in p.stdout.splitlines() if "pretrained base" in l)
+    assert line.startswith("[MISSING]") and f"{partial}/assets/{ASSET} (--assets)" in line, line
+    p = subprocess.run([TANDEM, "doctor", "--assets", real], capture_output=True, text=True, timeout=300, env=env)
+    line = next(l for l in p.stdout.splitlines() if "pretrained base" in l)
+    assert line.startswith("[  OK   ]") and os.path.join(real, "assets", ASSET) in line, line

@@ -107,6 +107,8 @@ std::vector<PairedPoint> pair_grad_norms(const std::vector<StepRow>& a, const st
     return out;
 }
 
+bool is_imported(const LegData& leg) { return leg.implementation == "imported"; }
+
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
     return implementation_a == "reference" && implementation_b != "reference";
 }
@@ -304,8 +306,11 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
         for (size_t j = i + 1; j < legs.size(); ++j) {
             const LegData& a = legs[i];
             const LegData& b = legs[j];
+            // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
+            const bool imported = is_imported(a) || is_imported(b);
             L1Entry l1 = compare_l1(a, b, t);
-            if (!l1.pass) {
+            if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
+            if (!l1.pass && l1.na.empty()) {
                 std::ostringstream w;
                 w.precision(3);
                 w << "L1 " << a.name << "~" << b.name << ": relative difference "
@@ -314,12 +319,17 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             }
             c.l1.push_back(l1);
             L2Entry l2 = compare_l2(a, b);
-            if (!l2.pass)
+            if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
+                l2.na = "imported";
+                l2.mismatches.clear();
+            }
+            if (!l2.pass && l2.na.empty())
                 c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
                                      " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
             c.l2.push_back(l2);
             L3Entry l3 = compare_l3(a, b);
-            if (!l3.pass)
+            if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
+            if (!l3.pass && l3.na.empty())
                 c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
             c.l3.push_back(l3);
 
@@ -340,13 +350,15 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             l4.grad_percent = residual_percent(l4.grad_points, ref_first);
             if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
             if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-            l4.gated = masks_line_up(spec, a.name, b.name);
+            l4.gated = !imported && masks_line_up(spec, a.name, b.name);
             if (l4.gated) {
                 l4.pass = l4.eval.n > 0 && std::isfinite(l4.eval.mean_abs_rel) && l4.eval.mean_abs_rel <= t.l4_mean_abs_rel;
                 if (!l4.pass)
                     c.failures.push_back("L4 " + a.name + "~" + b.name + ": mean |difference| of held-out CE " +
                                          std::to_string(l4.eval.mean_abs_rel) + " relative over " + std::to_string(l4.eval.n) +
                                          " paired evaluations > " + std::to_string(t.l4_mean_abs_rel));
+            } else if (imported) {
+                l4.note = "an imported leg: reported, not gated";
             } else {
                 l4.note = "native dropout masks or plan: reported, not gated (compare with a same-stack seed envelope)";
             }

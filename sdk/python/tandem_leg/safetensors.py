@@ -38,6 +38,32 @@ def read_header(path):
     return header, meta, 8 + n
 
 
+def _f16_to_f32(raw):
+    """IEEE half -> float32 bit by bit (exact; infinities and NaN payloads kept, subnormals normalised)."""
+    halves = array.array("H")
+    halves.frombytes(raw)
+    bits = array.array("I", bytes(4 * len(halves)))
+    for i, h in enumerate(halves):
+        sign = (h & 0x8000) << 16
+        exp = (h >> 10) & 0x1F
+        mant = h & 0x3FF
+        if exp == 0x1F:
+            bits[i] = sign | 0x7F800000 | (mant << 13)
+        elif exp:
+            bits[i] = sign | ((exp + 112) << 23) | (mant << 13)
+        elif mant == 0:
+            bits[i] = sign
+        else:
+            e = -1
+            while not mant & 0x400:
+                mant <<= 1
+                e += 1
+            bits[i] = sign | ((112 - e) << 23) | ((mant & 0x3FF) << 13)
+    out = array.array("f")
+    out.frombytes(bits.tobytes())
+    return out
+
+
 def to_float32(dtype, raw):
     """float32 array('f') of raw little-endian bytes of the given safetensors dtype."""
     if dtype == "F32":
@@ -52,7 +78,7 @@ def to_float32(dtype, raw):
         out.frombytes(bytes(wide))
         return out
     if dtype == "F16":
-        return array.array("f", struct.unpack(f"<{len(raw) // 2}e", raw))
+        return _f16_to_f32(raw)
     if dtype == "F64":
         return array.array("f", array.array("d", raw))
     raise SafetensorsError(f"unsupported dtype {dtype} (F32, F16, BF16, F64)")

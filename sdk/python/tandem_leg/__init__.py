@@ -21,8 +21,8 @@ import resource
 import sys
 
 from .checkpoint import newest_valid_checkpoint, verify_checkpoint, write_checkpoint  # noqa: F401
-from .protocol import (PROTOCOL_VERSION, EventWriter, ProtocolError, finite_or_none,  # noqa: F401
-                       validate_event)
+from .protocol import (PROTOCOL_VERSION, EventWriter, ProtocolError, claim_stdout,  # noqa: F401
+                       finite_or_none, validate_event)
 from .run_folder import RunFolder, RunFolderError  # noqa: F401
 
 __version__ = "0.1.0"
@@ -30,13 +30,18 @@ __version__ = "0.1.0"
 
 def parse_leg_args(argv=None, description="a tandem leg"):
     """The command line every leg accepts: --run RUN_DIR --leg NAME --device cpu|cuda:N [--threads N] [--resume]."""
+    return leg_arg_parser(description).parse_args(argv)
+
+
+def leg_arg_parser(description="a tandem leg"):
+    """An argparse parser with the leg options (add your own flags, then parse_args)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--run", required=True, help="the run folder prepared by `tandem run`")
     ap.add_argument("--leg", required=True, help="this leg's name (legs/<name>/ in the run folder)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda:N")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: the library's default)")
     ap.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
-    return ap.parse_args(argv)
+    return ap
 
 
 def digest(name, kind, shape, values):

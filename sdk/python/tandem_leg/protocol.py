@@ -193,6 +193,20 @@ def validate_event(kind, fields):
                 raise ProtocolError(f"event timing (phase {fields['phase']}): field '{key}' is required")
 
 
+def claim_stdout():
+    """Keeps the process's stdout for the protocol alone: returns a line-buffered text stream on a
+    duplicate of file descriptor 1, then points descriptor 1 and sys.stdout at stderr, so whatever
+    else prints (a Trainer's log lines, a progress bar, a C library) lands in stderr.log instead of
+    corrupting the event stream."""
+    import os
+
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
 class EventWriter:
     """Writes validated events, one JSON object per line, flushed after each (the runner reads them live).
 

@@ -29,7 +29,7 @@ from . import __version__, cosine_with_warmup_lr, digest, parse_leg_args, peak_h
 from . import checkpoint as ckpt
 from . import engine
 from . import safetensors
-from .protocol import EventWriter
+from .protocol import EventWriter, claim_stdout
 from .run_folder import RunFolder
 from .tokens import TandemText, encode_records, micro_batch
 
@@ -264,7 +264,7 @@ def run_leg(args, events):
 
 def main(argv=None):
     args = parse_leg_args(argv, description=__doc__.splitlines()[0])
-    events = EventWriter()
+    events = EventWriter(claim_stdout())  # nothing else may write to the protocol's stdout
     try:
         run_leg(args, events)
     except KeyboardInterrupt:

@@ -2,13 +2,12 @@
 own training loop, adapter construction, optimizer and checkpoints, against the reference leg on
 clinical-tiny (the pretrained base, shared masks and plan).
 
-A run of the engine and reference legs is prepared and run by `tandem run`; the SDK legs then run on
-the same run folder as the runner runs a leg (`<leg> --run DIR --leg NAME --device cpu --threads N`,
-stdout to legs/<leg>/events.jsonl), concurrently, and are added with `tandem import events`. The
-report must pass every level for every pair, and the levels are recomputed here from run.h5 with
-numpy: L1 relative difference <= 1e-5 against the reference, L2 every tensor's bytes equal, L3 every
-record identical, L4 mean |held-out CE difference| <= 1e-4 relative, the same lr and tokens per update.
-Each SDK leg, killed after a checkpoint and resumed, continues bit-identically."""
+One `tandem run --legs engine,reference,sdk-python,sdk-go` runs the four legs side by side. The report
+must pass every level for every pair, and the levels are recomputed here from run.h5 with numpy: L1
+relative difference <= 1e-5 against the reference, L2 every tensor's bytes equal, L3 every record
+identical, L4 mean |held-out CE difference| <= 1e-4 relative, the same lr and tokens per update. Each
+SDK leg, killed after a checkpoint and resumed (run by hand on the same folder, as the runner runs a
+leg), continues bit-identically to its uninterrupted twin."""
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ import pytest
 
 from test_run_end_to_end import SOURCE_DIR, TANDEM, check_json, h5, only_run_folder, tandem_run, write_spec
 
-PYTHON_LEG = [sys.executable, os.path.join(SOURCE_DIR, "sdk", "python", "sdk_python_leg.py")]
+PYTHON_LEG = [sys.executable, os.path.join(SOURCE_DIR, "sdk", "python", "sdk_leg.py")]
 GO_LEG = os.environ.get("TANDEM_SDK_GO_LEG")
 SDK_LEGS = {"sdk-python": PYTHON_LEG}
 if GO_LEG:  # registered with the Go leg only when the build made it (sdk/CMakeLists.txt)
@@ -65,37 +64,34 @@ def events(folder, leg):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("sdk"))
-    p, folder = tandem_run(tmp, write_spec(tmp, spec_for("sdk")), "--legs", "engine,reference", "--threads", "2")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    procs = {leg: start_leg(folder, leg, argv) for leg, argv in SDK_LEGS.items()}  # side by side
-    for leg, proc in procs.items():
-        assert proc.wait(timeout=900) == 0, open(os.path.join(folder, "legs", leg, "stderr.log")).read()[-3000:]
-        r = subprocess.run([TANDEM, "import", "events", os.path.join(folder, "legs", leg, "events.jsonl"), "--into",
-                            folder, "--as", leg], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-    return tmp, folder
+    p, folder = tandem_run(tmp, write_spec(tmp, spec_for("sdk")), "--legs", ",".join(["engine", "reference", *SDK_LEGS]),
+                           "--threads", str(2 + len(SDK_LEGS)))
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    return tmp, folder, p
 
 
 def test_every_pair_passes_in_the_report(run):
-    tmp, folder = run
-    r = subprocess.run([TANDEM, "report", folder], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout
-    assert "all cross-checks passed" in r.stdout
+    tmp, folder, p = run
+    assert "all cross-checks passed" in p.stdout
     legs = ["engine", "reference", *SDK_LEGS]
     for i, a in enumerate(legs):
         for b in legs[i + 1:]:
-            rows = [line for line in r.stdout.splitlines()
+            rows = [line for line in p.stdout.splitlines()
                     if line.startswith(f"  {a} vs {b} ") or line.startswith(f"  {b} vs {a} ")]
             assert len(rows) == 5, (a, b, rows)  # L1, L2, L3, L4 held-out CE, L4 training loss
+    r = subprocess.run([TANDEM, "report", folder], capture_output=True, text=True)
+    assert r.returncode == 0 and "all cross-checks passed" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("leg", list(SDK_LEGS))
 def test_levels_recomputed_against_the_reference(run, leg):
-    tmp, folder = run
+    tmp, folder, _ = run
     ev = events(folder, leg)
     hello = ev[0]
     assert hello["event"] == "hello" and hello["implementation"] == leg and ev[-1]["event"] == "done"
+    assert hello["threads"] == 1  # the runner's share of --threads
     with h5(folder) as f:
+        assert f[f"legs/{leg}"].attrs["implementation"] in (leg, leg.encode())
         # L1
         a, r = check_json(f, leg, "l1"), check_json(f, "reference", "l1")
         assert a["tokens"] == r["tokens"] > 0
@@ -128,7 +124,7 @@ def test_levels_recomputed_against_the_reference(run, leg):
 
 @pytest.mark.parametrize("leg", list(SDK_LEGS))
 def test_killed_after_a_checkpoint_and_resumed_continues_bit_identically(run, leg):
-    tmp, folder = run
+    tmp, folder, _ = run
     name = leg + "-killed"
     proc = start_leg(folder, name, SDK_LEGS[leg])
     path = os.path.join(folder, "legs", name, "events.jsonl")
@@ -157,7 +153,7 @@ def test_killed_after_a_checkpoint_and_resumed_continues_bit_identically(run, le
 
 @pytest.mark.parametrize("leg", list(SDK_LEGS))
 def test_a_leg_that_cannot_run_says_why_in_one_error_event(run, leg):
-    tmp, folder = run
+    tmp, folder, _ = run
     p = subprocess.run([*SDK_LEGS[leg], "--run", folder, "--leg", leg + "-gpu", "--device", "cuda:0"],
                        capture_output=True, text=True, env=env_for(1), timeout=120)
     assert p.returncode == 1

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -174,8 +175,11 @@ def test_pip_installs_from_the_checkout_into_a_fresh_venv(tmp_path):
     # The wheel is built by the reference environment's setuptools (no download), then installed by the
     # new environment's own pip into an environment without torch or transformers: the core and the
     # sdk-python leg import from outside the checkout with the standard library only.
+    # Built from a copy: setuptools writes build/ and *.egg-info next to the sources it builds.
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(SOURCE_DIR, "sdk", "python"), src, ignore=shutil.ignore_patterns("__pycache__"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w",
-                        str(tmp_path / "dist"), os.path.join(SOURCE_DIR, "sdk", "python")], capture_output=True, text=True)
+                        str(tmp_path / "dist"), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     wheels = os.listdir(tmp_path / "dist")
     assert len(wheels) == 1 and wheels[0].startswith("tandem_leg-0.1.0-"), wheels

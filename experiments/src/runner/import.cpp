@@ -319,22 +319,15 @@ void import_leg(const fs::path& run, const std::string& leg, const ImportedTrace
         if (t.l1_ce) w.write_check(leg, CheckLevel::L1, l1_to_json(t).dump());
         if (t.has_l2) w.write_check(leg, CheckLevel::L2, l2_to_json(t).dump());
         if (t.has_l3) w.write_check(leg, CheckLevel::L3, l3_to_json(t).dump());
+        const TimingRow row = timing_of(t);  // the one timing computation (compare.h)
         LegTiming tm;
         tm.model_load_s = t.model_load_s;
         tm.tokenize_s = t.tokenize_s;
         tm.total_s = t.total_s;
-        auto [first, last] = timing_window(static_cast<int64_t>(t.steps.size()));
-        tm.window_first = first;
-        tm.window_last = last;
-        std::vector<double> win;
-        double tok = 0, wall = 0;
-        for (const auto& s : t.steps) {
-            if (s.update >= first && s.update <= last && s.wall_s > 0) win.push_back(s.wall_s);
-            tok += static_cast<double>(s.tokens);
-            wall += s.wall_s;
-        }
-        if (!win.empty()) tm.median_update_s = percentile(win, 50);
-        if (wall > 0 && tok > 0) tm.tokens_per_s = tok / wall;
+        tm.window_first = row.window_first;
+        tm.window_last = row.window_last;
+        tm.median_update_s = row.median_update_s;
+        tm.tokens_per_s = row.tokens_per_s;
         tm.extra["setup_s"] = t.setup_s;
         tm.extra["train_s"] = t.train_s;
         w.write_timing(leg, tm);

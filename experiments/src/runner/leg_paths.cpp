@@ -20,11 +20,4 @@ fs::path legs_dir() {
     return fs::path(TANDEM_INSTALL_DATADIR) / "legs";
 }
 
-fs::path sdk_dir() {
-    if (const char* d = std::getenv("TANDEM_SDK_DIR"); d && *d) return d;
-    fs::path src = fs::path(TANDEM_SOURCE_DIR) / "sdk";
-    if (fs::exists(src / "python" / "tandem_leg")) return src;
-    return fs::path(TANDEM_INSTALL_DATADIR) / "sdk";
-}
-
 }  // namespace tandem::experiments

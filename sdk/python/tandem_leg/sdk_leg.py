@@ -1,7 +1,7 @@
 """The sdk-python leg: the experiment's training loop written in Python over tandem's engine C ABI.
 
     python3 -m tandem_leg.sdk_leg --run RUN_DIR --leg NAME --device cpu [--threads N] [--resume]
-    (or sdk/python/sdk_python_leg.py, which needs no install)
+    (or sdk/python/sdk_leg.py, which needs no install)
 
 The engine computes (the frozen base, the forward pass, the fused cross-entropy and the backward
 pass into the LoRA parameters of one micro-batch: `tandem_model_*`); everything else is written

@@ -1,7 +1,8 @@
 #pragma once
-// Where the programs of the shipped leg kinds are (docs/legs.md): the reference environment's Python,
-// the reference leg scripts, the SDK legs. Environment variables first, then the source checkout
-// (compiled in), then the installed package.
+// Where the reference environment's Python and the reference leg scripts are (used by `tandem
+// import tensorboard`, which reads event files with TensorBoard's reader in that environment).
+// Environment variables first, then the source checkout (compiled in), then the installed package.
+// The runner (runner.cpp) has the same lookups for launching legs.
 #include <filesystem>
 #include <string>
 
@@ -11,8 +12,4 @@ namespace tandem::experiments {
 std::string reference_python();
 // $TANDEM_LEGS_DIR, else <checkout>/experiments/legs, else <prefix>/share/tandem/legs.
 std::filesystem::path legs_dir();
-// $TANDEM_SDK_DIR, else <checkout>/sdk, else <prefix>/share/tandem/sdk: sdk/python (tandem_leg,
-// sdk_python_leg.py) and sdk/go.
-std::filesystem::path sdk_dir();
-
 }  // namespace tandem::experiments

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The sdk-python leg from the checkout, without installing tandem_leg (python3 sdk/python/sdk_python_leg.py
+"""The sdk-python leg from the checkout, without installing tandem_leg (python3 sdk/python/sdk_leg.py
 --run RUN_DIR --leg NAME --device cpu [--threads N] [--resume]); see tandem_leg/sdk_leg.py."""
 import os
 import sys

@@ -1,7 +1,7 @@
-// tandem-sdk-go-leg is the sdk-go leg: the experiment's training loop written in Go over tandem's
+// tandem-leg-go is the sdk-go leg: the experiment's training loop written in Go over tandem's
 // engine C ABI (cgo).
 //
-//	tandem-sdk-go-leg --run RUN_DIR --leg NAME --device cpu [--threads N] [--resume]
+//	tandem-leg-go --run RUN_DIR --leg NAME --device cpu [--threads N] [--resume]
 //
 // The engine computes one micro-batch's forward and backward pass (tandem_model_*); everything else
 // is here: the adapter built from init/adapter_model.safetensors by this program's own reader, laid
@@ -469,7 +469,7 @@ func main() {
 	resume := flag.Bool("resume", false, "continue from the newest valid checkpoint")
 	flag.Parse()
 	if *runDir == "" || *leg == "" {
-		fmt.Fprintln(os.Stderr, "usage: tandem-sdk-go-leg --run RUN_DIR --leg NAME [--device cpu] [--threads N] [--resume]")
+		fmt.Fprintln(os.Stderr, "usage: tandem-leg-go --run RUN_DIR --leg NAME [--device cpu] [--threads N] [--resume]")
 		os.Exit(2)
 	}
 	w := tandemleg.NewWriter(os.Stdout)

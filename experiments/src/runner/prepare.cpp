@@ -185,7 +185,10 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     // 6. The initial adapter, in peft's layout.
     engine::write_initial_adapter(run.folder / "init", config, lora_config_of(spec), spec.seed, "");
     double weights_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    say(opt, "base: " + base_source + "; initial adapter written");
+    std::string weights_hash;
+    if (base_sha256.contains("model.safetensors"))
+        weights_hash = ", model.safetensors sha256 " + base_sha256["model.safetensors"].get<std::string>().substr(0, 12) + "…";
+    say(opt, "base: " + base_source + weights_hash + "; initial adapter written");
 
     run.total_updates = static_cast<int64_t>(plan.updates.size());
     run.train_records = static_cast<int64_t>(build.split.train.size());

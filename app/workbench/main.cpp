@@ -3,8 +3,10 @@
 // --version and --help are answered before any window system is touched (a QCoreApplication
 // parses them), so they work without a display (packaging checks, CI).
 #include "tandem/version.h"
+#include "tandem/views/compare_view.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/main_window.h"
+#include "tandem/views/tandem_binary.h"
 #include "tandem/views/trajectory_view.h"
 
 #include <QApplication>
@@ -13,6 +15,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QStandardPaths>
+#include <QThread>
 #include <QTimer>
 
 #include <cstdio>
@@ -28,6 +31,8 @@ struct Options {
     QString tandem;
     QString screenshot_dir;
     QString page;
+    QStringList compare;
+    QString export_figure;
     QSize size{1280, 800};
 };
 
@@ -40,11 +45,16 @@ void describe(QCommandLineParser& parser) {
     parser.addOption({QStringLiteral("catalog"), QStringLiteral("The catalog (tandem.db) whose runs to list."), QStringLiteral("file")});
     parser.addOption({QStringLiteral("experiment"), QStringLiteral("Experiment file preselected in the launcher."), QStringLiteral("file")});
     parser.addOption({QStringLiteral("runs-dir"), QStringLiteral("Where launched runs go (default: runs/ next to the catalog)."), QStringLiteral("dir")});
-    parser.addOption({QStringLiteral("tandem"), QStringLiteral("The tandem CLI the launcher runs (default: next to this binary, else PATH)."), QStringLiteral("file")});
+    parser.addOption({QStringLiteral("tandem"), QStringLiteral("The tandem CLI the launcher runs (default: next to this binary, in the build tree, installed, then PATH)."), QStringLiteral("file")});
     parser.addOption({QStringLiteral("page"), QStringLiteral("Page to show first: runs, launch, trajectories, token-diff, tables."), QStringLiteral("name")});
     parser.addOption({QStringLiteral("screenshot-dir"),
                       QStringLiteral("Open the run, save a PNG of every page into dir, and quit (for docs/screenshots)."), QStringLiteral("dir")});
     parser.addOption({QStringLiteral("size"), QStringLiteral("Window size WxH (default 1280x800)."), QStringLiteral("WxH")});
+    parser.addOption({QStringLiteral("compare"), QStringLiteral("A run for the Compare page (repeat for several)."), QStringLiteral("run")});
+    parser.addOption({QStringLiteral("export-figure"),
+                      QStringLiteral("With --screenshot-dir: also export the open run's held-out CE + residual + grad norm as one "
+                                     "multi-panel figure (journal column width) to file."),
+                      QStringLiteral("file")});
 }
 
 Options read_options(QCommandLineParser& parser) {
@@ -56,6 +66,8 @@ Options read_options(QCommandLineParser& parser) {
     o.tandem = parser.value(QStringLiteral("tandem"));
     o.page = parser.value(QStringLiteral("page"));
     o.screenshot_dir = parser.value(QStringLiteral("screenshot-dir"));
+    o.compare = parser.values(QStringLiteral("compare"));
+    o.export_figure = parser.value(QStringLiteral("export-figure"));
     if (parser.isSet(QStringLiteral("size"))) {
         const auto parts = parser.value(QStringLiteral("size")).split(QLatin1Char('x'));
         if (parts.size() == 2) o.size = QSize(parts[0].toInt(), parts[1].toInt());
@@ -91,30 +103,38 @@ int main(int argc, char** argv) {
     tandem::views::MainWindow window;
     window.resize(options.size);
     auto* launcher = window.launcher();
-    QString tandem_cli = options.tandem;
-    if (tandem_cli.isEmpty()) {
-        const auto beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("tandem"));
-        tandem_cli = QFileInfo::exists(beside) ? beside : QStandardPaths::findExecutable(QStringLiteral("tandem"));
-    }
-    launcher->set_tandem_binary(tandem_cli);
+    // Next to this binary, in the build tree, installed, then PATH (or only --tandem FILE).
+    launcher->set_tandem(tandem::views::find_tandem_binary(QCoreApplication::applicationDirPath(), tandem::views::installed_bindir(),
+                                                           qEnvironmentVariable("PATH"), options.tandem));
     launcher->set_legs({{QStringLiteral("engine"), QStringLiteral("engine"), QStringLiteral("cpu")},
                         {QStringLiteral("reference"), QStringLiteral("reference"), QStringLiteral("cpu")}});
     if (!options.catalog.isEmpty()) window.open_catalog(options.catalog);
     if (!options.runs_dir.isEmpty()) launcher->set_runs_dir(options.runs_dir);
     if (!options.experiment.isEmpty()) launcher->set_experiment(options.experiment);
     if (!options.run.isEmpty()) window.open_run(options.run);
+    for (const auto& run : options.compare) window.compare()->add_run(run);
 
     const QStringList pages{QStringLiteral("runs"), QStringLiteral("launch"), QStringLiteral("trajectories"),
-                            QStringLiteral("token-diff"), QStringLiteral("tables")};
+                            QStringLiteral("token-diff"), QStringLiteral("tables"), QStringLiteral("compare")};
     if (const auto page = pages.indexOf(options.page); page >= 0) window.show_page(static_cast<tandem::views::MainWindow::Page>(page));
     window.show();
 
     if (!options.screenshot_dir.isEmpty()) {
         // Wait for the run's first snapshot (or give up after 20 s), then grab every page and quit.
-        auto shoot = [&window, dir = options.screenshot_dir] {
+        auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, compared = options.compare.size()] {
+            // The compare page's runs load on their own threads: wait for them (at most 20 s).
+            for (int i = 0; i < 200 && window.compare()->overlay()->runs().size() < static_cast<std::size_t>(compared); ++i) {
+                QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
+                QThread::msleep(50);
+            }
             const auto files = window.save_screenshots(dir);
             for (const auto& f : files) std::printf("%s\n", qPrintable(f));
-            QCoreApplication::exit(files.size() >= 5 ? 0 : 1);
+            bool exported = true;
+            if (!figure.isEmpty()) {
+                exported = window.export_multi_panel_figure(figure);
+                if (exported) std::printf("%s\n", qPrintable(figure));
+            }
+            QCoreApplication::exit(files.size() >= 5 && exported ? 0 : 1);
         };
         if (options.run.isEmpty()) {
             QTimer::singleShot(500, &window, shoot);

@@ -1,5 +1,5 @@
-// Small elementwise and row-movement kernels the model glues ops with: residual adds, scaling,
-// fills, and gathering / scattering token rows (the LM head only sees supervised positions).
+// Small elementwise and row-movement kernels the model glues ops with: residual adds, fills, and
+// gathering / scattering token rows (the LM head only sees supervised positions).
 #include "tandem/kernels/ops.h"
 #include "common.cuh"
 
@@ -11,11 +11,6 @@ namespace tandem::kernels {
 __global__ void add_inplace_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         y[i] += x[i];
-}
-
-__global__ void scale_inplace_kernel(float* __restrict__ y, float s, int64_t n) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        y[i] *= s;
 }
 
 __global__ void fill_kernel(float* __restrict__ y, float value, int64_t n) {
@@ -46,12 +41,6 @@ __global__ void scatter_rows_kernel(float* __restrict__ out, const float* __rest
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
     if (n <= 0) return;
     add_inplace_kernel<<<detail::elementwise_grid(n, 256), 256, 0, stream>>>(y, x, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void scale_inplace(float* y, float s, int64_t n, cudaStream_t stream) {
-    if (n <= 0) return;
-    scale_inplace_kernel<<<detail::elementwise_grid(n, 256), 256, 0, stream>>>(y, s, n);
     CUDA_CHECK_LAUNCH();
 }
 

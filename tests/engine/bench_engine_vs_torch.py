@@ -5,6 +5,8 @@ in its own process so peak RSS is its own). Figures go to docs/benchmarks.md ("E
 
     $REFENV/bin/python tests/engine/bench_engine_vs_torch.py --bench BUILD/tests/engine/bench_engine \
         [--threads 2] [--updates 4] [--warmup 1]
+    $REFENV/bin/python tests/engine/bench_engine_vs_torch.py --write-request req.json [--threads 1]
+        (then BUILD/tests/engine/bench_engine req.json, e.g. two builds interleaved)
 
 Config: hidden 512, 4 layers, 8 heads / 4 kv heads, head_dim 64, intermediate 1536, vocabulary
 151,936 rows, sequence 256, micro-batch 2 x accumulation 2, rsLoRA r 16 / alpha 32 on all seven
@@ -112,6 +114,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--updates", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--write-request", metavar="PATH",
+                    help="only write bench_engine's request (config, batches, threads) to PATH, e.g. to time two "
+                         "engine builds against each other on the same batches")
     ap.add_argument("--torch-side", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_side:
@@ -123,6 +128,9 @@ def main():
     hf_config = Qwen3Config(**CONFIG).to_dict()
     req = {"config": hf_config, "lora": LORA, "threads": args.threads, "warmup_updates": args.warmup,
            "updates": plan, "micro_batches": mbs, "seed": 0}
+    if args.write_request:
+        json.dump(req, open(args.write_request, "w"))
+        return
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "request.json")
         json.dump(req, open(path, "w"))

@@ -347,10 +347,10 @@ def test_ten_updates_match_torch(setup, dropout):
         assert abs(ours["lr"] - lr_ref) <= 1e-15 * max(1.0, lr_ref)
         assert rel(ours["grad_norm"], gn) <= 1e-4
     print(f"[{dropout}] worst per-update loss rel diff {worst:.3e}")
-    # the run really trained: the held-out loss moved
+    # the run really trained: the held-out CE moved
     assert abs(res["eval_after"] - res["eval_before"]) > 1e-3
 
-    # an adapter trained by tandem, loaded by peft: same held-out loss
+    # an adapter trained by tandem, loaded by peft: same held-out CE
     pm_ours = load_peft(model_dir, trained, trainable=False)
     peft_eval = eval_loss(pm_ours, [mbs[i] for i in held_out])
     print(f"[{dropout}] held-out CE of tandem's adapter: ours {res['eval_after']!r} peft {peft_eval!r} "

@@ -52,7 +52,7 @@ def test_both_legs_pass_on_the_shipped_bf16_base_and_its_hashes_are_recorded(tmp
     p, folder = tandem_run(tmp, write_spec(tmp, pretrained_spec("e2e-pretrained")), "--legs", "engine,reference",
                            "--threads", "2")
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
-    assert "all cross-checks passed" in p.stdout
+    assert any(l.startswith("equivalent: ") for l in p.stdout.splitlines()), p.stdout[-3000:]
     d = asset_dir()
     expected_files = {n: file_sha256(os.path.join(d, n)) for n in sorted(os.listdir(d))
                       if os.path.isfile(os.path.join(d, n))}

@@ -19,12 +19,14 @@ TEST(ReportExport, LatexEscapesSpecialCharacters) {
 TEST(ReportExport, TablesRenderInEveryFormat) {
     Table t{"l1", "L1: x_y & z", {"legs", "rel diff"}, {{"engine vs ref_1", "1.0e-08"}, {"a|b", "50%"}}, {"note #1"}};
     std::string tex = render_table(t, ReportFormat::Latex);
-    EXPECT_NE(tex.find("\\begin{tabular}{lr}"), std::string::npos);
+    // Text column left, number column right; numbers through siunitx; the notes under the table.
+    EXPECT_NE(tex.find("\\begin{tabular}{@{}lr@{}}"), std::string::npos);
     EXPECT_NE(tex.find("\\toprule"), std::string::npos);
     EXPECT_NE(tex.find("\\midrule"), std::string::npos);
     EXPECT_NE(tex.find("\\bottomrule"), std::string::npos);
-    EXPECT_NE(tex.find("engine vs ref\\_1 & 1.0e-08 \\\\"), std::string::npos);
-    EXPECT_NE(tex.find("50\\%"), std::string::npos);
+    EXPECT_NE(tex.find("engine vs ref\\_1 & \\num{1.0e-08} \\\\"), std::string::npos);
+    EXPECT_NE(tex.find("\\num{50}\\%"), std::string::npos);
+    EXPECT_NE(tex.find("note \\#1"), std::string::npos);
     EXPECT_NE(tex.find("\\caption{L1: x\\_y \\& z}"), std::string::npos);
     // No unescaped special character survives in the body.
     EXPECT_EQ(tex.find(" & z}"), std::string::npos);
@@ -48,9 +50,9 @@ TEST(ReportExport, WholeReportHasEveryLevelAndTheVerdict) {
     c.completeness_judged = true;  // complete legs (judge_completeness found nothing missing)
     for (auto f : {ReportFormat::Text, ReportFormat::Markdown, ReportFormat::Csv, ReportFormat::Latex}) {
         std::string r = render_report("run_1", c, f);
-        for (const char* title : {"L1", "L2", "L3", "L4", "gradient norm", "Timing and memory", "bandwidth"})
+        for (const char* title : {"L1", "L2", "L3", "L4", "Two distances", "gradient norm", "Timing and memory", "bandwidth"})
             EXPECT_NE(r.find(title), std::string::npos) << title;
-        EXPECT_NE(r.find("FAILED"), std::string::npos);
+        EXPECT_NE(r.find("not comparable: L3 a"), std::string::npos);  // "~" is escaped in LaTeX
     }
     EXPECT_THROW(parse_report_format("pdf"), tandem::Error);
 }

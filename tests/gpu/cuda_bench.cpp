@@ -25,7 +25,8 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/ops.h"
 #include "tandem/kernels/ops.h"
-#include "tandem/engine_cuda/cuda_trainer.h"
+#include "tandem/engine/trainer.h"
+#include "tandem/engine_cuda/cuda_backend.h"
 #include "tandem/error.h"
 
 using namespace tandem;
@@ -221,7 +222,7 @@ int main(int argc, char** argv) {
         const TensorMap init = generate_initial_adapter(cfg, lora, 1);
         const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         t0 = std::chrono::steady_clock::now();
-        cuda::CudaTrainer trainer = cuda::CudaTrainer::create(a.device, cfg, std::move(base), lora, opts);
+        Trainer trainer = Trainer::create(cfg, std::move(base), lora, opts, cuda::make_cuda_backend(a.device));
         trainer.load_adapter(init);
         const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
         for (int64_t i = 0; i < a.accum; ++i) update.push_back(make_batch(a, cfg.vocab_size, uint32_t(100 + i)));
         std::vector<double> times, losses;
         for (int s = 0; s < a.warmup + a.timed; ++s) {
-            if (s == a.warmup) trainer.reset_peak_memory();
+            if (s == a.warmup) cuda::reset_peak_memory(trainer.backend());
             const auto start = std::chrono::steady_clock::now();
             const UpdateMetrics m = trainer.train_update(update);
             const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -244,7 +245,7 @@ int main(int argc, char** argv) {
         const double median = sorted[sorted.size() / 2];
         const double tokens = double(a.micro * a.accum * a.seq);
         const double flops = update_flops(cfg, lora, a);
-        const kernels::MemoryReport mem = trainer.memory_report();
+        const kernels::MemoryReport mem = cuda::memory_report(trainer.backend());
         size_t free_b = 0, total_b = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         std::printf(

@@ -229,7 +229,7 @@ TEST_F(GpuOps, DropoutMasksAreBitIdenticalToCpu) {
         for (auto b : got) kept += b;
         EXPECT_NEAR(double(kept) / double(n), 1.0 - c.p, 0.01);  // and it is a sane mask
     }
-    EXPECT_EQ(k::mix64_device(12345), engine::mix64(12345));
+    EXPECT_EQ(k::mix64(12345), engine::mix64(12345));
 }
 
 TEST_F(GpuOps, LoraLinearWithDropoutMatchesCpu) {

@@ -27,7 +27,7 @@ RunSnapshot snapshot() {
             leg.grad_norm.push_back({double(u), 1.0 + 0.5 * std::sin(u * 0.1) + 0.01 * l});
             leg.train_loss.push_back({double(u), 3.0 - 0.005 * u});
         }
-        for (int u = 0; u <= 200; u += 20) leg.heldout_loss.push_back({double(u), 3.2 - 0.005 * u + 0.001 * l});
+        for (int u = 0; u <= 200; u += 20) leg.heldout_ce.push_back({double(u), 3.2 - 0.005 * u + 0.001 * l});
         s.legs.push_back(leg);
     }
     return s;
@@ -126,7 +126,7 @@ private Q_SLOTS:
     }
 
     void tables_use_the_report_renderers_and_formats_follow_the_suffix() {
-        const StringTable t{"l1", "L1: initial held-out loss", {"leg_a", "rel diff"}, {{"engine & co", "1e-07"}}, {}};
+        const StringTable t{"l1", "L1: initial held-out CE", {"leg_a", "rel diff"}, {{"engine & co", "1e-07"}}, {}};
         const auto tex = format_table(t, TableFormat::Latex);
         QVERIFY(tex.find("\\toprule") != std::string::npos);
         QVERIFY(tex.find("\\bottomrule") != std::string::npos);
@@ -137,6 +137,66 @@ private Q_SLOTS:
         QCOMPARE(table_format_for(QStringLiteral("a.TEX")), std::optional<TableFormat>(TableFormat::Latex));
         QCOMPARE(figure_format_for(QStringLiteral("a.Svg")), std::optional<FigureFormat>(FigureFormat::Svg));
         QVERIFY(!figure_format_for(QStringLiteral("a.jpg")));
+    }
+
+    // One action, several panels: held-out CE + residual + grad norm at a journal column width,
+    // vector PDF with every font embedded (poppler's pdffonts), each panel's axis title in the text
+    // layer (pdftotext), and ink in each third of the page once rasterised (pdftoppm).
+    void multi_panel_pdf_at_a_journal_column_width_embeds_its_fonts() {
+        QTemporaryDir dir;
+        dir.setAutoRemove(qEnvironmentVariableIsEmpty("TANDEM_TEST_KEEP"));  // to look at the figure
+        if (!dir.autoRemove()) qInfo() << "figure in" << dir.path();
+        const auto path = dir.filePath(QStringLiteral("figure.pdf"));
+        auto s = snapshot();
+        ResidualTrajectory r{"engine", "reference", Metric::HeldoutCe, {}};
+        for (int u = 0; u <= 200; u += 20) r.percent.push_back({double(u), 0.03 * std::sin(u * 0.05)});
+        s.residuals.push_back(r);
+        ChartOptions heldout, residual, grad;
+        residual.residual = true;
+        grad.metric = Metric::GradNorm;
+        std::vector<PanelFigure> panels{{run_curves(s, heldout), heldout}, {run_curves(s, residual), residual}, {run_curves(s, grad), grad}};
+        FigureSize size;
+        size.width = kJournalColumnCm;
+        size.height = 12;
+        size.font_pt = 8;
+        size.font_family = QStringLiteral("DejaVu Serif");
+        export_figure_panels(panels, size, FigureFormat::Pdf, path.toStdString(), QStringLiteral("tandem: test"));
+        auto run = [](const QString& program, const QStringList& args) {
+            QProcess p;
+            p.start(program, args);
+            p.waitForFinished(30000);
+            return std::make_pair(p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()));
+        };
+        const auto [info_rc, info] = run(QStringLiteral("pdfinfo"), {path});
+        QCOMPARE(info_rc, 0);
+        const auto m = QRegularExpression(QStringLiteral("Page size:\\s+([0-9.]+) x ([0-9.]+) pts")).match(info);
+        QVERIFY2(m.hasMatch(), qPrintable(info));
+        QVERIFY(std::abs(m.captured(1).toDouble() - kJournalColumnCm / 2.54 * 72) < 1.0);
+        QVERIFY(std::abs(m.captured(2).toDouble() - 12 / 2.54 * 72) < 1.0);
+        // pdffonts: a header, a rule, then one line per font whose "emb" column says yes.
+        const auto [fonts_rc, fonts] = run(QStringLiteral("pdffonts"), {path});
+        QCOMPARE(fonts_rc, 0);
+        const auto lines = fonts.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        QVERIFY2(lines.size() >= 3, qPrintable(fonts));
+        for (int i = 2; i < lines.size(); ++i) {
+            QVERIFY2(lines[i].contains(QStringLiteral("DejaVu")), qPrintable(lines[i]));
+            const auto columns = lines[i].split(QLatin1Char(' '), Qt::SkipEmptyParts);
+            QVERIFY2(columns.size() >= 5 && columns[columns.size() - 5] == QStringLiteral("yes"), qPrintable(fonts));  // emb
+        }
+        const auto [text_rc, text] = run(QStringLiteral("pdftotext"), {path, QStringLiteral("-")});
+        QCOMPARE(text_rc, 0);
+        for (const auto& title : {QStringLiteral("held-out CE"), QStringLiteral("grad norm"), QStringLiteral("held-out CE: leg")})
+            QVERIFY2(text.contains(title), qPrintable(text));
+        const auto png = dir.filePath(QStringLiteral("page"));
+        QCOMPARE(run(QStringLiteral("pdftoppm"), {QStringLiteral("-png"), QStringLiteral("-r"), QStringLiteral("100"), QStringLiteral("-singlefile"), path, png}).first, 0);
+        QImage image;
+        QVERIFY(image.load(png + QStringLiteral(".png")));
+        for (int third = 0; third < 3; ++third) {
+            int ink = 0;
+            for (int y = third * image.height() / 3; y < (third + 1) * image.height() / 3; y += 2)
+                for (int x = 0; x < image.width(); x += 2) ink += qGray(image.pixel(x, y)) < 128;
+            QVERIFY2(ink > 200, qPrintable(QStringLiteral("panel %1: %2 dark pixels").arg(third).arg(ink)));
+        }
     }
 
     void curves_csv_has_every_point_or_the_visible_range_only() {

@@ -14,7 +14,12 @@ TokenDiff diff_tokens(const TokenSequence& a, const TokenSequence& b, size_t win
                                      !a.supervised.empty() && !b.supervised.empty();
     for (size_t i = 0; i < common; ++i) {
         const bool id_differs = a.ids[i] != b.ids[i];
-        if (id_differs) ++d.id_mismatches;
+        if (id_differs) {
+            ++d.id_mismatches;
+            d.mismatch_positions.push_back(i);
+        } else if (compare_supervision && a.supervised[i] != b.supervised[i]) {
+            d.mismatch_positions.push_back(i);
+        }
         if (d.first_mismatch) continue;
         if (id_differs) {
             d.first_mismatch = i;

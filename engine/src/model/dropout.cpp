@@ -46,4 +46,22 @@ void fill_dropout_keep(uint8_t* keep, int64_t n, uint64_t key, uint64_t first_in
     });
 }
 
+DropoutMask dropout_mask(const DropoutContext& dc, int64_t layer, int projection, int64_t elements) {
+    DropoutMask m;
+    if (!dc.active()) return m;
+    m.active = true;
+    m.p = dc.p;
+    m.scale = dropout_scale(dc.p);
+    if (dc.mode == DropoutMode::Shared) {
+        m.key = shared_dropout_key(dc.seed, dc.update, dc.micro_batch, uint64_t(layer), uint64_t(projection));
+        m.first_index = 0;
+    } else {
+        if (!dc.native_counter) throw Error("dropout: native mode needs a counter");
+        m.key = native_dropout_key(dc.seed);
+        m.first_index = *dc.native_counter;
+        *dc.native_counter += uint64_t(elements);
+    }
+    return m;
+}
+
 }  // namespace tandem::engine

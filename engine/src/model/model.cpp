@@ -1,16 +1,22 @@
-// Qwen3 decoder + LoRA on the CPU: parameter binding, forward with activation cache, fused LM-head
-// cross-entropy over the supervised positions only, and backward into the LoRA parameters.
-// Every op is in ops.cpp; this file is the wiring (llm.c's gpt2_forward / gpt2_backward).
+// Qwen3 + LoRA, written once over the backend seam (tandem/engine/backend.h): weight binding, the
+// activation size table, staging of a call's inputs, forward, the fused LM-head cross-entropy over
+// the supervised rows, and backward into the LoRA parameters (llm.c's gpt2_forward / gpt2_backward).
+// Every op goes through `Backend`; this file includes no op implementation (checked below), so the
+// CPU and CUDA engines run exactly this wiring.
 #include "tandem/engine/model.h"
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "tandem/engine/io.h"
-#include "tandem/engine/ops.h"
+#include "tandem/engine/rope.h"
 #include "tandem/error.h"
+
+#if defined(TANDEM_ENGINE_CPU_OPS_INCLUDED) || defined(TANDEM_KERNELS_OPS_INCLUDED)
+#error "the wiring reaches ops only through tandem::engine::Backend (issue 11)"
+#endif
 
 namespace tandem::engine {
 
@@ -45,92 +51,199 @@ AdapterLayout AdapterLayout::make(const Qwen3Config& c, const LoraConfig& lora) 
 namespace {
 
 constexpr int kProjections = AdapterLayout::kProjections;
-const std::array<const char*, kProjections> kProjNames = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                          "gate_proj", "up_proj", "down_proj"};
-enum Proj { Q = 0, K = 1, Vp = 2, O = 3, Gate = 4, Up = 5, Down = 6 };
+// Index of a projection in the adapter layout, the dropout keys and all_lora_targets().
+enum Projection : int { QProj = 0, KProj = 1, VProj = 2, OProj = 3, GateProj = 4, UpProj = 5, DownProj = 6 };
 
-// Frozen base weights of one decoder layer (pointers into the owned TensorMap).
+// Frozen base weights of one decoder layer (backend addresses).
 struct LayerWeights {
-    const float* input_norm;                 // [C]
-    const float* post_norm;                  // [C]
-    const float* q_norm;                     // [D]
-    const float* k_norm;                     // [D]
+    const float* input_norm;                   // [C]
+    const float* post_norm;                    // [C]
+    const float* q_norm;                       // [D]
+    const float* k_norm;                       // [D]
     std::array<const float*, kProjections> w;  // q [H*D,C] k,v [KV*D,C] o [C,H*D] gate,up [I,C] down [C,I]
 };
 
-// Activation cache of one decoder layer for the current micro-batch (N = B*T).
-struct LayerActs {
-    std::vector<float> x_in;      // [N,C] residual stream entering the layer
-    std::vector<float> ln1;       // [N,C]
-    std::vector<float> ln1_rstd;  // [N]
-    std::vector<float> q_lin;     // [N,H*D] q_proj output (q_norm input)
-    std::vector<float> k_lin;     // [N,KV*D]
-    std::vector<float> v;         // [N,KV*D]
-    std::vector<float> qn_rstd;   // [N*H]
-    std::vector<float> kn_rstd;   // [N*KV]
-    std::vector<float> q;         // [N,H*D] normed + rotated
-    std::vector<float> k;         // [N,KV*D]
-    std::vector<float> probs;     // [B,H,T,T]
-    std::vector<float> att;       // [N,H*D] attention output (o_proj input)
-    std::vector<float> x_mid;     // [N,C] residual after attention
-    std::vector<float> ln2;       // [N,C]
-    std::vector<float> ln2_rstd;  // [N]
-    std::vector<float> gate;      // [N,I]
-    std::vector<float> up;        // [N,I]
-    std::vector<float> act;       // [N,I] silu(gate)*up (down_proj input)
-    std::array<std::vector<float>, kProjections> t;       // [N,r] A(dropout(x)) per adapted projection
-    std::array<std::vector<uint8_t>, kProjections> keep;  // [N,in] dropout keep mask (empty = no dropout)
+// What a forward pass keeps for the backward, per decoder layer (backend addresses).
+struct LayerActivations {
+    float* ln1;        // [N,C] input_layernorm output
+    float* ln1_rstd;   // [N]
+    float* q_lin;      // [N,H*D] q_proj output (q_norm input)
+    float* k_lin;      // [N,KV*D]
+    float* v;          // [N,KV*D]
+    float* qn_rstd;    // [N*H]
+    float* kn_rstd;    // [N*KV]
+    float* q;          // [N,H*D] normed + rotated
+    float* k;          // [N,KV*D]
+    float* att_cache;  // Backend::attention_cache_floats(B,T,H)
+    float* att;        // [N,H*D] attention output (o_proj input)
+    float* x_mid;      // [N,C] residual stream after the attention block
+    float* ln2;        // [N,C]
+    float* ln2_rstd;   // [N]
+    float* gate;       // [N,I]
+    float* up;         // [N,I]
+    float* act;        // [N,I] silu(gate)*up (down_proj input)
+    std::array<float*, kProjections> t;       // [N,r] A(dropout(x)) per adapted projection
+    std::array<uint8_t*, kProjections> keep;  // [N,in] dropout masks (backends that keep them)
 };
 
-void resize(std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); }
+// Every buffer of the wiring. Sizes come from for_each_activation (the size table), and one backend
+// allocation holds them all.
+struct Activations {
+    std::vector<LayerActivations> layers;
+    std::vector<float*> residual;  // L+1 of [N,C]: residual[l] enters layer l, residual[L] the final norm
+    float* proj_out;               // [N,C] o_proj / down_proj output before the residual add
+    // backward
+    float* dx;      // [N,C] gradient of the residual stream
+    float* dln;     // [N,C] gradient of a layer norm's output (shared by the projections reading it)
+    float* dact;    // [N,I]
+    float* dgate;   // [N,I]
+    float* dup;     // [N,I]
+    float* datt;    // [N,H*D]
+    float* dq;      // [N,H*D]
+    float* dk;      // [N,KV*D]
+    float* dv;      // [N,KV*D]
+    float* dq_lin;  // [N,H*D]
+    float* dk_lin;  // [N,KV*D]
+    // LM head over the Ns supervised rows
+    float* xs;       // [Ns,C] gathered residual rows
+    float* hs;       // [Ns,C] final-norm output
+    float* hs_rstd;  // [Ns]
+    float* dh;       // [Ns,C]
+    float* dxs;      // [Ns,C]
+};
+
+// Model dimensions the size table needs.
+struct Dims {
+    int64_t C, H, KV, D, I, L, r;
+    std::array<bool, kProjections> adapted;
+    std::array<int64_t, kProjections> in_dim;
+};
+
+// The shape of one micro-batch (or the capacity: the largest of each over a call).
+struct Shape {
+    int64_t B = 0, T = 0, N = 0, Ns = 0;  // sequences, padded length, tokens, supervised rows
+    int64_t att_cache = 0;                // floats of one layer's attention cache
+    bool keep_masks = false;              // dropout on and the backend keeps masks
+};
+
+// THE size table: every activation buffer and its element count for shape s. Called with
+// f(slot, count) (slot: float*& or uint8_t*&) to size the block and again to point the slots into it.
+template <class F>
+void for_each_activation(const Dims& d, const Shape& s, Activations& a, F&& f) {
+    const int64_t N = s.N, C = d.C, HD = d.H * d.D, KVD = d.KV * d.D, I = d.I;
+    for (LayerActivations& x : a.layers) {
+        f(x.ln1, N * C);
+        f(x.ln1_rstd, N);
+        f(x.q_lin, N * HD);
+        f(x.k_lin, N * KVD);
+        f(x.v, N * KVD);
+        f(x.qn_rstd, N * d.H);
+        f(x.kn_rstd, N * d.KV);
+        f(x.q, N * HD);
+        f(x.k, N * KVD);
+        f(x.att_cache, s.att_cache);
+        f(x.att, N * HD);
+        f(x.x_mid, N * C);
+        f(x.ln2, N * C);
+        f(x.ln2_rstd, N);
+        f(x.gate, N * I);
+        f(x.up, N * I);
+        f(x.act, N * I);
+        for (int j = 0; j < kProjections; ++j) f(x.t[size_t(j)], d.adapted[size_t(j)] ? N * d.r : 0);
+        for (int j = 0; j < kProjections; ++j)
+            f(x.keep[size_t(j)], d.adapted[size_t(j)] && s.keep_masks ? N * d.in_dim[size_t(j)] : 0);
+    }
+    for (float*& x : a.residual) f(x, N * C);
+    f(a.proj_out, N * C);
+    f(a.dx, N * C);
+    f(a.dln, N * C);
+    f(a.dact, N * I);
+    f(a.dgate, N * I);
+    f(a.dup, N * I);
+    f(a.datt, N * HD);
+    f(a.dq, N * HD);
+    f(a.dk, N * KVD);
+    f(a.dv, N * KVD);
+    f(a.dq_lin, N * HD);
+    f(a.dk_lin, N * KVD);
+    f(a.xs, s.Ns * C);
+    f(a.hs, s.Ns * C);
+    f(a.hs_rstd, s.Ns);
+    f(a.dh, s.Ns * C);
+    f(a.dxs, s.Ns * C);
+}
+
+// A call's inputs on the backend: per micro-batch, offsets into one int32 upload.
+struct Staged {
+    const int32_t* ids = nullptr;      // [B*T]
+    const int32_t* lengths = nullptr;  // [B]
+    const int32_t* rows = nullptr;     // [Ns] hidden row (b*T + t-1) of each label
+    const int32_t* targets = nullptr;  // [Ns] label id
+    Shape shape;
+};
 
 }  // namespace
 
 struct Qwen3LoraModel::Impl {
+    // Declared first, destroyed last: every Buffer below releases into it.
+    std::shared_ptr<Backend> be;
     Qwen3Config cfg;
     LoraConfig lora;
     ModelOptions opts;
-    TensorMap base;
-    const float* embed = nullptr;    // [V,C]
-    const float* lm_head = nullptr;  // [V,C] (== embed when tied)
-    const float* final_norm = nullptr;
+    int64_t C = 0, H = 0, KV = 0, D = 0, I = 0, V = 0, L = 0, r = 0;
+    float scaling = 1.0f;
+    AdapterLayout layout;
+
+    // frozen base (backend addresses, owned by the backend)
+    const float* embed = nullptr;       // [V,C]
+    const float* lm_head = nullptr;     // [V,C] (== embed when tied)
+    const float* final_norm = nullptr;  // [C]
     std::vector<LayerWeights> layers;
 
-    int64_t C, H, KV, D, I, V, L, r;
-    float scaling;
-    std::array<bool, kProjections> adapted{};
-    std::array<int64_t, kProjections> in_dim{}, out_dim{};
+    // adapter
+    Buffer<float> params, grads;
+    Buffer<double> loss_sum;  // the running sum of token losses of the current call
 
-    std::vector<AdapterSlot> slots;
-    // per layer, per projection: offsets of A and B in params (-1 when not adapted)
-    std::vector<std::array<int64_t, kProjections>> a_off, b_off;
-    std::vector<float> params, grads;
-
-    // caches
-    std::vector<float> rope_cos, rope_sin;  // [Tmax, D]
+    // activations (one allocation, grown to the largest shape seen) and the call's inputs
+    Activations acts;
+    Buffer<uint8_t> act_block;
+    std::vector<int64_t> act_capacity;  // bytes per buffer, in for_each_activation order
+    Buffer<int32_t> staged_block;
+    Buffer<float> rope_cos, rope_sin;  // [rope_T, D]
     int64_t rope_T = 0;
-    std::vector<LayerActs> acts;
-    std::vector<float> x_final;  // [N,C]
-    int64_t B = 0, T = 0, N = 0;
+
+    // the micro-batch in flight
+    Shape shape;
     const int32_t* lengths = nullptr;
-    std::vector<int32_t> lengths_copy;
+    std::vector<std::array<DropoutMask, kProjections>> masks;  // per layer: the forward's, reused by the backward
 
-    const float* A(int64_t l, int p) const { return a_off[size_t(l)][size_t(p)] < 0 ? nullptr : params.data() + a_off[size_t(l)][size_t(p)]; }
-    const float* Bm(int64_t l, int p) const { return b_off[size_t(l)][size_t(p)] < 0 ? nullptr : params.data() + b_off[size_t(l)][size_t(p)]; }
-    float* dA(int64_t l, int p) { return a_off[size_t(l)][size_t(p)] < 0 ? nullptr : grads.data() + a_off[size_t(l)][size_t(p)]; }
-    float* dB(int64_t l, int p) { return b_off[size_t(l)][size_t(p)] < 0 ? nullptr : grads.data() + b_off[size_t(l)][size_t(p)]; }
+    Dims dims() const { return Dims{C, H, KV, D, I, L, r, layout.adapted, layout.in_dim}; }
 
-    const float* weight(const std::string& name, const std::vector<int64_t>& shape) const {
+    const float* lora_a(int64_t l, int p) const { return at(params, layout.a_off, l, p); }
+    const float* lora_b(int64_t l, int p) const { return at(params, layout.b_off, l, p); }
+    float* grad_lora_a(int64_t l, int p) { return at(grads, layout.a_off, l, p); }
+    float* grad_lora_b(int64_t l, int p) { return at(grads, layout.b_off, l, p); }
+    static float* at(const Buffer<float>& buf, const std::vector<std::array<int64_t, kProjections>>& off, int64_t l,
+                     int p) {
+        const int64_t o = off[size_t(l)][size_t(p)];
+        return o < 0 ? nullptr : buf.get() + o;
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // binding: shapes checked by name, then each tensor handed to the backend
+
+    const float* take(TensorMap& base, const std::string& name, const std::vector<int64_t>& shape) {
         auto it = base.find(name);
         if (it == base.end()) throw Error("base weights: tensor '" + name + "' is missing");
         if (it->second.shape != shape)
             throw Error("base weights: tensor '" + name + "' has shape " + shape_text(it->second.shape) +
                         ", expected " + shape_text(shape));
-        return it->second.ptr();
+        const float* p = be->take_weight(std::move(it->second));
+        base.erase(it);
+        return p;
     }
 
-    void bind(TensorMap weights) {
-        base = std::move(weights);
+    void bind(TensorMap base) {
         C = cfg.hidden_size;
         H = cfg.num_attention_heads;
         KV = cfg.num_key_value_heads;
@@ -142,225 +255,254 @@ struct Qwen3LoraModel::Impl {
         if (H % KV != 0) throw Error("Qwen3 config: num_attention_heads must be a multiple of num_key_value_heads");
         if (D % 2 != 0) throw Error("Qwen3 config: head_dim must be even (RoPE rotates halves)");
         if (r <= 0) throw Error("LoRA config: rank must be positive");
+        be->check_supported(cfg);
         scaling = static_cast<float>(lora.scaling());
-        const AdapterLayout layout = AdapterLayout::make(cfg, lora);
-        adapted = layout.adapted;
-        in_dim = layout.in_dim;
-        out_dim = layout.out_dim;
+        layout = AdapterLayout::make(cfg, lora);
 
-        embed = weight("model.embed_tokens.weight", {V, C});
-        final_norm = weight("model.norm.weight", {C});
-        lm_head = cfg.tie_word_embeddings ? embed : weight("lm_head.weight", {V, C});
+        embed = take(base, "model.embed_tokens.weight", {V, C});
+        final_norm = take(base, "model.norm.weight", {C});
+        lm_head = cfg.tie_word_embeddings ? embed : take(base, "lm_head.weight", {V, C});
         layers.resize(size_t(L));
         for (int64_t l = 0; l < L; ++l) {
             const std::string p = "model.layers." + std::to_string(l) + ".";
             LayerWeights& w = layers[size_t(l)];
-            w.input_norm = weight(p + "input_layernorm.weight", {C});
-            w.post_norm = weight(p + "post_attention_layernorm.weight", {C});
-            w.q_norm = weight(p + "self_attn.q_norm.weight", {D});
-            w.k_norm = weight(p + "self_attn.k_norm.weight", {D});
+            w.input_norm = take(base, p + "input_layernorm.weight", {C});
+            w.post_norm = take(base, p + "post_attention_layernorm.weight", {C});
+            w.q_norm = take(base, p + "self_attn.q_norm.weight", {D});
+            w.k_norm = take(base, p + "self_attn.k_norm.weight", {D});
             for (int j = 0; j < kProjections; ++j)
-                w.w[size_t(j)] = weight(hf_projection_name(l, kProjNames[size_t(j)]), {out_dim[size_t(j)], in_dim[size_t(j)]});
+                w.w[size_t(j)] = take(base, hf_projection_name(l, all_lora_targets()[size_t(j)]),
+                                      {layout.out_dim[size_t(j)], layout.in_dim[size_t(j)]});
         }
 
-        // LoRA parameters: one flat buffer in the shared layout (AdapterLayout).
-        slots = layout.slots;
-        a_off = layout.a_off;
-        b_off = layout.b_off;
-        params.assign(size_t(layout.num_params), 0.0f);
-        grads.assign(size_t(layout.num_params), 0.0f);
-        acts.resize(size_t(L));
+        params = Buffer<float>(*be, layout.num_params, MemoryKind::Adapter);
+        grads = Buffer<float>(*be, layout.num_params, MemoryKind::Adapter);
+        be->fill_zero(params.get(), params.bytes());
+        be->fill_zero(grads.get(), grads.bytes());
+        loss_sum = Buffer<double>(*be, 1, MemoryKind::Workspace);
+        acts.layers.resize(size_t(L));
+        acts.residual.resize(size_t(L + 1));
+        masks.resize(size_t(L));
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // buffers
+
+    // Grows the activation block so every buffer fits shape s (a no-op once the largest shape is seen).
+    void ensure_activations(const Shape& s) {
+        std::vector<int64_t> need;
+        for_each_activation(dims(), s, acts, [&](auto*& slot, int64_t n) { need.push_back(n * int64_t(sizeof *slot)); });
+        if (act_capacity.size() == need.size() &&
+            std::equal(need.begin(), need.end(), act_capacity.begin(), [](int64_t a, int64_t b) { return a <= b; }))
+            return;
+        act_capacity.resize(need.size(), 0);
+        constexpr int64_t kAlign = 256;  // bytes between buffers: vector and cuBLAS alignment
+        int64_t total = 0;
+        for (size_t i = 0; i < need.size(); ++i) {
+            act_capacity[i] = std::max(act_capacity[i], need[i]);
+            total += (act_capacity[i] + kAlign - 1) / kAlign * kAlign;
+        }
+        act_block.reset();  // release first: the backend may reuse the memory
+        act_block = Buffer<uint8_t>(*be, total, MemoryKind::Activations);
+        int64_t off = 0;
+        size_t i = 0;
+        for_each_activation(dims(), s, acts, [&](auto*& slot, int64_t) {
+            using T = std::remove_reference_t<decltype(*slot)>;
+            slot = act_capacity[i] > 0 ? reinterpret_cast<T*>(act_block.get() + off) : nullptr;
+            off += (act_capacity[i] + kAlign - 1) / kAlign * kAlign;
+            ++i;
+        });
     }
 
     void ensure_rope(int64_t t) {
         if (t <= rope_T) return;
-        rope_cos.resize(size_t(t * D));
-        rope_sin.resize(size_t(t * D));
-        ops::rope_tables(rope_cos.data(), rope_sin.data(), t, D, cfg.rope_theta);
+        std::vector<float> c(size_t(t * D)), s(size_t(t * D));
+        ops::rope_tables(c.data(), s.data(), t, D, cfg.rope_theta);
+        rope_cos = Buffer<float>(*be, t * D, MemoryKind::Workspace);
+        rope_sin = Buffer<float>(*be, t * D, MemoryKind::Workspace);
+        be->upload(rope_cos.get(), c.data(), c.size() * sizeof(float));
+        be->upload(rope_sin.get(), s.data(), s.size() * sizeof(float));
         rope_T = t;
     }
 
-    // ------------------------------------------------------------------------------------------
-    // forward: fills acts[] and x_final for the micro-batch.
-    void forward(const MicroBatch& mb, const DropoutContext& dropout) {
-        B = mb.batch;
-        T = mb.seq;
-        N = B * T;
-        lengths_copy = mb.lengths;
-        lengths = lengths_copy.data();
-        ensure_rope(T);
-        const bool drop = dropout.active();
-        const float dscale = drop ? dropout_scale(dropout.p) : 1.0f;
+    // Uploads ids, lengths and supervised rows/targets of every micro-batch (validated by the caller)
+    // at once, and sizes the activations for the largest of them.
+    std::vector<Staged> stage(const std::vector<MicroBatch>& mbs, bool dropout) {
+        const bool keep_masks = dropout && be->keeps_dropout_masks();
+        std::vector<int32_t> host;
+        std::vector<std::array<size_t, 4>> offs;
+        std::vector<Staged> out(mbs.size());
+        Shape cap;
+        for (size_t i = 0; i < mbs.size(); ++i) {
+            const MicroBatch& mb = mbs[i];
+            std::array<size_t, 4> o{};
+            o[0] = host.size();
+            host.insert(host.end(), mb.ids.begin(), mb.ids.end());
+            o[1] = host.size();
+            host.insert(host.end(), mb.lengths.begin(), mb.lengths.end());
+            // supervised rows: hidden at (b, t-1) predicts ids[b, t] for every label (b, t), in (b, t) order
+            o[2] = host.size();
+            std::vector<int32_t> targets;
+            for (int64_t b = 0; b < mb.batch; ++b)
+                for (int64_t t = 1; t < mb.seq; ++t)
+                    if (mb.supervised[size_t(b * mb.seq + t)]) {
+                        host.push_back(static_cast<int32_t>(b * mb.seq + t - 1));
+                        targets.push_back(mb.ids[size_t(b * mb.seq + t)]);
+                    }
+            o[3] = host.size();
+            host.insert(host.end(), targets.begin(), targets.end());
+            offs.push_back(o);
+            Shape& s = out[i].shape;
+            s.B = mb.batch;
+            s.T = mb.seq;
+            s.N = mb.batch * mb.seq;
+            s.Ns = static_cast<int64_t>(targets.size());
+            s.att_cache = be->attention_cache_floats(s.B, s.T, H);
+            s.keep_masks = keep_masks;
+            cap.N = std::max(cap.N, s.N);
+            cap.Ns = std::max(cap.Ns, s.Ns);
+            cap.att_cache = std::max(cap.att_cache, s.att_cache);
+            cap.T = std::max(cap.T, s.T);
+            cap.keep_masks = keep_masks;
+        }
+        if (int64_t(host.size()) > staged_block.size())
+            staged_block = Buffer<int32_t>(*be, int64_t(host.size()), MemoryKind::Workspace);
+        be->upload(staged_block.get(), host.data(), host.size() * sizeof(int32_t));
+        for (size_t i = 0; i < mbs.size(); ++i) {
+            out[i].ids = staged_block.get() + offs[i][0];
+            out[i].lengths = staged_block.get() + offs[i][1];
+            out[i].rows = staged_block.get() + offs[i][2];
+            out[i].targets = staged_block.get() + offs[i][3];
+        }
+        ensure_activations(cap);
+        ensure_rope(cap.T);
+        return out;
+    }
 
-        std::vector<float> x(size_t(N * C));
-        ops::embedding_forward(x.data(), mb.ids.data(), embed, N, C, V);
-        std::vector<float> tmp(size_t(N * C));
+    // ------------------------------------------------------------------------------------------
+    // forward: fills acts and residual[L] for one staged micro-batch
+
+    void forward(const Staged& in, const DropoutContext& dropout) {
+        shape = in.shape;
+        lengths = in.lengths;
+        const int64_t B = shape.B, T = shape.T, N = shape.N;
+        const double eps = cfg.rms_norm_eps;
+        Backend& b = *be;
+        b.embedding_forward(acts.residual[0], in.ids, embed, N, C, V);
         for (int64_t l = 0; l < L; ++l) {
             const LayerWeights& w = layers[size_t(l)];
-            LayerActs& a = acts[size_t(l)];
-            resize(a.ln1, N * C);
-            resize(a.ln1_rstd, N);
-            resize(a.q_lin, N * H * D);
-            resize(a.k_lin, N * KV * D);
-            resize(a.v, N * KV * D);
-            resize(a.qn_rstd, N * H);
-            resize(a.kn_rstd, N * KV);
-            resize(a.q, N * H * D);
-            resize(a.k, N * KV * D);
-            resize(a.probs, B * H * T * T);
-            resize(a.att, N * H * D);
-            resize(a.x_mid, N * C);
-            resize(a.ln2, N * C);
-            resize(a.ln2_rstd, N);
-            resize(a.gate, N * I);
-            resize(a.up, N * I);
-            resize(a.act, N * I);
+            LayerActivations& a = acts.layers[size_t(l)];
+            // dropout keys of the layer, projections in order (the native counter advances here)
             for (int j = 0; j < kProjections; ++j) {
-                if (!adapted[size_t(j)]) continue;
-                resize(a.t[size_t(j)], N * r);
-                auto& keep = a.keep[size_t(j)];
-                if (!drop) {
-                    keep.clear();
-                    continue;
-                }
-                const int64_t n = N * in_dim[size_t(j)];
-                keep.resize(size_t(n));
-                if (dropout.mode == DropoutMode::Shared) {
-                    fill_dropout_keep(keep.data(), n,
-                                      shared_dropout_key(dropout.seed, dropout.update, dropout.micro_batch,
-                                                         uint64_t(l), uint64_t(j)),
-                                      0, dropout.p);
-                } else {
-                    if (!dropout.native_counter) throw Error("dropout: native mode needs a counter");
-                    fill_dropout_keep(keep.data(), n, native_dropout_key(dropout.seed), *dropout.native_counter,
-                                      dropout.p);
-                    *dropout.native_counter += uint64_t(n);
-                }
+                DropoutMask& m = masks[size_t(l)][size_t(j)];
+                m = layout.adapted[size_t(j)] ? dropout_mask(dropout, l, j, N * layout.in_dim[size_t(j)]) : DropoutMask{};
+                if (m.active) m.keep = a.keep[size_t(j)];  // nullptr unless the backend keeps masks
             }
-            a.x_in = x;  // [N,C]
-
-            auto proj = [&](int j, float* y, const float* in) {
-                const auto& keep = a.keep[size_t(j)];
-                ops::lora_linear_forward(y, adapted[size_t(j)] ? a.t[size_t(j)].data() : nullptr, in, w.w[size_t(j)],
-                                         A(l, j), Bm(l, j), keep.empty() ? nullptr : keep.data(), dscale, scaling, N,
-                                         in_dim[size_t(j)], out_dim[size_t(j)], r);
+            const float* x = acts.residual[size_t(l)];
+            auto proj = [&](int j, float* y, const float* input) {
+                const size_t J = size_t(j);
+                b.lora_linear_forward(y, layout.adapted[J] ? a.t[J] : nullptr, input, w.w[J], lora_a(l, j), lora_b(l, j),
+                                      masks[size_t(l)][J], scaling, N, layout.in_dim[J], layout.out_dim[J], r);
             };
-            // attention block
-            ops::rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x.data(), w.input_norm, N, C, cfg.rms_norm_eps);
-            proj(Q, a.q_lin.data(), a.ln1.data());
-            proj(K, a.k_lin.data(), a.ln1.data());
-            proj(Vp, a.v.data(), a.ln1.data());
-            ops::rmsnorm_forward(a.q.data(), a.qn_rstd.data(), a.q_lin.data(), w.q_norm, N * H, D, cfg.rms_norm_eps);
-            ops::rmsnorm_forward(a.k.data(), a.kn_rstd.data(), a.k_lin.data(), w.k_norm, N * KV, D, cfg.rms_norm_eps);
-            ops::rope_forward(a.q.data(), a.q.data(), rope_cos.data(), rope_sin.data(), B, T, H, D);
-            ops::rope_forward(a.k.data(), a.k.data(), rope_cos.data(), rope_sin.data(), B, T, KV, D);
-            ops::attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), lengths, B, T, H,
-                                   KV, D);
-            proj(O, tmp.data(), a.att.data());
-            for (int64_t i = 0; i < N * C; ++i) a.x_mid[size_t(i)] = x[size_t(i)] + tmp[size_t(i)];
-            // MLP block
-            ops::rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.x_mid.data(), w.post_norm, N, C, cfg.rms_norm_eps);
-            proj(Gate, a.gate.data(), a.ln2.data());
-            proj(Up, a.up.data(), a.ln2.data());
-            ops::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), N * I);
-            proj(Down, tmp.data(), a.act.data());
-            for (int64_t i = 0; i < N * C; ++i) x[size_t(i)] = a.x_mid[size_t(i)] + tmp[size_t(i)];
+            // attention block: x_mid = x + o_proj(attention(rope(norm(q)), rope(norm(k)), v))
+            b.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.input_norm, N, C, eps);
+            proj(QProj, a.q_lin, a.ln1);
+            proj(KProj, a.k_lin, a.ln1);
+            proj(VProj, a.v, a.ln1);
+            b.rmsnorm_forward(a.q, a.qn_rstd, a.q_lin, w.q_norm, N * H, D, eps);
+            b.rmsnorm_forward(a.k, a.kn_rstd, a.k_lin, w.k_norm, N * KV, D, eps);
+            b.rope_forward(a.q, a.q, rope_cos.get(), rope_sin.get(), B, T, H, D);
+            b.rope_forward(a.k, a.k, rope_cos.get(), rope_sin.get(), B, T, KV, D);
+            b.attention_forward(a.att, a.att_cache, a.q, a.k, a.v, lengths, B, T, H, KV, D);
+            proj(OProj, acts.proj_out, a.att);
+            b.residual_add(a.x_mid, x, acts.proj_out, N * C);
+            // MLP block: x_out = x_mid + down_proj(silu(gate_proj(norm)) * up_proj(norm))
+            b.rmsnorm_forward(a.ln2, a.ln2_rstd, a.x_mid, w.post_norm, N, C, eps);
+            proj(GateProj, a.gate, a.ln2);
+            proj(UpProj, a.up, a.ln2);
+            b.swiglu_forward(a.act, a.gate, a.up, N * I);
+            proj(DownProj, acts.proj_out, a.act);
+            b.residual_add(acts.residual[size_t(l + 1)], a.x_mid, acts.proj_out, N * C);
         }
-        x_final = std::move(x);
     }
 
-    // ------------------------------------------------------------------------------------------
-    // backward from d(x_final) [N,C] into the LoRA gradients.
-    void backward(std::vector<float> dx) {
-        std::vector<float> dtmp(size_t(N * C));
-        std::vector<float> dact(size_t(N * I)), dgate(size_t(N * I)), dup(size_t(N * I));
-        std::vector<float> datt(size_t(N * H * D)), dq(size_t(N * H * D)), dk(size_t(N * KV * D)),
-            dv(size_t(N * KV * D)), dq_lin(size_t(N * H * D)), dk_lin(size_t(N * KV * D));
-        std::vector<float> dln(size_t(N * C));
+    // LM head over the supervised rows of residual[L]: adds the sum of their token losses to loss_sum;
+    // when grad_scale != 0 leaves d(residual[L]) in acts.dx.
+    void head(const Staged& in, double grad_scale) {
+        const int64_t N = shape.N, Ns = shape.Ns;
+        const bool want_grad = grad_scale != 0.0;
+        Backend& b = *be;
+        if (want_grad) b.fill_zero(acts.dx, sizeof(float) * size_t(N * C));
+        if (Ns == 0) return;
+        b.gather_rows(acts.xs, acts.residual[size_t(L)], in.rows, Ns, C);
+        b.rmsnorm_forward(acts.hs, acts.hs_rstd, acts.xs, final_norm, Ns, C, cfg.rms_norm_eps);
+        b.lm_head_cross_entropy(loss_sum.get(), want_grad ? acts.dh : nullptr, acts.hs, lm_head, in.targets, Ns, C, V,
+                                grad_scale, opts.ce_token_chunk, opts.ce_vocab_chunk);
+        if (!want_grad) return;
+        b.rmsnorm_backward(acts.dxs, nullptr, acts.dh, acts.xs, final_norm, acts.hs_rstd, Ns, C, false);
+        b.scatter_rows(acts.dx, acts.dxs, in.rows, Ns, C);  // each row is a distinct position
+    }
+
+    // backward from acts.dx = d(residual[L]) into the LoRA gradients (+=)
+    void backward() {
+        const int64_t B = shape.B, T = shape.T, N = shape.N;
+        Backend& b = *be;
+        Activations& g = acts;
         for (int64_t l = L - 1; l >= 0; --l) {
             const LayerWeights& w = layers[size_t(l)];
-            LayerActs& a = acts[size_t(l)];
-            auto proj_back = [&](int j, float* din, const float* dy, const float* in, bool accumulate) {
-                const auto& keep = a.keep[size_t(j)];
-                ops::lora_linear_backward(din, dA(l, j), dB(l, j), dy, in, w.w[size_t(j)], A(l, j), Bm(l, j),
-                                          adapted[size_t(j)] ? a.t[size_t(j)].data() : nullptr,
-                                          keep.empty() ? nullptr : keep.data(), keep_scale, scaling, N,
-                                          in_dim[size_t(j)], out_dim[size_t(j)], r, accumulate);
+            LayerActivations& a = acts.layers[size_t(l)];
+            auto proj_back = [&](int j, float* din, const float* dy, const float* input, bool accumulate) {
+                const size_t J = size_t(j);
+                b.lora_linear_backward(din, grad_lora_a(l, j), grad_lora_b(l, j), dy, input, w.w[J], lora_a(l, j),
+                                       lora_b(l, j), layout.adapted[J] ? a.t[J] : nullptr, masks[size_t(l)][J], scaling,
+                                       N, layout.in_dim[J], layout.out_dim[J], r, accumulate);
             };
-            // MLP block: x_out = x_mid + down(act)
-            proj_back(Down, dact.data(), dx.data(), a.act.data(), false);
-            ops::swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), N * I);
-            proj_back(Gate, dln.data(), dgate.data(), a.ln2.data(), false);
-            proj_back(Up, dln.data(), dup.data(), a.ln2.data(), true);
-            ops::rmsnorm_backward(dtmp.data(), static_cast<float*>(nullptr), dln.data(), a.x_mid.data(), w.post_norm,
-                                  a.ln2_rstd.data(), N, C);
-            for (int64_t i = 0; i < N * C; ++i) dx[size_t(i)] += dtmp[size_t(i)];  // dx is now d(x_mid)
-            // attention block: x_mid = x_in + o(att)
-            proj_back(O, datt.data(), dx.data(), a.att.data(), false);
-            ops::attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.q.data(), a.k.data(), a.v.data(),
-                                    a.probs.data(), lengths, B, T, H, KV, D);
-            ops::rope_backward(dq.data(), dq.data(), rope_cos.data(), rope_sin.data(), B, T, H, D);
-            ops::rope_backward(dk.data(), dk.data(), rope_cos.data(), rope_sin.data(), B, T, KV, D);
-            ops::rmsnorm_backward(dq_lin.data(), static_cast<float*>(nullptr), dq.data(), a.q_lin.data(), w.q_norm,
-                                  a.qn_rstd.data(), N * H, D);
-            ops::rmsnorm_backward(dk_lin.data(), static_cast<float*>(nullptr), dk.data(), a.k_lin.data(), w.k_norm,
-                                  a.kn_rstd.data(), N * KV, D);
-            proj_back(Q, dln.data(), dq_lin.data(), a.ln1.data(), false);
-            proj_back(K, dln.data(), dk_lin.data(), a.ln1.data(), true);
-            proj_back(Vp, dln.data(), dv.data(), a.ln1.data(), true);
-            ops::rmsnorm_backward(dtmp.data(), static_cast<float*>(nullptr), dln.data(), a.x_in.data(), w.input_norm,
-                                  a.ln1_rstd.data(), N, C);
-            for (int64_t i = 0; i < N * C; ++i) dx[size_t(i)] += dtmp[size_t(i)];  // dx is now d(x_in)
+            // MLP block; the post-attention norm's input gradient adds into dx = d(x_mid)
+            proj_back(DownProj, g.dact, g.dx, a.act, false);
+            b.swiglu_backward(g.dgate, g.dup, g.dact, a.gate, a.up, N * I);
+            proj_back(GateProj, g.dln, g.dgate, a.ln2, false);
+            proj_back(UpProj, g.dln, g.dup, a.ln2, true);
+            b.rmsnorm_backward(g.dx, nullptr, g.dln, a.x_mid, w.post_norm, a.ln2_rstd, N, C, true);
+            // attention block; the input norm's input gradient adds into dx = d(x_in)
+            proj_back(OProj, g.datt, g.dx, a.att, false);
+            b.attention_backward(g.dq, g.dk, g.dv, g.datt, a.att, a.q, a.k, a.v, a.att_cache, lengths, B, T, H, KV, D);
+            b.rope_backward(g.dq, g.dq, rope_cos.get(), rope_sin.get(), B, T, H, D);
+            b.rope_backward(g.dk, g.dk, rope_cos.get(), rope_sin.get(), B, T, KV, D);
+            b.rmsnorm_backward(g.dq_lin, nullptr, g.dq, a.q_lin, w.q_norm, a.qn_rstd, N * H, D, false);
+            b.rmsnorm_backward(g.dk_lin, nullptr, g.dk, a.k_lin, w.k_norm, a.kn_rstd, N * KV, D, false);
+            proj_back(QProj, g.dln, g.dq_lin, a.ln1, false);
+            proj_back(KProj, g.dln, g.dk_lin, a.ln1, true);
+            proj_back(VProj, g.dln, g.dv, a.ln1, true);
+            b.rmsnorm_backward(g.dx, nullptr, g.dln, acts.residual[size_t(l)], w.input_norm, a.ln1_rstd, N, C, true);
         }
     }
-    float keep_scale = 1.0f;  // dropout multiplier of the last forward (1 when no dropout)
 
-    // ------------------------------------------------------------------------------------------
-    // supervised rows: hidden at (b, t-1) predicts ids[b, t] for every label (b, t), in (b, t) order.
-    void gather_supervised(const MicroBatch& mb, std::vector<int64_t>& rows, std::vector<int32_t>& targets) const {
-        rows.clear();
-        targets.clear();
-        for (int64_t b = 0; b < mb.batch; ++b)
-            for (int64_t t = 1; t < mb.seq; ++t)
-                if (mb.supervised[size_t(b * mb.seq + t)]) {
-                    rows.push_back(b * mb.seq + t - 1);
-                    targets.push_back(mb.ids[size_t(b * mb.seq + t)]);
-                }
+    double read_loss_sum() {
+        double v = 0.0;
+        be->download(&v, loss_sum.get(), sizeof v);
+        return v;
     }
 
-    // CE over the supervised rows of x_final; when grad_scale != 0 returns d(x_final) in dx.
-    double head_loss(const MicroBatch& mb, double grad_scale, std::vector<float>* dx) {
-        std::vector<int64_t> rows;
-        std::vector<int32_t> targets;
-        gather_supervised(mb, rows, targets);
-        const int64_t Ns = static_cast<int64_t>(rows.size());
-        if (dx) dx->assign(size_t(N * C), 0.0f);
-        if (Ns == 0) return 0.0;
-        std::vector<float> xs(size_t(Ns * C)), hs(size_t(Ns * C)), rstd(static_cast<size_t>(Ns));
-        for (int64_t i = 0; i < Ns; ++i)
-            std::memcpy(xs.data() + i * C, x_final.data() + rows[size_t(i)] * C, sizeof(float) * size_t(C));
-        ops::rmsnorm_forward(hs.data(), rstd.data(), xs.data(), final_norm, Ns, C, cfg.rms_norm_eps);
-        std::vector<float> dh;
-        if (dx) dh.resize(size_t(Ns * C));
-        const double loss = ops::lm_head_cross_entropy(dx ? dh.data() : static_cast<float*>(nullptr), hs.data(),
-                                                       lm_head, targets.data(), Ns, C, V, grad_scale,
-                                                       opts.ce_token_chunk, opts.ce_vocab_chunk);
-        if (dx) {
-            std::vector<float> dxs(size_t(Ns * C));
-            ops::rmsnorm_backward(dxs.data(), static_cast<float*>(nullptr), dh.data(), xs.data(), final_norm,
-                                  rstd.data(), Ns, C);
-            for (int64_t i = 0; i < Ns; ++i)  // each row is a distinct position: plain copy
-                std::memcpy(dx->data() + rows[size_t(i)] * C, dxs.data() + i * C, sizeof(float) * size_t(C));
+    // host <-> backend copies of the flat adapter layout
+    TensorMap to_map(const Buffer<float>& buf) const {
+        std::vector<float> host(size_t(layout.num_params));
+        be->download(host.data(), buf.get(), host.size() * sizeof(float));
+        TensorMap out;
+        for (const auto& s : layout.slots) {
+            Tensor t(s.shape);
+            std::copy(host.begin() + s.offset, host.begin() + s.offset + t.numel(), t.data.begin());
+            out.emplace(s.name, std::move(t));
         }
-        return loss;
+        return out;
     }
 };
 
 // ------------------------------------------------------------------------------------------------
 
 Qwen3LoraModel::Qwen3LoraModel(const Qwen3Config& config, TensorMap base_weights, const LoraConfig& lora,
-                               ModelOptions options)
+                               ModelOptions options, std::shared_ptr<Backend> backend)
     : impl_(std::make_unique<Impl>()) {
+    impl_->be = backend ? std::move(backend) : make_cpu_backend();
     impl_->cfg = config;
     impl_->lora = lora;
     impl_->opts = options;
@@ -372,77 +514,80 @@ Qwen3LoraModel& Qwen3LoraModel::operator=(Qwen3LoraModel&&) noexcept = default;
 
 const Qwen3Config& Qwen3LoraModel::config() const { return impl_->cfg; }
 const LoraConfig& Qwen3LoraModel::lora() const { return impl_->lora; }
-const std::vector<AdapterSlot>& Qwen3LoraModel::adapter_slots() const { return impl_->slots; }
-int64_t Qwen3LoraModel::num_trainable() const { return static_cast<int64_t>(impl_->params.size()); }
-float* Qwen3LoraModel::params() { return impl_->params.data(); }
-const float* Qwen3LoraModel::params() const { return impl_->params.data(); }
-float* Qwen3LoraModel::grads() { return impl_->grads.data(); }
-const float* Qwen3LoraModel::grads() const { return impl_->grads.data(); }
-void Qwen3LoraModel::zero_grads() { std::fill(impl_->grads.begin(), impl_->grads.end(), 0.0f); }
+const std::vector<AdapterSlot>& Qwen3LoraModel::adapter_slots() const { return impl_->layout.slots; }
+int64_t Qwen3LoraModel::num_trainable() const { return impl_->layout.num_params; }
+float* Qwen3LoraModel::params() { return impl_->params.get(); }
+const float* Qwen3LoraModel::params() const { return impl_->params.get(); }
+float* Qwen3LoraModel::grads() { return impl_->grads.get(); }
+const float* Qwen3LoraModel::grads() const { return impl_->grads.get(); }
+void Qwen3LoraModel::zero_grads() { impl_->be->fill_zero(impl_->grads.get(), impl_->grads.bytes()); }
+Backend& Qwen3LoraModel::backend() const { return *impl_->be; }
 
 void Qwen3LoraModel::load_adapter(const TensorMap& peft_tensors) {
-    for (const auto& slot : impl_->slots) {
+    const auto& slots = impl_->layout.slots;
+    for (const auto& slot : slots) {
         auto it = peft_tensors.find(slot.name);
         if (it == peft_tensors.end()) throw Error("adapter: tensor '" + slot.name + "' is missing");
         if (it->second.shape != slot.shape)
             throw Error("adapter: tensor '" + slot.name + "' has shape " + shape_text(it->second.shape) +
                         ", expected " + shape_text(slot.shape));
     }
-    if (peft_tensors.size() != impl_->slots.size()) {
+    if (peft_tensors.size() != slots.size()) {
         for (const auto& [name, t] : peft_tensors) {
-            const bool known = std::any_of(impl_->slots.begin(), impl_->slots.end(),
-                                           [&](const AdapterSlot& s) { return s.name == name; });
+            const bool known =
+                std::any_of(slots.begin(), slots.end(), [&](const AdapterSlot& s) { return s.name == name; });
             if (!known) throw Error("adapter: unexpected tensor '" + name + "' (not a target of this LoRA config)");
         }
     }
-    for (const auto& slot : impl_->slots) {
+    std::vector<float> host(size_t(impl_->layout.num_params));
+    for (const auto& slot : slots) {
         const Tensor& t = peft_tensors.at(slot.name);
-        std::copy(t.data.begin(), t.data.end(), impl_->params.begin() + slot.offset);
+        std::copy(t.data.begin(), t.data.end(), host.begin() + slot.offset);
     }
+    impl_->be->upload(impl_->params.get(), host.data(), host.size() * sizeof(float));
 }
 
-namespace {
-TensorMap slots_to_map(const std::vector<AdapterSlot>& slots, const std::vector<float>& buf) {
-    TensorMap out;
-    for (const auto& s : slots) {
-        Tensor t(s.shape);
-        std::copy(buf.begin() + s.offset, buf.begin() + s.offset + t.numel(), t.data.begin());
-        out.emplace(s.name, std::move(t));
-    }
-    return out;
-}
-}  // namespace
+TensorMap Qwen3LoraModel::adapter_tensors() const { return impl_->to_map(impl_->params); }
+TensorMap Qwen3LoraModel::adapter_gradients() const { return impl_->to_map(impl_->grads); }
 
-TensorMap Qwen3LoraModel::adapter_tensors() const { return slots_to_map(impl_->slots, impl_->params); }
-TensorMap Qwen3LoraModel::adapter_gradients() const { return slots_to_map(impl_->slots, impl_->grads); }
+double Qwen3LoraModel::accumulate(const std::vector<MicroBatch>& micro_batches,
+                                  const std::function<DropoutContext(size_t)>& dropout, double grad_scale) {
+    Impl& m = *impl_;
+    for (const auto& mb : micro_batches) mb.validate(m.V);
+    bool any_dropout = false;
+    for (size_t i = 0; i < micro_batches.size(); ++i) any_dropout = any_dropout || dropout(i).active();
+    const std::vector<Staged> staged = m.stage(micro_batches, any_dropout);
+    m.be->fill_zero(m.loss_sum.get(), sizeof(double));
+    for (size_t i = 0; i < staged.size(); ++i) {
+        m.forward(staged[i], dropout(i));
+        m.head(staged[i], grad_scale);
+        if (grad_scale != 0.0) m.backward();
+    }
+    return m.read_loss_sum();
+}
 
 double Qwen3LoraModel::forward_backward(const MicroBatch& mb, const DropoutContext& dropout, double grad_scale) {
-    mb.validate(impl_->V);
-    impl_->keep_scale = dropout.active() ? dropout_scale(dropout.p) : 1.0f;
-    impl_->forward(mb, dropout);
-    if (grad_scale == 0.0) return impl_->head_loss(mb, 0.0, nullptr);
-    std::vector<float> dx;
-    const double loss = impl_->head_loss(mb, grad_scale, &dx);
-    impl_->backward(std::move(dx));
-    return loss;
+    return accumulate({mb}, [&](size_t) { return dropout; }, grad_scale);
 }
 
 double Qwen3LoraModel::loss_sum(const MicroBatch& mb) {
-    mb.validate(impl_->V);
-    impl_->forward(mb, DropoutContext{});
-    return impl_->head_loss(mb, 0.0, nullptr);
+    return accumulate({mb}, [](size_t) { return DropoutContext{}; }, 0.0);
 }
 
 std::vector<float> Qwen3LoraModel::logits(const MicroBatch& mb) {
-    mb.validate(impl_->V);
     Impl& m = *impl_;
-    m.forward(mb, DropoutContext{});
-    std::vector<float> h(size_t(m.N * m.C));
-    std::vector<float> rstd(static_cast<size_t>(m.N));
-    ops::rmsnorm_forward(h.data(), rstd.data(), m.x_final.data(), m.final_norm, m.N, m.C, m.cfg.rms_norm_eps);
-    std::vector<float> out(size_t(m.N * m.V));
-    ops::linear_forward(out.data(), h.data(), m.lm_head, m.N, m.C, m.V);
-    return out;
+    mb.validate(m.V);
+    const std::vector<Staged> staged = m.stage({mb}, false);
+    m.forward(staged[0], DropoutContext{});
+    const int64_t N = m.shape.N;
+    Backend& b = *m.be;
+    Buffer<float> h(b, N * m.C, MemoryKind::Workspace), rstd(b, N, MemoryKind::Workspace),
+        out(b, N * m.V, MemoryKind::Workspace);
+    b.rmsnorm_forward(h.get(), rstd.get(), m.acts.residual[size_t(m.L)], m.final_norm, N, m.C, m.cfg.rms_norm_eps);
+    b.linear_forward(out.get(), h.get(), m.lm_head, N, m.C, m.V);
+    std::vector<float> host(size_t(N * m.V));
+    b.download(host.data(), out.get(), host.size() * sizeof(float));
+    return host;
 }
 
 }  // namespace tandem::engine

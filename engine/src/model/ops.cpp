@@ -98,7 +98,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int64_t rows
 
 template <typename T>
 void rmsnorm_backward(T* din, T* dweight, const T* dout, const T* in, const T* weight, const T* rstd, int64_t rows,
-                      int64_t C) {
+                      int64_t C, bool accumulate_din) {
     // y_c = w_c x_c r, r = (mean(x^2)+eps)^-1/2  =>  dx_c = r w_c dy_c - x_c r^3 / C * sum_k w_k dy_k x_k
     parallel_for_grain(rows, kRowGrain, [&](int64_t b, int64_t e) {
         for (int64_t n = b; n < e; ++n) {
@@ -109,7 +109,11 @@ void rmsnorm_backward(T* din, T* dweight, const T* dout, const T* in, const T* w
             double dot = 0.0;
             for (int64_t c = 0; c < C; ++c) dot += double(weight[c]) * double(dy[c]) * double(x[c]);
             const T k = T(double(r) * double(r) * double(r) * dot / double(C));
-            for (int64_t c = 0; c < C; ++c) dx[c] = r * (weight[c] * dy[c]) - x[c] * k;
+            if (accumulate_din) {  // the residual stream's gradient: dx + (the same value as below)
+                for (int64_t c = 0; c < C; ++c) dx[c] = dx[c] + (r * (weight[c] * dy[c]) - x[c] * k);
+            } else {
+                for (int64_t c = 0; c < C; ++c) dx[c] = r * (weight[c] * dy[c]) - x[c] * k;
+            }
         }
     });
     if (dweight) {  // serial over rows: a fixed summation order
@@ -479,7 +483,7 @@ double lm_head_cross_entropy(T* dh, const T* h, const T* emb, const int32_t* tar
     template void linear_backward_weight<T>(T*, const T*, const T*, int64_t, int64_t, int64_t);                    \
     template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t);                   \
     template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);                        \
-    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t);           \
+    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool);     \
     template void rope_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);           \
     template void rope_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t);          \
     template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, int64_t, int64_t,     \

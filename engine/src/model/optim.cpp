@@ -62,8 +62,12 @@ double global_grad_norm(const float* grad, const std::vector<std::pair<int64_t, 
     return std::sqrt(total);
 }
 
+float clip_coefficient(double norm, double max_norm) {
+    return std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(norm) + 1e-6f));
+}
+
 float clip_grad(float* grad, int64_t n, double norm, double max_norm) {
-    const float coef = std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(norm) + 1e-6f));
+    const float coef = clip_coefficient(norm, max_norm);
     for (int64_t i = 0; i < n; ++i) grad[i] = grad[i] * coef;
     return coef;
 }

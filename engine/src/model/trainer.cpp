@@ -1,23 +1,58 @@
 // Trainer: gradient accumulation with SPEC §1's per-update token normalisation, global-norm clipping,
-// AdamW with the transformers cosine/warmup schedule, evaluation, and resumable state.
+// AdamW with the transformers cosine/warmup schedule, evaluation, and resumable state — written once
+// over the backend seam: the moments, the norm and the clipping coefficient live on the backend, and
+// the host waits once per update (for the loss) and once more for the grad norm.
 #include "tandem/engine/trainer.h"
 
 #include <chrono>
 #include <string>
 
-#include "tandem/engine/ops.h"
 #include "tandem/error.h"
 
 namespace tandem::engine {
 
 struct Trainer::Impl {
+    // Declared first, destroyed last: the model and every Buffer below release into it.
+    std::shared_ptr<Backend> be;
     TrainOptions opts;
     std::unique_ptr<Qwen3LoraModel> model;
-    std::vector<float> m, v;  // AdamW moments, same layout as model->params()
+    Buffer<float> m, v;                         // AdamW moments, the adapter's flat layout
+    Buffer<int64_t> seg_offsets, seg_counts;    // per adapter tensor: [offset, count) of the layout
+    int64_t n_segments = 0, max_segment = 0;
+    Buffer<double> norm;                        // pre-clip global grad norm of the last update
+    Buffer<float> clip_coef;
     int64_t step = 0;
     uint64_t native_counter = 0;
     int64_t warmup = 0;
-    std::vector<std::pair<int64_t, int64_t>> segments;  // per adapter tensor [offset, count]
+
+    TensorMap to_map(const Buffer<float>& buf) const {
+        const auto& slots = model->adapter_slots();
+        std::vector<float> host(size_t(model->num_trainable()));
+        be->download(host.data(), buf.get(), host.size() * sizeof(float));
+        TensorMap out;
+        for (const auto& s : slots) {
+            Tensor t(s.shape);
+            std::copy(host.begin() + s.offset, host.begin() + s.offset + t.numel(), t.data.begin());
+            out.emplace(s.name, std::move(t));
+        }
+        return out;
+    }
+
+    void from_map(const TensorMap& map, Buffer<float>& buf, const char* what) {
+        const auto& slots = model->adapter_slots();
+        if (map.size() != slots.size())
+            throw Error(std::string("trainer state: ") + what + " has " + std::to_string(map.size()) +
+                        " tensors, expected " + std::to_string(slots.size()));
+        std::vector<float> host(size_t(model->num_trainable()));
+        for (const auto& s : slots) {
+            auto it = map.find(s.name);
+            if (it == map.end()) throw Error(std::string("trainer state: ") + what + " lacks '" + s.name + "'");
+            if (it->second.shape != s.shape)
+                throw Error(std::string("trainer state: ") + what + " tensor '" + s.name + "' has the wrong shape");
+            std::copy(it->second.data.begin(), it->second.data.end(), host.begin() + s.offset);
+        }
+        be->upload(buf.get(), host.data(), host.size() * sizeof(float));
+    }
 };
 
 Trainer::Trainer() : impl_(std::make_unique<Impl>()) {}
@@ -26,21 +61,36 @@ Trainer::Trainer(Trainer&&) noexcept = default;
 Trainer& Trainer::operator=(Trainer&&) noexcept = default;
 
 Trainer Trainer::create(const Qwen3Config& config, TensorMap base_weights, const LoraConfig& lora,
-                        TrainOptions options) {
+                        TrainOptions options, std::shared_ptr<Backend> backend) {
     if (options.total_updates < 1) throw Error("trainer: total_updates must be >= 1");
     if (lora.dropout < 0.0 || lora.dropout >= 1.0)
         throw Error("trainer: LoRA dropout " + std::to_string(lora.dropout) + " outside [0, 1)");
-    ops::set_num_threads(options.threads);
     Trainer t;
-    t.impl_->opts = options;
-    t.impl_->model = std::make_unique<Qwen3LoraModel>(config, std::move(base_weights), lora, options.model);
-    const auto n = static_cast<size_t>(t.impl_->model->num_trainable());
-    t.impl_->m.assign(n, 0.0f);
-    t.impl_->v.assign(n, 0.0f);
-    t.impl_->warmup = options.warmup_updates >= 0 ? options.warmup_updates
-                                                  : warmup_updates(options.warmup_ratio, options.total_updates);
-    for (const auto& s : t.impl_->model->adapter_slots())
-        t.impl_->segments.emplace_back(s.offset, Tensor::count(s.shape));
+    Impl& s = *t.impl_;
+    s.be = backend ? std::move(backend) : make_cpu_backend(options.threads);
+    s.opts = options;
+    s.model = std::make_unique<Qwen3LoraModel>(config, std::move(base_weights), lora, options.model, s.be);
+    Backend& be = *s.be;
+    const int64_t n = s.model->num_trainable();
+    s.m = Buffer<float>(be, n, MemoryKind::Adapter);
+    s.v = Buffer<float>(be, n, MemoryKind::Adapter);
+    be.fill_zero(s.m.get(), s.m.bytes());
+    be.fill_zero(s.v.get(), s.v.bytes());
+    std::vector<int64_t> offsets, counts;
+    for (const auto& slot : s.model->adapter_slots()) {
+        offsets.push_back(slot.offset);
+        counts.push_back(Tensor::count(slot.shape));
+        s.max_segment = std::max(s.max_segment, counts.back());
+    }
+    s.n_segments = static_cast<int64_t>(offsets.size());
+    s.seg_offsets = Buffer<int64_t>(be, s.n_segments, MemoryKind::Workspace);
+    s.seg_counts = Buffer<int64_t>(be, s.n_segments, MemoryKind::Workspace);
+    be.upload(s.seg_offsets.get(), offsets.data(), offsets.size() * sizeof(int64_t));
+    be.upload(s.seg_counts.get(), counts.data(), counts.size() * sizeof(int64_t));
+    s.norm = Buffer<double>(be, 1, MemoryKind::Workspace);
+    s.clip_coef = Buffer<float>(be, 1, MemoryKind::Workspace);
+    s.warmup = options.warmup_updates >= 0 ? options.warmup_updates
+                                           : warmup_updates(options.warmup_ratio, options.total_updates);
     return t;
 }
 
@@ -49,6 +99,7 @@ TensorMap Trainer::adapter_tensors() const { return impl_->model->adapter_tensor
 int64_t Trainer::step() const { return impl_->step; }
 Qwen3LoraModel& Trainer::model() { return *impl_->model; }
 const TrainOptions& Trainer::options() const { return impl_->opts; }
+Backend& Trainer::backend() const { return *impl_->be; }
 
 double Trainer::lr_for_update(int64_t t) const {
     return cosine_with_warmup_lr(impl_->opts.lr, t, impl_->warmup, impl_->opts.total_updates);
@@ -58,6 +109,7 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     const auto start = std::chrono::steady_clock::now();
     Impl& s = *impl_;
     Qwen3LoraModel& model = *s.model;
+    Backend& be = *s.be;
     const int64_t vocab = model.config().vocab_size;
     int64_t supervised = 0;
     for (const auto& mb : micro_batches) supervised += mb.validate(vocab);
@@ -68,74 +120,50 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     // micro-batch backpropagates with the same scale 1 / supervised.
     const double grad_scale = 1.0 / static_cast<double>(supervised);
     model.zero_grads();
-    double loss_sum = 0.0;
-    const LoraConfig& lora = model.lora();
-    for (size_t i = 0; i < micro_batches.size(); ++i) {
-        DropoutContext dc;
-        dc.mode = s.opts.dropout_mode;
-        dc.p = lora.dropout;
-        dc.seed = s.opts.seed;
-        dc.update = static_cast<uint64_t>(s.step);
-        dc.micro_batch = i;
-        dc.native_counter = &s.native_counter;
-        loss_sum += model.forward_backward(micro_batches[i], dc, grad_scale);
-    }
+    const double loss_sum = model.accumulate(
+        micro_batches,
+        [&](size_t i) {
+            DropoutContext dc;
+            dc.mode = s.opts.dropout_mode;
+            dc.p = model.lora().dropout;
+            dc.seed = s.opts.seed;
+            dc.update = static_cast<uint64_t>(s.step);
+            dc.micro_batch = i;
+            dc.native_counter = &s.native_counter;
+            return dc;
+        },
+        grad_scale);
 
+    const int64_t n = model.num_trainable();
+    be.global_grad_norm(s.norm.get(), s.clip_coef.get(), model.grads(), s.seg_offsets.get(), s.seg_counts.get(),
+                        s.n_segments, s.max_segment, s.opts.max_grad_norm);
+    be.clip_grad(model.grads(), n, s.clip_coef.get());
     UpdateMetrics out;
     out.update = s.step;
     out.supervised_tokens = supervised;
     out.loss = loss_sum / static_cast<double>(supervised);
-    out.grad_norm = global_grad_norm(model.grads(), s.segments);
-    clip_grad(model.grads(), model.num_trainable(), out.grad_norm, s.opts.max_grad_norm);
     out.lr = lr_for_update(s.step);
     ++s.step;  // torch increments the step before the bias corrections
-    adamw_step(model.params(), model.grads(), s.m.data(), s.v.data(), model.num_trainable(), s.step, out.lr,
-               s.opts.adamw);
+    be.adamw_step(model.params(), model.grads(), s.m.get(), s.v.get(), n, s.step, out.lr, s.opts.adamw);
+    be.download(&out.grad_norm, s.norm.get(), sizeof(double));  // waits for the update
     out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }
 
 EvalResult Trainer::evaluate(const std::vector<MicroBatch>& micro_batches) {
     EvalResult r;
-    for (const auto& mb : micro_batches) {
-        r.supervised_tokens += mb.validate(impl_->model->config().vocab_size);
-        r.loss_sum += impl_->model->loss_sum(mb);
-    }
+    for (const auto& mb : micro_batches) r.supervised_tokens += mb.validate(impl_->model->config().vocab_size);
     if (r.supervised_tokens == 0) throw Error("evaluate: the held-out batches have no supervised token");
+    r.loss_sum = impl_->model->accumulate(micro_batches, [](size_t) { return DropoutContext{}; }, 0.0);
     r.loss = r.loss_sum / static_cast<double>(r.supervised_tokens);
     return r;
 }
 
-namespace {
-TensorMap buffer_to_map(const std::vector<AdapterSlot>& slots, const std::vector<float>& buf) {
-    TensorMap out;
-    for (const auto& s : slots) {
-        Tensor t(s.shape);
-        std::copy(buf.begin() + s.offset, buf.begin() + s.offset + t.numel(), t.data.begin());
-        out.emplace(s.name, std::move(t));
-    }
-    return out;
-}
-void map_to_buffer(const std::vector<AdapterSlot>& slots, const TensorMap& map, std::vector<float>& buf,
-                   const char* what) {
-    if (map.size() != slots.size())
-        throw Error(std::string("trainer state: ") + what + " has " + std::to_string(map.size()) +
-                    " tensors, expected " + std::to_string(slots.size()));
-    for (const auto& s : slots) {
-        auto it = map.find(s.name);
-        if (it == map.end()) throw Error(std::string("trainer state: ") + what + " lacks '" + s.name + "'");
-        if (it->second.shape != s.shape)
-            throw Error(std::string("trainer state: ") + what + " tensor '" + s.name + "' has the wrong shape");
-        std::copy(it->second.data.begin(), it->second.data.end(), buf.begin() + s.offset);
-    }
-}
-}  // namespace
-
 TrainerState Trainer::state() const {
     TrainerState st;
     st.adapter = impl_->model->adapter_tensors();
-    st.adam_m = buffer_to_map(impl_->model->adapter_slots(), impl_->m);
-    st.adam_v = buffer_to_map(impl_->model->adapter_slots(), impl_->v);
+    st.adam_m = impl_->to_map(impl_->m);
+    st.adam_v = impl_->to_map(impl_->v);
     st.step = impl_->step;
     st.native_rng_counter = impl_->native_counter;
     st.seed = impl_->opts.seed;
@@ -148,8 +176,8 @@ void Trainer::restore(const TrainerState& st) {
                     std::to_string(impl_->opts.seed));
     if (st.step < 0) throw Error("trainer state: negative step");
     impl_->model->load_adapter(st.adapter);
-    map_to_buffer(impl_->model->adapter_slots(), st.adam_m, impl_->m, "adam_m");
-    map_to_buffer(impl_->model->adapter_slots(), st.adam_v, impl_->v, "adam_v");
+    impl_->from_map(st.adam_m, impl_->m, "adam_m");
+    impl_->from_map(st.adam_v, impl_->v, "adam_v");
     impl_->step = st.step;
     impl_->native_counter = st.native_rng_counter;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -129,6 +130,26 @@ PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool refe
         s.points.push_back(q);
     }
     return s;
+}
+
+double update_tokens_per_second(const StepRow& row) {
+    return row.wall_s > 0 ? static_cast<double>(row.tokens) / row.wall_s : std::nan("");
+}
+
+ResidualPoints residual_points_after(const std::vector<StepRow>& steps_a, const std::vector<EvalRow>& evals_a,
+                                     const std::vector<StepRow>& steps_b, const std::vector<EvalRow>& evals_b,
+                                     bool reference_is_a, int64_t eval_after, int64_t step_after) {
+    auto tail = [](const auto& rows, int64_t after) {
+        auto it = std::upper_bound(rows.begin(), rows.end(), after, [](int64_t u, const auto& r) { return u < r.update; });
+        return std::vector<typename std::decay_t<decltype(rows)>::value_type>(it, rows.end());
+    };
+    const auto sa = tail(steps_a, step_after), sb = tail(steps_b, step_after);
+    const auto ea = tail(evals_a, eval_after), eb = tail(evals_b, eval_after);
+    ResidualPoints r;
+    r.eval = residual_percent(pair_evals(ea, eb), reference_is_a).points;
+    r.loss = residual_percent(pair_losses(sa, sb), reference_is_a).points;
+    r.grad = residual_percent(pair_grad_norms(sa, sb), reference_is_a).points;
+    return r;
 }
 
 std::pair<int64_t, int64_t> timing_window(int64_t updates) {
@@ -286,16 +307,75 @@ TimingRow timing_row(const LegData& l) {
     return r;
 }
 
-bool masks_line_up(const ExperimentSpec& spec, const std::string& a, const std::string& b) {
-    bool dropout_matches = spec.lora_dropout == 0.0 ||
-                           (spec.leg_setting(a, "dropout_masks") == "shared" && spec.leg_setting(b, "dropout_masks") == "shared");
-    return dropout_matches && spec.leg_setting(a, "plan") == "shared" && spec.leg_setting(b, "plan") == "shared";
+std::string g3(double x) {
+    if (!std::isfinite(x)) return "n/a";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", x);
+    return b;
+}
+
+// The pair's verdict from its levels and its two distances (docs/thresholds.md "The verdict").
+void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, const std::string& envelope_hint) {
+    const std::string pair = l4.leg_a + "~" + l4.leg_b + ": ";
+    if (!level_failures.empty()) {
+        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict_reason = level_failures.front();
+        return;
+    }
+    const PairedDistance& n = l4.numerics;
+    if (n.applies && n.within()) {
+        l4.verdict = PairVerdict::Equivalent;
+        l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
+                            " paired evaluations (largest " + g3(n.max_ratio) + " of the bound, update " +
+                            std::to_string(n.max_ratio_update) + ")";
+        return;
+    }
+    std::string numerics;
+    if (!n.applies) numerics = "not paired (native dropout masks or plan)";
+    else if (n.points.empty()) numerics = "no paired evaluation";
+    else numerics = "held-out CE " + g3(n.max_ratio) + "x the float32 error-model bound at update " + std::to_string(n.max_ratio_update);
+    const EnvelopeDistance& e = l4.envelope;
+    if (!e.available) {
+        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict_reason = pair + numerics + ", and " + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable);
+        return;
+    }
+    const std::string seeds = "the " + e.stack + " seed envelope (" + std::to_string(e.members) + " runs";
+    if (e.within()) {
+        l4.verdict = PairVerdict::WithinEnvelope;
+        l4.verdict_reason = pair + numerics + "; " + e.leg + " within " + seeds + ": largest |z| " + g3(e.max_abs_z) +
+                            ", one-sided p " + g3(e.p) + ")";
+    } else {
+        l4.verdict = PairVerdict::OutsideEnvelope;
+        std::string why;
+        if (e.test_rejects())
+            why = "mean held-out CE " + g3(e.leg_mean) + " above the members' " + g3(e.members_mean) + " (t " + g3(e.t) +
+                  ", one-sided p " + g3(e.p) + " < " + g3(e.alpha) + ")";
+        if (!e.outside_band.empty())
+            why += (why.empty() ? "" : "; ") + std::string("outside the band at update ") + std::to_string(e.outside_band.front()) +
+                   (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "");
+        l4.verdict_reason = pair + e.leg + " outside " + seeds + "): " + why;
+    }
 }
 
 }  // namespace
 
-Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t) {
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t,
+                        const std::optional<ErrorModel>& model, const std::vector<SeedEnvelope>& envelopes) {
     Comparison c;
+    std::string model_error;
+    if (model) c.error_model = *model;
+    else {
+        try {
+            c.error_model = error_model_for(spec);
+        } catch (const std::exception& e) {
+            model_error = e.what();
+        }
+    }
+    c.error_model.k = t.error_model_k;
+    const std::string key = spec.sha256_without_seeds();
+    for (const auto& e : envelopes)
+        if (e.key == key) c.envelopes.push_back(e);
     for (const auto& l : legs) {
         c.legs.push_back(l.name);
         c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
@@ -308,6 +388,7 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             const LegData& b = legs[j];
             // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
             const bool imported = is_imported(a) || is_imported(b);
+            const size_t failures_before = c.failures.size();
             L1Entry l1 = compare_l1(a, b, t);
             if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
             if (!l1.pass && l1.na.empty()) {
@@ -350,18 +431,27 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             l4.grad_percent = residual_percent(l4.grad_points, ref_first);
             if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
             if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-            l4.gated = !imported && masks_line_up(spec, a.name, b.name);
-            if (l4.gated) {
-                l4.pass = l4.eval.n > 0 && std::isfinite(l4.eval.mean_abs_rel) && l4.eval.mean_abs_rel <= t.l4_mean_abs_rel;
-                if (!l4.pass)
-                    c.failures.push_back("L4 " + a.name + "~" + b.name + ": mean |difference| of held-out CE " +
-                                         std::to_string(l4.eval.mean_abs_rel) + " relative over " + std::to_string(l4.eval.n) +
-                                         " paired evaluations > " + std::to_string(t.l4_mean_abs_rel));
-            } else if (imported) {
-                l4.note = "an imported leg: reported, not gated";
-            } else {
-                l4.note = "native dropout masks or plan: reported, not gated (compare with a same-stack seed envelope)";
+            l4.gated = !imported && legs_are_paired(spec, a.name, b.name) && model_error.empty();
+            if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
+            else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
+            else if (!model_error.empty()) l4.note = "no error model: " + model_error;
+            else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
+            // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
+            const LegData& judged = ref_first ? b : a;
+            const LegData& reference_side = ref_first ? a : b;
+            const SeedEnvelope* env = pick_envelope(c.envelopes, reference_side.implementation);
+            if (!env) env = pick_envelope(c.envelopes, judged.implementation);
+            if (env) {
+                l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, c.error_model);
+                l4.envelope.alpha = t.envelope_alpha;
             }
+            const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
+                                                          c.failures.end());
+            judge_pair(l4, level_failures,
+                       "no seed envelope of this experiment (key " + key.substr(0, 12) + ") for " + reference_side.implementation +
+                           " or " + judged.implementation + ": build one with `tandem envelope EXPERIMENT --legs " +
+                           reference_side.implementation + "`");
+            l4.pass = verdict_passes(l4.verdict);
             c.l4.push_back(std::move(l4));
         }
     return c;
@@ -390,15 +480,39 @@ TimingRow timing_of(const LegTrace& t) {
     return r;
 }
 
+bool Comparison::passed() const {
+    if (!completeness_judged || !incomplete.empty() || !failures.empty()) return false;
+    for (const auto& e : l4)
+        if (!verdict_passes(e.verdict)) return false;
+    return true;
+}
+
 std::string Comparison::verdict() const {
     auto first_of = [](const std::vector<std::string>& v) {
         return v.front() + (v.size() > 1 ? " (+" + std::to_string(v.size() - 1) + " more)" : "");
     };
     if (!completeness_judged) return "incomplete: completeness not judged";
     if (!incomplete.empty()) return "incomplete: " + first_of(incomplete);
-    if (!failures.empty()) return "cross-checks FAILED: " + first_of(failures);
+    if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::NotComparable)) + ": " + first_of(failures);
     if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
-    return "all cross-checks passed";
+    if (l4.empty()) return "incomplete: no pair of legs compared";
+    // The worst pair speaks for the run: not comparable, then outside, then within, then equivalent.
+    auto severity = [](PairVerdict v) {
+        switch (v) {
+            case PairVerdict::NotComparable: return 3;
+            case PairVerdict::OutsideEnvelope: return 2;
+            case PairVerdict::WithinEnvelope: return 1;
+            case PairVerdict::Equivalent: return 0;
+        }
+        return 3;
+    };
+    const L4Entry* worst = &l4.front();
+    for (const auto& e : l4)
+        if (severity(e.verdict) > severity(worst->verdict)) worst = &e;
+    size_t others = 0;
+    for (const auto& e : l4) others += &e != worst && severity(e.verdict) == severity(worst->verdict);
+    return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
+           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "");
 }
 
 std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {
@@ -582,9 +696,156 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
                      {"l2_pass", int64_t{c.l2[i].pass}}, {"l2_mismatches", static_cast<int64_t>(c.l2[i].mismatches.size())},
                      {"l3_pass", int64_t{c.l3[i].pass}}, {"l3_compared", c.l3[i].compared},
                      {"l3_identical", c.l3[i].identical}, {"l4_gated", int64_t{c.l4[i].gated}},
-                     {"l4_pass", int64_t{c.l4[i].pass}}};
+                     {"l4_pass", int64_t{c.l4[i].pass}}, {"verdict", std::string(pair_verdict_name(c.l4[i].verdict))},
+                     {"verdict_reason", c.l4[i].verdict_reason}};
         writer.set_comparison_attributes(l1.leg_a, l1.leg_b, a);
     }
+    // The two distances, side by side (docs/hdf5-layout.md /distances).
+    for (const auto& e : c.l4) {
+        const PairedDistance& n = e.numerics;
+        const EnvelopeDistance& v = e.envelope;
+        Attributes g{{"verdict", std::string(pair_verdict_name(e.verdict))}, {"verdict_reason", e.verdict_reason},
+                     {"leg", e.residual_leg}, {"reference", e.residual_reference}, {"paired", int64_t{n.applies}},
+                     {"error_model", c.error_model.describe()}, {"error_model_k", c.error_model.k},
+                     {"error_model_c", c.error_model.c}, {"error_model_layers", c.error_model.layers},
+                     {"error_model_seq_len", c.error_model.seq_len}, {"envelope_available", int64_t{v.available}}};
+        writer.set_distance_attributes(e.leg_a, e.leg_b, g);
+        if (n.applies)
+            writer.write_distance(e.leg_a, e.leg_b, "numerics", n.points,
+                                  {{"max_ratio", n.max_ratio}, {"max_ratio_update", n.max_ratio_update},
+                                   {"within", int64_t{n.within()}}});
+        if (v.available) {
+            std::string outside;
+            for (int64_t u : v.outside_band) outside += (outside.empty() ? "" : ",") + std::to_string(u);
+            writer.write_distance(e.leg_a, e.leg_b, "envelope", v.points,
+                                  {{"stack", v.stack}, {"leg", v.leg}, {"members", v.members}, {"max_abs_z", v.max_abs_z},
+                                   {"max_abs_z_update", v.max_abs_z_update}, {"outside_band", outside},
+                                   {"leg_mean_ce", v.leg_mean}, {"members_mean_ce", v.members_mean},
+                                   {"members_std_ce", v.members_std}, {"t", v.t}, {"df", v.df}, {"p", v.p},
+                                   {"alpha", v.alpha}, {"within", int64_t{v.within()}}});
+        }
+    }
+}
+
+RunLegRef parse_run_leg(const std::string& text) {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+        throw Error("'" + text + "' is not RUN:LEG (a run folder or run.h5, a colon, a leg name)");
+    RunLegRef r{text.substr(0, colon), text.substr(colon + 1)};
+    validate_leg_name(r.leg);
+    return r;
+}
+
+namespace {
+
+void walk_diff(const json& a, const json& b, const std::string& key, std::vector<ConfigDifference>& out) {
+    if (a.is_object() && b.is_object()) {
+        std::set<std::string> keys;
+        for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
+        for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
+        for (const auto& k : keys) {
+            const std::string path = key.empty() ? k : key + "." + k;
+            const bool in_a = a.contains(k), in_b = b.contains(k);
+            if (in_a && in_b) walk_diff(a.at(k), b.at(k), path, out);
+            else out.push_back({path, in_a ? std::optional(a.at(k).dump()) : std::nullopt, in_b ? std::optional(b.at(k).dump()) : std::nullopt});
+        }
+        return;
+    }
+    if (a != b) out.push_back({key, a.dump(), b.dump()});
+}
+
+struct OpenedRun {
+    std::string run_id;
+    json spec_json;
+    ExperimentSpec spec;
+    ExpectedSeries expected;  // what a complete leg of this run holds
+    LegData leg;
+    std::filesystem::path folder;
+    std::vector<SeedEnvelope> envelopes;  // what the run file holds (/envelope)
+};
+
+OpenedRun open_run_leg(const RunLegRef& ref) {
+    const std::filesystem::path file = std::filesystem::is_directory(ref.run) ? ref.run / "run.h5" : ref.run;
+    if (!std::filesystem::exists(file)) throw Error(file.string() + ": no run file");
+    RunFileReader reader(file);
+    auto exp = reader.experiment();
+    if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
+    OpenedRun r;
+    r.run_id = exp->run_id.empty() ? file.parent_path().filename().string() : exp->run_id;
+    r.spec_json = json::parse(exp->spec_json);
+    r.spec = parse_experiment(r.spec_json, file.string() + " /experiment spec");
+    r.expected = ExpectedSeries{exp->total_updates, r.spec.eval_interval};
+    const auto legs = reader.legs();
+    if (std::find(legs.begin(), legs.end(), ref.leg) == legs.end()) {
+        std::string names;
+        for (const auto& l : legs) names += (names.empty() ? "" : ", ") + l;
+        throw Error(file.string() + ": no leg '" + ref.leg + "' (legs: " + (names.empty() ? "none" : names) + ")");
+    }
+    for (auto& l : read_legs(reader))
+        if (l.name == ref.leg) r.leg = std::move(l);
+    r.folder = file.parent_path();
+    r.envelopes = read_envelopes(reader);
+    return r;
+}
+
+}  // namespace
+
+std::vector<ConfigDifference> diff_specs(const json& a, const json& b) {
+    std::vector<ConfigDifference> out;
+    walk_diff(a, b, "", out);
+    return out;
+}
+
+RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, const Thresholds& t) {
+    OpenedRun a = open_run_leg(a_ref), b = open_run_leg(b_ref);
+    RunsComparison r;
+    r.run_id_a = a.run_id;
+    r.run_id_b = b.run_id;
+    r.label_a = a.run_id + ":" + a_ref.leg;
+    r.label_b = b.run_id + ":" + b_ref.leg;
+    if (r.label_a == r.label_b) r.label_b += " (2)";
+    r.config = diff_specs(a.spec_json, b.spec_json);
+    // Spec A with each leg's own per-leg settings under its new label, so masks/plan line up as
+    // they would inside one run.
+    ExperimentSpec spec = a.spec;
+    spec.overrides.clear();
+    if (auto it = a.spec.overrides.find(a_ref.leg); it != a.spec.overrides.end()) spec.overrides[r.label_a] = it->second;
+    if (auto it = b.spec.overrides.find(b_ref.leg); it != b.spec.overrides.end()) spec.overrides[r.label_b] = it->second;
+    a.leg.name = r.label_a;
+    b.leg.name = r.label_b;
+    // The seed envelopes either run file holds (compare_legs keeps those of this experiment).
+    std::vector<SeedEnvelope> envelopes = a.envelopes;
+    envelopes.insert(envelopes.end(), b.envelopes.begin(), b.envelopes.end());
+    r.comparison = compare_legs({a.leg, b.leg}, spec, t, error_model_or_none(spec, a.folder), envelopes);
+    // Completeness, each leg against its own run's plan (as compare_run_file judges a run): a pair
+    // with an incomplete leg never passes.
+    Comparison& c = r.comparison;
+    c.incomplete.clear();
+    for (const auto* run : {&a, &b}) {
+        for (auto& line : incompleteness(run->leg, run->expected)) c.incomplete.push_back(std::move(line));
+        for (auto& line : non_finite_values(run->leg)) c.failures.push_back(std::move(line));
+    }
+    c.completeness_judged = true;
+    if (!r.config.empty()) {
+        // Different experiments: the trajectories are not expected to agree. Reported; the verdict
+        // says they cannot be judged against each other (unless a level already failed).
+        const Comparison& cc = r.comparison;
+        for (size_t i = 0; i < cc.l4.size(); ++i) {
+            L4Entry& e = r.comparison.l4[i];
+            const bool levels_pass = cc.l1[i].pass && cc.l2[i].pass && cc.l3[i].pass;
+            e.gated = false;
+            e.numerics = PairedDistance{};
+            e.envelope = EnvelopeDistance{};
+            e.note = "the runs' experiment specs differ (" + std::to_string(r.config.size()) + " setting(s)): reported, not judged";
+            if (levels_pass) {
+                e.verdict = PairVerdict::NotComparable;
+                e.verdict_reason = e.leg_a + "~" + e.leg_b + ": the runs' experiment specs differ (" + std::to_string(r.config.size()) +
+                                   " setting(s), first " + r.config.front().key + ")";
+            }
+            e.pass = false;
+        }
+    }
+    return r;
 }
 
 }  // namespace tandem::experiments

@@ -11,21 +11,13 @@
 #include "tandem/engine/io.h"
 #include "tandem/engine/safetensors.h"
 #include "tandem/engine/trainer.h"
+#include "tandem/engine_devices/make_backend.h"
 #include "tandem/error.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/sha256.h"
 #include "tandem/version.h"
-
-// The CUDA trainer is used when the build links tandem_engine_cuda into tandem_experiments and
-// defines TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER=1 (experiments/CMakeLists.txt).
-#ifndef TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-#define TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER 0
-#endif
-#if TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-#include "tandem/engine_cuda/cuda_trainer.h"
-#endif
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -34,8 +26,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -116,21 +111,119 @@ engine::TrainerState from_checkpoint(const engine::Checkpoint& c) {
     return st;
 }
 
+// ---- test-only numerical faults (docs/thresholds.md "Injected faults") ----------------------------
+// TANDEM_TEST_ENGINE_FAULT="[LEG:]KIND[=VALUE][@UPDATE],..." perturbs this leg's training so the
+// tests can check that the error-model bound and the live gate catch a numerical difference. It is a
+// test switch, read only here (not by the engine, which stays fault-free); a leg running with one says
+// so in its hello event (`test_fault`), so such a run can never pass for a clean one unnoticed.
+//   lr_scale=M@K      the parameter change of every update >= K multiplied by M (lr x M, AdamW
+//                     decoupled weight decay included)
+//   adapter_noise=R@K after every update >= K, each adapter element x (1 + R s), s = +-1 from a hash
+//   bf16_adapter@K    after every update >= K, the adapter rounded to bfloat16 (nearest even)
+//   warmup_shift=N    the schedule's warmup N updates longer (an off-by-N schedule)
+struct TestFault {
+    std::string kind;
+    double value = 0;
+    int64_t from_update = 0;
+};
+
+std::vector<TestFault> test_faults_for(const std::string& leg) {
+    const char* env = std::getenv("TANDEM_TEST_ENGINE_FAULT");
+    std::vector<TestFault> out;
+    if (!env || !*env) return out;
+    std::stringstream in(env);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const std::string whole = item;
+        if (auto colon = item.find(':'); colon != std::string::npos) {
+            if (item.substr(0, colon) != leg) continue;
+            item = item.substr(colon + 1);
+        }
+        TestFault f;
+        try {
+            if (auto at = item.find('@'); at != std::string::npos) {
+                f.from_update = std::stoll(item.substr(at + 1));
+                item = item.substr(0, at);
+            }
+            if (auto eq = item.find('='); eq != std::string::npos) {
+                f.value = std::stod(item.substr(eq + 1));
+                item = item.substr(0, eq);
+            }
+        } catch (const std::exception&) {
+            throw Error("TANDEM_TEST_ENGINE_FAULT: '" + whole + "': not KIND[=VALUE][@UPDATE]");
+        }
+        f.kind = item;
+        if (f.kind != "lr_scale" && f.kind != "adapter_noise" && f.kind != "bf16_adapter" && f.kind != "warmup_shift")
+            throw Error("TANDEM_TEST_ENGINE_FAULT: '" + whole +
+                        "': unknown fault (lr_scale, adapter_noise, bf16_adapter, warmup_shift)");
+        out.push_back(f);
+    }
+    return out;
+}
+
+float round_to_bf16(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) == 0x7f800000u) return x;  // inf / NaN unchanged
+    b += 0x7fffu + ((b >> 16) & 1u);                  // round to nearest even on the upper 16 bits
+    b &= 0xffff0000u;
+    std::memcpy(&x, &b, 4);
+    return x;
+}
+
+// Applies the state faults of update `u`: `before` is the trainer state before the update (lr_scale).
+void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& faults, int64_t u,
+                       const std::optional<engine::TrainerState>& before) {
+    bool touched = false;
+    engine::TrainerState st;
+    for (const auto& f : faults) {
+        if (u < f.from_update || f.kind == "warmup_shift") continue;
+        if (!touched) st = trainer.state();
+        touched = true;
+        uint64_t tensor_index = 0;
+        for (auto& [name, t] : st.adapter) {
+            ++tensor_index;
+            float* x = t.ptr();
+            const size_t n = t.data.size();
+            if (f.kind == "lr_scale" && before) {
+                const float* x0 = before->adapter.at(name).ptr();
+                for (size_t i = 0; i < n; ++i) x[i] = x0[i] + static_cast<float>(f.value) * (x[i] - x0[i]);
+            } else if (f.kind == "adapter_noise") {
+                for (size_t i = 0; i < n; ++i) {
+                    uint64_t h = (static_cast<uint64_t>(u) * 0x9E3779B97F4A7C15ull) ^ (tensor_index << 40) ^ i;
+                    h ^= h >> 33;
+                    h *= 0xff51afd7ed558ccdull;
+                    h ^= h >> 33;
+                    x[i] *= static_cast<float>(1.0 + f.value * ((h & 1) ? 1.0 : -1.0));
+                }
+            } else if (f.kind == "bf16_adapter") {
+                for (size_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
+            }
+        }
+    }
+    if (touched) trainer.restore(st);
+}
+
 int run(const EngineLegOptions& opt, EventWriter& out) {
     const auto t_start = std::chrono::steady_clock::now();
     const fs::path run_dir = fs::absolute(opt.run);
     ExperimentSpec spec = load_run_spec(run_dir);
     const std::string spec_sha = spec.sha256();
-#if !TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-    if (opt.device != "cpu")
-        throw Error("engine leg: device '" + opt.device + "': this build's engine leg runs on the cpu only");
-#endif
+    // The backend this leg really computes on (cpu, or cuda:N when the build has CUDA).
+    const std::shared_ptr<engine::Backend> backend = engine::make_backend(opt.device, opt.threads);
 
-    out.emit("hello", {{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
-                       {"stack", "tandem engine (C++20, OpenBLAS)"},
-                       {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", opt.device},
-                       {"device_name", "cpu"}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
-                       {"spec_sha256", spec_sha}, {"resume", opt.resume}});
+    const std::vector<TestFault> faults = test_faults_for(opt.leg);
+    json hello{{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
+               {"stack", backend->stack()},
+               {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend->device()},
+               {"device_name", backend->device_name()}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
+               {"spec_sha256", spec_sha}, {"resume", opt.resume}};
+    if (!faults.empty()) {
+        hello["test_fault"] = std::getenv("TANDEM_TEST_ENGINE_FAULT");
+        std::fprintf(stderr, "engine leg: TEST FAULT injected (TANDEM_TEST_ENGINE_FAULT=%s)\n", std::getenv("TANDEM_TEST_ENGINE_FAULT"));
+    }
+    out.emit("hello", hello);
 
     const fs::path leg_dir = run_dir / "legs" / opt.leg;
     fs::create_directories(leg_dir);
@@ -184,7 +277,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         std::vector<size_t> lengths;
         for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
         data::PlanOptions po;
-        po.seed = spec.seed;
+        po.seed = spec.seeds.plan;
         po.micro_batch = static_cast<size_t>(spec.micro_batch);
         po.accumulation = static_cast<size_t>(spec.accumulation);
         po.max_len = static_cast<size_t>(spec.max_len);
@@ -209,104 +302,100 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.adamw.weight_decay = spec.weight_decay;
     to.total_updates = total_updates;
     to.warmup_ratio = spec.warmup_fraction;
+    for (const auto& f : faults)
+        if (f.kind == "warmup_shift")
+            to.warmup_updates = static_cast<int64_t>(std::ceil(spec.warmup_fraction * static_cast<double>(total_updates))) +
+                                static_cast<int64_t>(f.value);
     to.max_grad_norm = spec.clip;
     to.dropout_mode = spec.leg_setting(opt.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
                                                                               : engine::DropoutMode::Native;
-    to.seed = spec.seed;
+    to.seed = spec.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
     to.threads = opt.threads;
     const engine::Qwen3Config config = base.config;
-    // Everything from here is the same for the CPU Trainer and the CUDA trainer (same interface).
-    auto train = [&](auto& trainer) -> int {
-        trainer.load_adapter(init.tensors);
-        const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
+    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);
+    trainer.load_adapter(init.tensors);
+    const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
 
-        std::vector<engine::MicroBatch> eval_batches;
-        for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
-            std::vector<const Encoded*> seqs;
-            for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
-                seqs.push_back(&encoded.at(eval_indices[k]));
-            eval_batches.push_back(make_micro_batch(seqs, pad_id));
-        }
-
-        int64_t start_update = 0;
-        if (resume_from) {
-            trainer.restore(from_checkpoint(resume_from->checkpoint));
-            start_update = resume_from->checkpoint.update;
-            out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
-        } else {
-            for (const auto& [name, t] : trainer.adapter_tensors())
-                digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
-            LegTrace l2;
-            l2.l2 = digests;
-            out.emit("l2", l2_to_json(l2));
-
-            json l3 = json::array();
-            for (size_t i = 0; i < l3_count; ++i) {
-                const Encoded& e = encoded.at(i);
-                json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
-                       {"boundary", static_cast<int64_t>(e.full.boundary)},
-                       {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
-                       {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
-                r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
-                l3.push_back(std::move(r));
-            }
-            out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
-
-            engine::EvalResult ev = trainer.evaluate(eval_batches);
-            out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
-                            {"examples", eval_indices.size()}});
-            out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
-        }
-        out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
-                            {"setup_s", seconds_since(t_start)}});
-
-        double train_s = 0;
-        for (int64_t u = start_update; u < total_updates; ++u) {
-            std::vector<engine::MicroBatch> mbs;
-            int64_t input_tokens = 0;
-            for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
-                std::vector<const Encoded*> seqs;
-                for (size_t i : mb) {
-                    seqs.push_back(&encoded.at(i));
-                    input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
-                }
-                mbs.push_back(make_micro_batch(seqs, pad_id));
-            }
-            auto tu = std::chrono::steady_clock::now();
-            engine::UpdateMetrics m = trainer.train_update(mbs);
-            double wall = seconds_since(tu);
-            train_s += wall;
-            out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
-                              {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
-                              {"wall_s", wall}});
-            const int64_t done = u + 1;
-            if (done % spec.eval_interval == 0 || done == total_updates) {
-                engine::EvalResult ev = trainer.evaluate(eval_batches);
-                out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
-            }
-            if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
-                fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
-                out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
-            }
-        }
-        engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
-        out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
-        json peak_device = nullptr;
-        if constexpr (requires { trainer.memory_report(); })
-            peak_device = static_cast<int64_t>(trainer.memory_report().peak_bytes);
-        out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()}, {"peak_device_bytes", peak_device}});
-        out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
-        return 0;
-    };
-#if TANDEM_EXPERIMENTS_WITH_CUDA_TRAINER
-    if (opt.device != "cpu") {
-        auto trainer = engine::cuda::CudaTrainer::create(engine::cuda::parse_device(opt.device), config,
-                                                         std::move(base.tensors), lora, to);
-        return train(trainer);
+    std::vector<engine::MicroBatch> eval_batches;
+    for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
+        std::vector<const Encoded*> seqs;
+        for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
+            seqs.push_back(&encoded.at(eval_indices[k]));
+        eval_batches.push_back(make_micro_batch(seqs, pad_id));
     }
-#endif
-    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to);
-    return train(trainer);
+
+    int64_t start_update = 0;
+    if (resume_from) {
+        trainer.restore(from_checkpoint(resume_from->checkpoint));
+        start_update = resume_from->checkpoint.update;
+        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
+    } else {
+        for (const auto& [name, t] : trainer.adapter_tensors())
+            digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
+        LegTrace l2;
+        l2.l2 = digests;
+        out.emit("l2", l2_to_json(l2));
+
+        json l3 = json::array();
+        for (size_t i = 0; i < l3_count; ++i) {
+            const Encoded& e = encoded.at(i);
+            json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
+                   {"boundary", static_cast<int64_t>(e.full.boundary)},
+                   {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
+                   {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
+            r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
+            l3.push_back(std::move(r));
+        }
+        out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
+
+        engine::EvalResult ev = trainer.evaluate(eval_batches);
+        out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
+                        {"examples", eval_indices.size()}});
+        out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+    }
+    out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
+                        {"setup_s", seconds_since(t_start)}});
+
+    double train_s = 0;
+    for (int64_t u = start_update; u < total_updates; ++u) {
+        std::vector<engine::MicroBatch> mbs;
+        int64_t input_tokens = 0;
+        for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
+            std::vector<const Encoded*> seqs;
+            for (size_t i : mb) {
+                seqs.push_back(&encoded.at(i));
+                input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
+            }
+            mbs.push_back(make_micro_batch(seqs, pad_id));
+        }
+        auto tu = std::chrono::steady_clock::now();
+        std::optional<engine::TrainerState> before;
+        for (const auto& f : faults)
+            if (f.kind == "lr_scale" && u >= f.from_update) before = trainer.state();
+        engine::UpdateMetrics m = trainer.train_update(mbs);
+        if (!faults.empty()) apply_test_faults(trainer, faults, u, before);
+        double wall = seconds_since(tu);
+        train_s += wall;
+        out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
+                          {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
+                          {"wall_s", wall}});
+        const int64_t done = u + 1;
+        if (done % spec.eval_interval == 0 || done == total_updates) {
+            engine::EvalResult ev = trainer.evaluate(eval_batches);
+            out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+        }
+        if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
+            fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
+            out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
+        }
+    }
+    engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
+    out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
+    const int64_t peak_device = backend->peak_device_bytes();
+    out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
+                        {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
+    out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
+    return 0;
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 #include "tandem/experiments/report.h"
 
 #include "tandem/error.h"
+#include "tandem/experiments/catalog.h"
 #include "tandem/experiments/host_info.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -86,7 +89,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                                fmt(e.eval.mean_abs, "%.3e"), fmt(e.eval.std, "%.3e"),
                                fmt(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
                                std::to_string(e.eval.sign_changes), fmt(e.eval.mean_abs_rel, "%.3e"),
-                               e.gated ? yesno(e.pass) : "not gated"});
+                               pair_verdict_name(e.verdict)});
             tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), fmt(e.loss.mean_signed, "%.3e"),
                                fmt(e.loss.mean_abs, "%.3e"), fmt(e.loss.std, "%.3e"),
                                fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
@@ -96,8 +99,43 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                                percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
                                percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
         }
-        tb.notes.push_back("differences are a - b; dispersion = population std of the differences; pass (shared masks and plan): mean |diff| / mean |b| <= " +
-                           fmt(t.l4_mean_abs_rel, "%.0e"));
+        tb.notes.push_back("differences are a - b; dispersion = population std of the differences; check: the pair's verdict "
+                           "from the two distances below (docs/thresholds.md)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"distances", "Two distances: paired numerics (error-model bound) and seed envelope",
+                 {"legs", "paired", "largest rel diff (update)", "bound there", "ratio", "envelope", "largest |z| (update)",
+                  "one-sided t (df)", "p", "band exits", "verdict"},
+                 {}, {}};
+        for (const auto& e : c.l4) {
+            const PairedDistance& n = e.numerics;
+            const EnvelopeDistance& v = e.envelope;
+            std::string rel = "-", bound = "-", ratio = "-";
+            if (n.applies && n.max_ratio_update >= 0)
+                for (const auto& p : n.points)
+                    if (p.update == n.max_ratio_update) {
+                        rel = fmt(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
+                        bound = fmt(p.scale, "%.3e");
+                        ratio = fmt(p.distance, "%.3g");
+                    }
+            std::string env = "none", z = "-", tt = "-", pp = "-", exits = "-";
+            if (v.available) {
+                env = v.stack + ", " + std::to_string(v.members) + " runs";
+                z = v.max_abs_z_update < 0 ? "n/a" : fmt(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
+                tt = fmt(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
+                pp = fmt(v.p, "%.3g");
+                exits = std::to_string(v.outside_band.size());
+            }
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, n.applies ? "yes" : "no", rel, bound, ratio, env, z, tt, pp, exits,
+                               pair_verdict_name(e.verdict)});
+            tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
+        }
+        tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
+                           c.error_model.describe());
+        tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band [min - 2 std, max + 2 std] "
+                           "widened by the bound; one-sided prediction t-test of the leg's mean held-out CE after update 0 against the "
+                           "members' (alpha " + fmt(t.envelope_alpha, "%.2g") + ")");
         out.push_back(tb);
     }
     if (!c.flags.empty()) {
@@ -184,6 +222,132 @@ std::string csv_escape(const std::string& s) {
 }
 
 namespace {
+
+// ---- LaTeX layout (docs/report.md "LaTeX tables") ------------------------------------------------
+// A cell that starts with a number ("-1.177e-07", "3.2 (40)", "12.5%", "1.2 GiB"): the number and
+// the rest. siunitx typesets the number (\num), so exponents read 1.177×10^-7, not e-07.
+bool split_number(const std::string& cell, std::string& number, std::string& rest) {
+    size_t i = 0;
+    if (i < cell.size() && (cell[i] == '-' || cell[i] == '+')) ++i;
+    const size_t digits_from = i;
+    while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
+    if (i < cell.size() && cell[i] == '.') {
+        ++i;
+        while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
+    }
+    if (i == digits_from || (i == digits_from + 1 && cell[digits_from] == '.')) return false;
+    if (i < cell.size() && (cell[i] == 'e' || cell[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < cell.size() && (cell[j] == '-' || cell[j] == '+')) ++j;
+        const size_t exp_from = j;
+        while (j < cell.size() && std::isdigit(static_cast<unsigned char>(cell[j]))) ++j;
+        if (j > exp_from) i = j;
+    }
+    if (i < cell.size() && cell[i] != ' ' && cell[i] != '%') return false;  // "4x", "2026-11-29": not a number
+    number = cell.substr(0, i);
+    rest = cell.substr(i);
+    return true;
+}
+
+bool missing_cell(const std::string& cell) { return cell.empty() || cell == "n/a" || cell == "-" || cell == "none"; }
+
+std::string latex_cell(const std::string& cell) {
+    std::string number, rest;
+    if (split_number(cell, number, rest)) return "\\num{" + number + "}" + latex_escape(rest);
+    return latex_escape(cell);
+}
+
+// Header words stacked on lines of about 12 characters, so narrow numeric columns stay narrow.
+std::string latex_header(const std::string& text, char align) {
+    std::vector<std::string> lines;
+    std::string line;
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t end = text.find(' ', start);
+        if (end == std::string::npos) end = text.size();
+        const std::string word = text.substr(start, end - start);
+        if (!line.empty() && line.size() + 1 + word.size() > 12) {
+            lines.push_back(line);
+            line = word;
+        } else {
+            line += (line.empty() ? "" : " ") + word;
+        }
+        start = end + 1;
+    }
+    if (!line.empty()) lines.push_back(line);
+    if (lines.size() <= 1) return latex_escape(text);
+    std::string out = std::string("\\shortstack[") + align + "]{";
+    for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\\\\" : "") + latex_escape(lines[i]);
+    return out + "}";
+}
+
+// The LaTeX body of a table: at most 6 columns stay as they are; a wider table is set transposed
+// (its leading text columns become the column headers, its other columns the rows) in blocks of at
+// most 3 value columns, so it fits an article's text width at \footnotesize.
+std::string latex_tabulars(const Table& t) {
+    const size_t ncols = t.columns.size();
+    std::vector<bool> numeric(ncols, false);
+    for (size_t c = 0; c < ncols; ++c) {
+        bool any = false, all = true;
+        for (const auto& r : t.rows) {
+            const std::string cell = c < r.size() ? r[c] : "";
+            std::string n, rest;
+            if (split_number(cell, n, rest)) any = true;
+            else if (!missing_cell(cell)) all = false;
+        }
+        numeric[c] = any && all;
+    }
+    std::ostringstream o;
+    auto row_line = [&](const std::vector<std::string>& cells) {
+        for (size_t i = 0; i < cells.size(); ++i) o << (i ? " & " : "") << cells[i];
+        o << " \\\\\n";
+    };
+    if (ncols <= 6 || t.rows.empty()) {
+        o << "\\begin{tabular}{@{}";
+        for (size_t c = 0; c < ncols; ++c) o << (numeric[c] ? 'r' : 'l');
+        o << "@{}}\n\\toprule\n";
+        std::vector<std::string> header;
+        for (size_t c = 0; c < ncols; ++c) header.push_back(latex_header(t.columns[c], numeric[c] ? 'r' : 'l'));
+        row_line(header);
+        o << "\\midrule\n";
+        for (const auto& r : t.rows) {
+            std::vector<std::string> cells;
+            for (size_t c = 0; c < r.size(); ++c) cells.push_back(numeric[c] ? latex_cell(r[c]) : latex_escape(r[c]));
+            row_line(cells);
+        }
+        o << "\\bottomrule\n\\end{tabular}\n";
+        return o.str();
+    }
+    // Transposed: keys = the leading non-numeric columns (at least one).
+    size_t keys = 0;
+    while (keys < ncols && !numeric[keys]) ++keys;
+    keys = std::max<size_t>(1, std::min(keys, ncols - 1));
+    constexpr size_t kBlock = 3;
+    for (size_t first = 0; first < t.rows.size(); first += kBlock) {
+        const size_t last = std::min(t.rows.size(), first + kBlock);
+        if (first) o << "\\par\\medskip\n";
+        o << "\\begin{tabular}{@{}l" << std::string(last - first, 'r') << "@{}}\n\\toprule\n";
+        std::vector<std::string> header{""};
+        for (size_t r = first; r < last; ++r) {
+            std::string key;
+            for (size_t k = 0; k < keys; ++k) key += (k ? " " : "") + (k < t.rows[r].size() ? t.rows[r][k] : std::string());
+            header.push_back(latex_header(key, 'r'));
+        }
+        row_line(header);
+        o << "\\midrule\n";
+        for (size_t c = keys; c < ncols; ++c) {
+            std::vector<std::string> cells{latex_escape(t.columns[c])};
+            for (size_t r = first; r < last; ++r) {
+                const auto& cell = c < t.rows[r].size() ? t.rows[r][c] : std::string();
+                cells.push_back(latex_cell(cell));
+            }
+            row_line(cells);
+        }
+        o << "\\bottomrule\n\\end{tabular}\n";
+    }
+    return o.str();
+}
+
 std::string md_escape(const std::string& s) {
     std::string o;
     for (char ch : s) {
@@ -240,16 +404,17 @@ std::string render_table(const Table& t, ReportFormat f) {
             break;
         }
         case ReportFormat::Latex: {
-            o << "\\begin{table}[htbp]\n\\centering\n\\caption{" << latex_escape(t.title) << "}\n\\label{tab:tandem-"
-              << t.id << "}\n\\begin{tabular}{l" << std::string(t.columns.size() > 0 ? t.columns.size() - 1 : 0, 'r')
-              << "}\n\\toprule\n";
-            for (size_t i = 0; i < t.columns.size(); ++i) o << (i ? " & " : "") << latex_escape(t.columns[i]);
-            o << " \\\\\n\\midrule\n";
-            for (const auto& r : t.rows) {
-                for (size_t i = 0; i < r.size(); ++i) o << (i ? " & " : "") << latex_escape(r[i]);
-                o << " \\\\\n";
+            // booktabs rules, siunitx numbers, \footnotesize, text columns left and numbers right;
+            // the notes (what "pass" means, "differences are a - b") stay under the table.
+            o << "\\begin{table}[htbp]\n\\centering\n\\footnotesize\n\\setlength{\\tabcolsep}{4pt}\n\\caption{"
+              << latex_escape(t.title) << "}\n\\label{tab:tandem-" << t.id << "}\n";
+            o << latex_tabulars(t);
+            if (!t.notes.empty()) {
+                o << "\\par\\smallskip\n\\begin{minipage}{\\linewidth}\\raggedright\\scriptsize\n";
+                for (const auto& n : t.notes) o << latex_escape(n) << "\\par\n";
+                o << "\\end{minipage}\n";
             }
-            o << "\\bottomrule\n\\end{tabular}\n\\end{table}\n";
+            o << "\\end{table}\n";
             break;
         }
     }
@@ -260,7 +425,7 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     std::ostringstream o;
     auto tables = report_tables(c, t);
     if (f == ReportFormat::Latex)
-        o << "% tandem report: " << latex_escape(title) << "\n% needs \\usepackage{booktabs}\n";
+        o << "% tandem report: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
     else if (f == ReportFormat::Markdown)
         o << "## tandem report: " << md_escape(title) << "\n\n";
     else if (f == ReportFormat::Text)
@@ -274,6 +439,9 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     std::vector<std::string> reasons;
     for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
     for (const auto& x : c.failures) reasons.push_back(x);
+    if (c.incomplete.empty() && c.failures.empty())
+        for (const auto& e : c.l4)
+            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     if (f == ReportFormat::Latex) {
         o << "% verdict: " << latex_escape(verdict) << "\n";
@@ -288,7 +456,53 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     return o.str();
 }
 
-Comparison compare_run_file(const fs::path& run, std::string* title) {
+Table config_table(const RunsComparison& r) {
+    Table tb{"config", "Experiment settings that differ", {"setting", r.run_id_a, r.run_id_b}, {}, {}};
+    for (const auto& d : r.config) tb.rows.push_back({d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)"});
+    tb.notes.push_back(r.config.empty() ? "the two runs have the same experiment spec"
+                                        : std::to_string(r.config.size()) + " setting(s) differ; L4 is reported, not judged");
+    return tb;
+}
+
+std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresholds& t) {
+    std::vector<Table> out{config_table(r)};
+    for (auto& table : report_tables(r.comparison, t))
+        if (table.id != "probes") out.push_back(std::move(table));  // probes belong to a run, not to a pair of legs
+    return out;
+}
+
+std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, const Thresholds& t) {
+    std::ostringstream o;
+    const std::string title = r.label_a + " vs " + r.label_b;
+    if (f == ReportFormat::Latex) o << "% tandem compare: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
+    else if (f == ReportFormat::Markdown) o << "## tandem compare: " << md_escape(title) << "\n\n";
+    else if (f == ReportFormat::Text) o << "tandem compare: " << title << "\n\n";
+    for (const auto& table : runs_comparison_tables(r, t)) {
+        if (f == ReportFormat::Csv) o << "# " << table.title << "\n";
+        o << render_table(table, f) << "\n";
+    }
+    // The verdict as `tandem report` words it (Comparison::verdict), then every reason.
+    const auto& c = r.comparison;
+    const std::string verdict = c.verdict();
+    std::vector<std::string> reasons;
+    for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
+    for (const auto& x : c.failures) reasons.push_back(x);
+    if (c.incomplete.empty() && c.failures.empty())
+        for (const auto& e : c.l4)
+            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+    if (reasons.size() == 1) reasons.clear();
+    if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
+        const char* lead = f == ReportFormat::Latex ? "% " : "# ";
+        o << lead << "verdict: " << (f == ReportFormat::Latex ? latex_escape(verdict) : verdict) << "\n";
+        for (const auto& x : reasons) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
+    } else {
+        o << (f == ReportFormat::Markdown ? "**" + md_escape(verdict) + "**" : verdict) << "\n";
+        for (const auto& x : reasons) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
+    }
+    return o.str();
+}
+
+Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog) {
     fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
     if (!fs::exists(file)) throw Error(file.string() + ": no run file");
     RunFileReader reader(file);
@@ -296,7 +510,10 @@ Comparison compare_run_file(const fs::path& run, std::string* title) {
     if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
     ExperimentSpec spec = parse_experiment(nlohmann::json::parse(exp->spec_json), file.string() + " /experiment spec");
     const std::vector<LegData> legs = read_legs(reader);
-    Comparison c = compare_legs(legs, spec);
+    // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
+    std::vector<SeedEnvelope> envelopes = read_envelopes(reader);
+    if (envelopes.empty() && !catalog.empty() && fs::exists(catalog)) envelopes = find_envelopes(Catalog(catalog), spec.sha256_without_seeds());
+    Comparison c = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, file.parent_path()), envelopes);
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
     if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;

@@ -6,11 +6,14 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <cctype>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -106,6 +109,41 @@ const std::vector<std::vector<const char*>>& migrations() {
          "INSERT INTO legs_v3 SELECT * FROM legs",
          "DROP TABLE legs",
          "ALTER TABLE legs_v3 RENAME TO legs"},
+        // 3 -> 4: what users write about runs (tags, a note), apart from the runner's runs.note
+        {R"(CREATE TABLE run_tags (
+              run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+              tag    TEXT NOT NULL CHECK (length(tag) BETWEEN 1 AND 64 AND instr(tag, ',') = 0),
+              PRIMARY KEY (run_id, tag)
+            ))",
+         "CREATE INDEX run_tags_by_tag ON run_tags (tag)",
+         R"(CREATE TABLE run_notes (
+              run_id     TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+              note       TEXT NOT NULL DEFAULT '',
+              updated_at TEXT NOT NULL
+            ))"},
+        // 4 -> 5: seed envelopes (tandem envelope; docs/envelope.md), keyed by the experiment's hash
+        // without its seeds, one row per stack, and their statistics per series and update.
+        {R"(CREATE TABLE envelopes (
+              id             INTEGER PRIMARY KEY,
+              spec_key       TEXT NOT NULL,
+              experiment     TEXT NOT NULL,
+              implementation TEXT NOT NULL,
+              members        INTEGER NOT NULL CHECK (members >= 1),
+              vary           TEXT NOT NULL DEFAULT '',
+              member_mean_ce TEXT NOT NULL DEFAULT '[]',
+              run_file       TEXT NOT NULL DEFAULT '',
+              created_at     TEXT NOT NULL,
+              hostname       TEXT NOT NULL DEFAULT ''
+            ))",
+         "CREATE INDEX envelopes_by_key ON envelopes (spec_key, implementation, created_at)",
+         R"(CREATE TABLE envelope_points (
+              envelope_id  INTEGER NOT NULL REFERENCES envelopes (id) ON DELETE CASCADE,
+              series       TEXT NOT NULL CHECK (series IN ('heldout_ce','loss','grad_norm')),
+              update_index INTEGER NOT NULL,
+              n            INTEGER NOT NULL,
+              min REAL, max REAL, mean REAL, std REAL, q05 REAL, q25 REAL, q50 REAL, q75 REAL, q95 REAL,
+              PRIMARY KEY (envelope_id, series, update_index)
+            ))"},
     };
     return steps;
 }
@@ -163,6 +201,10 @@ public:
     void run() {
         while (step()) {
         }
+    }
+    void reset() {
+        sqlite3_reset(stmt_);
+        sqlite3_clear_bindings(stmt_);
     }
 
     std::string text(int col) const {
@@ -448,6 +490,168 @@ bool Catalog::delete_run(const std::string& run_id) {
     s.bind(1, run_id);
     s.run();
     return sqlite3_changes(db_) > 0;
+}
+
+// ---- tags and notes (schema 4) ----------------------------------------------------------------
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+std::string lower(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+}  // namespace
+
+void Catalog::set_run_tags(const std::string& run_id, const std::vector<std::string>& tags) {
+    std::set<std::string> clean;
+    for (const auto& t : tags) {
+        const auto tag = trimmed(t);
+        if (tag.empty()) continue;
+        if (tag.find(',') != std::string::npos || tag.size() > 64)
+            throw Error(path_.string() + ": tag '" + tag + "' has a comma or is longer than 64 characters");
+        clean.insert(tag);
+    }
+    if (!run(run_id)) throw Error(path_.string() + ": no run '" + run_id + "' in the catalog");
+    execute(db_, path_.string(), "BEGIN IMMEDIATE");
+    try {
+        Statement del(db_, path_.string(), "DELETE FROM run_tags WHERE run_id = ?");
+        del.bind(1, run_id).run();
+        for (const auto& tag : clean) {
+            Statement ins(db_, path_.string(), "INSERT INTO run_tags (run_id, tag) VALUES (?, ?)");
+            ins.bind(1, run_id).bind(2, tag).run();
+        }
+        execute(db_, path_.string(), "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+void Catalog::set_run_user_note(const std::string& run_id, const std::string& note) {
+    if (!run(run_id)) throw Error(path_.string() + ": no run '" + run_id + "' in the catalog");
+    Statement s(db_, path_.string(),
+                "INSERT INTO run_notes (run_id, note, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET note = excluded.note, updated_at = excluded.updated_at");
+    s.bind(1, run_id).bind(2, note).bind(3, utc_timestamp_now()).run();
+}
+
+RunAnnotation Catalog::annotation(const std::string& run_id) const {
+    RunAnnotation a;
+    Statement tags(db_, path_.string(), "SELECT tag FROM run_tags WHERE run_id = ? ORDER BY tag");
+    tags.bind(1, run_id);
+    while (tags.step()) a.tags.push_back(tags.text(0));
+    Statement note(db_, path_.string(), "SELECT note FROM run_notes WHERE run_id = ?");
+    note.bind(1, run_id);
+    if (note.step()) a.note = note.text(0);
+    return a;
+}
+
+std::map<std::string, RunAnnotation> Catalog::annotations() const {
+    std::map<std::string, RunAnnotation> out;
+    Statement tags(db_, path_.string(), "SELECT run_id, tag FROM run_tags ORDER BY run_id, tag");
+    while (tags.step()) out[tags.text(0)].tags.push_back(tags.text(1));
+    Statement notes(db_, path_.string(), "SELECT run_id, note FROM run_notes WHERE note != ''");
+    while (notes.step()) out[notes.text(0)].note = notes.text(1);
+    return out;
+}
+
+std::vector<std::string> Catalog::search_runs(const std::string& text) const {
+    const auto needle = lower(trimmed(text));
+    const auto notes = annotations();
+    std::vector<std::string> out;
+    for (const auto& r : runs()) {
+        std::string hay = lower(r.id + "\n" + r.experiment);
+        if (auto it = notes.find(r.id); it != notes.end()) {
+            for (const auto& t : it->second.tags) hay += "\n" + lower(t);
+            hay += "\n" + lower(it->second.note);
+        }
+        if (needle.empty() || hay.find(needle) != std::string::npos) out.push_back(r.id);
+    }
+    return out;
+}
+
+std::int64_t Catalog::add_envelope(const EnvelopeRecord& e) {
+    execute(db_, path_.string(), "BEGIN IMMEDIATE");
+    try {
+        Statement s(db_, path_.string(),
+                    "INSERT INTO envelopes (spec_key, experiment, implementation, members, vary, member_mean_ce, run_file, "
+                    "created_at, hostname) VALUES (?,?,?,?,?,?,?,?,?)");
+        s.bind(1, e.spec_key).bind(2, e.experiment).bind(3, e.implementation).bind(4, e.members).bind(5, e.vary);
+        s.bind(6, e.member_mean_ce).bind(7, e.run_file).bind(8, e.created_at.empty() ? utc_timestamp_now() : e.created_at);
+        s.bind(9, e.hostname);
+        s.run();
+        const std::int64_t id = sqlite3_last_insert_rowid(db_);
+        Statement p(db_, path_.string(),
+                    "INSERT INTO envelope_points (envelope_id, series, update_index, n, min, max, mean, std, q05, q25, q50, "
+                    "q75, q95) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        for (const auto& [series, x] : e.points) {
+            auto real = [](double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; };
+            p.bind(1, id).bind(2, series).bind(3, x.update).bind(4, x.n).bind(5, real(x.min)).bind(6, real(x.max));
+            p.bind(7, real(x.mean)).bind(8, real(x.std)).bind(9, real(x.q05)).bind(10, real(x.q25)).bind(11, real(x.q50));
+            p.bind(12, real(x.q75)).bind(13, real(x.q95));
+            p.run();
+            p.reset();
+        }
+        execute(db_, path_.string(), "COMMIT");
+        return id;
+    } catch (...) {
+        sqlite3_stmt* rollback = nullptr;
+        if (sqlite3_prepare_v2(db_, "ROLLBACK", -1, &rollback, nullptr) == SQLITE_OK) sqlite3_step(rollback);
+        sqlite3_finalize(rollback);
+        throw;
+    }
+}
+
+std::vector<EnvelopeRecord> Catalog::envelopes(const std::string& spec_key) const {
+    Statement s(db_, path_.string(),
+                "SELECT id, spec_key, experiment, implementation, members, vary, member_mean_ce, run_file, created_at, "
+                "hostname FROM envelopes WHERE spec_key = ? ORDER BY created_at DESC, id DESC");
+    s.bind(1, spec_key);
+    std::vector<EnvelopeRecord> out;
+    while (s.step()) {
+        EnvelopeRecord e;
+        e.id = s.int64(0);
+        e.spec_key = s.text(1);
+        e.experiment = s.text(2);
+        e.implementation = s.text(3);
+        e.members = s.int64(4);
+        e.vary = s.text(5);
+        e.member_mean_ce = s.text(6);
+        e.run_file = s.text(7);
+        e.created_at = s.text(8);
+        e.hostname = s.text(9);
+        out.push_back(std::move(e));
+    }
+    for (auto& e : out) {
+        Statement p(db_, path_.string(),
+                    "SELECT series, update_index, n, min, max, mean, std, q05, q25, q50, q75, q95 FROM envelope_points "
+                    "WHERE envelope_id = ? ORDER BY series, update_index");
+        p.bind(1, e.id);
+        while (p.step()) {
+            EnvelopePoint x;
+            x.update = p.int64(1);
+            x.n = p.int64(2);
+            auto real = [&](int col) { return p.is_null(col) ? std::nan("") : p.real(col); };
+            x.min = real(3);
+            x.max = real(4);
+            x.mean = real(5);
+            x.std = real(6);
+            x.q05 = real(7);
+            x.q25 = real(8);
+            x.q50 = real(9);
+            x.q75 = real(10);
+            x.q95 = real(11);
+            e.points.emplace_back(p.text(0), x);
+        }
+    }
+    return out;
 }
 
 }  // namespace tandem::experiments

@@ -221,6 +221,17 @@ void read_rows(const std::string& file, hid_t dataset, hid_t memory_type, void* 
     if (H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) < 0) fail(file, "cannot read table");
 }
 
+void read_rows(const std::string& file, hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* rows) {
+    if (count == 0) return;
+    if (first + count > row_count(file, dataset)) fail(file, "rows beyond the end of the table");
+    Handle file_space(H5Dget_space(dataset), H5Sclose);
+    hsize_t start[1] = {first};
+    hsize_t size[1] = {count};
+    if (H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, size, nullptr) < 0) fail(file, "cannot select rows");
+    Handle memory_space(H5Screate_simple(1, size, nullptr), H5Sclose);
+    if (H5Dread(dataset, memory_type, memory_space, file_space, H5P_DEFAULT, rows) < 0) fail(file, "cannot read table rows");
+}
+
 void write_string_dataset(const std::string& file, hid_t loc, const std::string& name, const std::string& text) {
     remove_link(file, loc, name);
     Handle type = utf8_string_type();

@@ -70,6 +70,8 @@ Handle create_table(const std::string& file, hid_t loc, const std::string& name,
 void append_rows(const std::string& file, hid_t dataset, hid_t memory_type, const void* rows, hsize_t count);
 hsize_t row_count(const std::string& file, hid_t dataset);
 void read_rows(const std::string& file, hid_t dataset, hid_t memory_type, void* rows);
+// Rows [first, first + count) of a 1-D table (a hyperslab: only those rows are read).
+void read_rows(const std::string& file, hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* rows);
 
 // Scalar UTF-8 string dataset.
 void write_string_dataset(const std::string& file, hid_t loc, const std::string& name, const std::string& text);

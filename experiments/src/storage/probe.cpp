@@ -1,4 +1,4 @@
-// Bandwidth probes: CPU memcpy here; CUDA through tandem_kernels when built with CUDA.
+// Bandwidth probes: CPU memcpy here; CUDA through tandem_cuda_probe when built with CUDA.
 #include "tandem/experiments/probe.h"
 
 #include "tandem/error.h"
@@ -6,7 +6,7 @@
 #include "tandem/experiments/host_info.h"
 
 #ifdef TANDEM_WITH_CUDA
-#include "tandem/kernels/probe.h"
+#include "tandem/cuda_probe/probe.h"
 #endif
 
 #include <algorithm>
@@ -85,7 +85,7 @@ bool built_with_cuda() {
 
 int cuda_device_count() {
 #ifdef TANDEM_WITH_CUDA
-    return kernels::cuda_device_count();
+    return cuda_probe::cuda_device_count();
 #else
     return 0;
 #endif
@@ -94,7 +94,7 @@ int cuda_device_count() {
 ProbeResult probe_cuda(int index, const CudaProbeOptions& options) {
 #ifdef TANDEM_WITH_CUDA
     try {
-        const auto m = kernels::measure_cuda_bandwidth(index, options.bytes, options.warmup, options.repeats);
+        const auto m = cuda_probe::measure_cuda_bandwidth(index, options.bytes, options.warmup, options.repeats);
         ProbeResult r;
         r.device = "cuda:" + std::to_string(index);
         r.device_name = m.device.name;
@@ -123,17 +123,17 @@ CudaEnvironment cuda_environment() {
     CudaEnvironment env;
     env.built_with_cuda = built_with_cuda();
 #ifdef TANDEM_WITH_CUDA
-    env.driver_version = kernels::cuda_driver_version();
-    env.runtime_version = kernels::cuda_runtime_version();
-    env.cublas_version = kernels::cublas_version();
-    env.cudnn_version = kernels::cudnn_version();
-    const int count = kernels::cuda_device_count();
+    env.driver_version = cuda_probe::cuda_driver_version();
+    env.runtime_version = cuda_probe::cuda_runtime_version();
+    env.cublas_version = cuda_probe::cublas_version();
+    env.cudnn_version = cuda_probe::cudnn_version();
+    const int count = cuda_probe::cuda_device_count();
     for (int i = 0; i < count; ++i) {
         try {
-            const auto info = kernels::cuda_device_info(i);
+            const auto info = cuda_probe::cuda_device_info(i);
             env.devices.push_back({"cuda:" + std::to_string(i), info.name, info.total_memory_bytes,
                                    std::to_string(info.compute_major) + "." + std::to_string(info.compute_minor),
-                                   info.pci_bus_id, kernels::pcie_link(info.pci_bus_id).link});
+                                   info.pci_bus_id, cuda_probe::pcie_link(info.pci_bus_id).link});
         } catch (const std::exception& e) {
             env.error = e.what();
         }

@@ -90,4 +90,23 @@ std::optional<SeriesPoint> nearest_point(const Series& series, double update) {
     return (update - before->update <= it->update - update) ? *before : *it;
 }
 
+std::optional<double> value_at(const Series& series, double update) {
+    auto it = std::lower_bound(series.begin(), series.end(), update, update_less);
+    if (it == series.end() || it->update != update) return std::nullopt;
+    return it->value;
+}
+
+std::optional<double> nearest_update(const std::vector<const Series*>& series, double update) {
+    std::optional<double> best;
+    for (const auto* s : series) {
+        if (!s) continue;
+        auto p = nearest_point(*s, update);
+        if (!p) continue;
+        const double d = std::fabs(p->update - update);
+        // Ties go to the smaller update, whichever series comes first.
+        if (!best || d < std::fabs(*best - update) || (d == std::fabs(*best - update) && p->update < *best)) best = p->update;
+    }
+    return best;
+}
+
 }  // namespace tandem::views

@@ -1,11 +1,13 @@
 #include "tandem/views/leg_progress.h"
 
 #include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/run_file.h"
 
 #include <QTimer>
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,20 @@ RunProgress read_run_progress(const fs::path& run_folder) {
     for (const auto& entry : fs::directory_iterator(legs_dir, ec))
         if (entry.is_directory()) legs.push_back(entry.path());
     std::sort(legs.begin(), legs.end());
+    // The runner's status of each leg (paused and stopped legs are said there, not in events.jsonl).
+    std::map<std::string, std::string> statuses;
+    if (fs::exists(run_folder / "run.h5", ec)) {
+        try {
+            experiments::RunFileReader reader(run_folder / "run.h5", 0.2);
+            for (const auto& leg : reader.legs()) {
+                const auto attributes = reader.leg_attributes(leg);
+                if (auto it = attributes.find("status"); it != attributes.end())
+                    if (auto s = std::get_if<std::string>(&it->second)) statuses[leg] = *s;
+            }
+        } catch (const std::exception&) {
+            // being replaced by a commit: the next poll reads it
+        }
+    }
     for (const auto& dir : legs) {
         LegProgress p;
         p.leg = dir.filename().string();
@@ -70,6 +86,9 @@ RunProgress read_run_progress(const fs::path& run_folder) {
         if (trace.error) p.error = *trace.error;
         p.last_events = last_lines(dir / "events.jsonl", 8);
         p.stderr_tail = tail(dir / "stderr.log", 4096);
+        if (auto it = statuses.find(p.leg); it != statuses.end()) p.status = it->second;
+        if (fs::exists(dir / "stopped", ec)) p.status = "stopped";
+        p.request_pending = fs::exists(dir / "request", ec);
         result.push_back(std::move(p));
     }
     return result;

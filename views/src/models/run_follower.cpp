@@ -13,6 +13,7 @@ class RunFollowerWorker : public QObject {
 public:
     void start(const QString& path, int interval_ms) {
         path_ = path;
+        reader_.clear();
         last_size_ = -1;
         last_modified_ = {};
         if (!timer_) {
@@ -27,7 +28,7 @@ public:
     }
 
 Q_SIGNALS:
-    void snapshot_ready(std::shared_ptr<const tandem::views::RunSnapshot> snapshot);
+    void delta_ready(std::shared_ptr<const tandem::views::RunDelta> delta);
     void load_failed(const QString& message);
 
 private:
@@ -38,10 +39,10 @@ private:
         if (!info.exists()) return;  // the runner has not created it yet
         if (info.size() == last_size_ && info.lastModified() == last_modified_) return;
         try {
-            auto snapshot = std::make_shared<RunSnapshot>(load_run_snapshot(file.toStdString(), 0.5));
+            auto delta = std::make_shared<RunDelta>(reader_.read(file.toStdString(), 0.5));
             last_size_ = info.size();
             last_modified_ = info.lastModified();
-            Q_EMIT snapshot_ready(std::move(snapshot));
+            Q_EMIT delta_ready(std::move(delta));  // the file changed: statuses may have, even without rows
         } catch (const std::exception& e) {
             // A writer holding the file: try again at the next tick; report other failures.
             Q_EMIT load_failed(QString::fromUtf8(e.what()));
@@ -49,17 +50,18 @@ private:
     }
 
     QString path_;
+    IncrementalRunReader reader_;
     qint64 last_size_ = -1;
     QDateTime last_modified_;
     QTimer* timer_ = nullptr;
 };
 
 RunFollower::RunFollower(QObject* parent) : QObject(parent) {
-    qRegisterMetaType<std::shared_ptr<const RunSnapshot>>();
+    qRegisterMetaType<std::shared_ptr<const RunDelta>>();
     worker_ = new RunFollowerWorker;
     worker_->moveToThread(&thread_);
     connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
-    connect(worker_, &RunFollowerWorker::snapshot_ready, this, &RunFollower::snapshot_ready, Qt::QueuedConnection);
+    connect(worker_, &RunFollowerWorker::delta_ready, this, &RunFollower::delta_ready, Qt::QueuedConnection);
     connect(worker_, &RunFollowerWorker::load_failed, this, &RunFollower::load_failed, Qt::QueuedConnection);
     thread_.setObjectName(QStringLiteral("run follower"));
     thread_.start();

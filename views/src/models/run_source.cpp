@@ -9,7 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 
 namespace tandem::views {
 
@@ -26,28 +29,60 @@ std::string attr_text(const ex::Attributes& attributes, const std::string& key) 
     return {};
 }
 
-ResidualTrajectory residual_of(const ex::L4Entry& entry, Metric metric, const ex::PercentSeries& percent) {
-    ResidualTrajectory r{entry.residual_leg, entry.residual_reference, metric, {}};
-    for (const auto& p : percent.points)
-        if (std::isfinite(p.percent)) r.percent.push_back({static_cast<double>(p.update), p.percent});
-    return r;
+bool has_hdf5_signature(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    char header[8] = {};
+    in.read(header, sizeof header);
+    return in.gcount() == 8 && std::memcmp(header, "\x89HDF\r\n\x1a\n", 8) == 0;
 }
 
-// Residual series from experiments' L4 comparison: leg minus reference in percent at every paired
-// update, exactly as compare_legs computed them. A run still missing what the comparison needs
-// (spec, a second leg) simply has none yet.
-void add_residuals(RunSnapshot& snapshot, const std::filesystem::path& file) {
-    try {
-        const auto comparison = ex::compare_run_file(file);
-        for (const auto& entry : comparison.l4) {
-            snapshot.residuals.push_back(residual_of(entry, Metric::HeldoutLoss, entry.eval_percent));
-            snapshot.residuals.push_back(residual_of(entry, Metric::TrainLoss, entry.loss_percent));
-            snapshot.residuals.push_back(residual_of(entry, Metric::GradNorm, entry.grad_percent));
-        }
-    } catch (const std::exception&) {
-        snapshot.residuals.clear();
+void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
+    for (const auto& p : points)
+        if (std::isfinite(p.percent)) out.push_back({static_cast<double>(p.update), p.percent});
+}
+
+// The panel a flag belongs on (what its value is of, as the gate recorded it).
+Metric flag_metric(const ex::GateFlag& f) {
+    if (f.series == "heldout_ce") return Metric::HeldoutCe;
+    if (f.series == "grad_norm") return Metric::GradNorm;
+    if (f.series == "wall_s") return Metric::Throughput;
+    if (f.series == "loss") return Metric::TrainLoss;
+    // Flags recorded before the gate named the series: what their kind is about.
+    if (f.kind == "paired-bound") return Metric::HeldoutCe;
+    if (f.kind == "step-time") return Metric::Throughput;
+    if (f.message.find("held-out") != std::string::npos) return Metric::HeldoutCe;
+    if (f.message.find("grad norm") != std::string::npos) return Metric::GradNorm;
+    return Metric::TrainLoss;
+}
+
+const char* series_name(Metric m) {
+    switch (m) {
+    case Metric::HeldoutCe: return "heldout_ce";
+    case Metric::TrainLoss: return "loss";
+    case Metric::GradNorm: return "grad_norm";
+    default: return nullptr;
     }
 }
+
+bool leg_has_ended(const std::string& status) { return !status.empty() && status != "running" && status != "pending"; }
+
+}  // namespace
+
+void rebuild_flag_points(RunSnapshot& s) {
+    s.flag_points.clear();
+    for (const auto& f : s.flags) {
+        auto it = std::find_if(s.flag_points.begin(), s.flag_points.end(), [&](const auto& p) { return p.first == f.metric; });
+        if (it == s.flag_points.end()) {
+            s.flag_points.push_back({f.metric, {}});
+            it = std::prev(s.flag_points.end());
+        }
+        it->second.push_back({f.update, f.y});
+    }
+    for (auto& [m, points] : s.flag_points)
+        std::sort(points.begin(), points.end(), [](const SeriesPoint& a, const SeriesPoint& b) { return a.update < b.update; });
+}
+
+namespace {
 
 }  // namespace
 
@@ -62,39 +97,268 @@ std::filesystem::path resolve_run_file(const std::filesystem::path& path) {
     return path;
 }
 
-RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) {
-    const auto file = resolve_run_file(path);
-    RunSnapshot snapshot;
-    {
-    ex::RunFileReader reader(file, wait_s);
-    snapshot.path = file.string();
-    if (auto experiment = reader.experiment()) snapshot.experiment = experiment->name;
-    for (const auto& name : reader.legs()) {
-        LegTrajectory leg;
-        leg.leg = name;
-        const auto attributes = reader.leg_attributes(name);
-        leg.device = attr_text(attributes, "device");
-        leg.status = attr_text(attributes, "status");
-        for (const auto& row : reader.steps(name)) {
-            const auto u = static_cast<double>(row.update);
-            leg.train_loss.push_back({u, row.loss});
-            leg.grad_norm.push_back({u, row.grad_norm});
-        }
-        for (const auto& row : reader.eval(name)) leg.heldout_loss.push_back({static_cast<double>(row.update), row.heldout_ce});
-        snapshot.legs.push_back(std::move(leg));
+std::optional<std::string> run_path_problem(const std::filesystem::path& path, bool allow_pending) {
+    std::error_code ec;
+    if (path.empty()) return std::string("no run path given");
+    if (!std::filesystem::exists(path, ec)) return path.string() + " does not exist";
+    if (std::filesystem::is_directory(path, ec)) {
+        const auto file = path / "run.h5";
+        if (std::filesystem::exists(file, ec)) return run_path_problem(file, false);
+        if (allow_pending) return std::nullopt;  // the runner's own new folder: run.h5 comes later
+        return path.string() + " is not a tandem run folder (it holds no run.h5)";
     }
+    if (!std::filesystem::is_regular_file(path, ec)) return path.string() + " is not a file or a folder";
+    if (!has_hdf5_signature(path)) return path.string() + " is not an HDF5 file (not a tandem run file)";
+    return std::nullopt;
+}
+
+bool IncrementalRunReader::Delta::empty() const {
+    if (reset || flags_changed || !added.verdict.empty()) return false;
+    for (const auto& z : added.z_scores)
+        if (!z.z.empty()) return false;
+    for (const auto& leg : added.legs)
+        for (Metric m : kAllMetrics)
+            if (!leg.series(m).empty()) return false;
+    for (const auto& r : added.residuals)
+        if (!r.percent.empty()) return false;
+    return true;
+}
+
+void IncrementalRunReader::clear() {
+    run_id_.clear();
+    legs_.clear();
+    pairs_.clear();
+    envelope_.reset();
+    model_.reset();
+    flags_seen_ = 0;
+    verdict_statuses_.clear();
+}
+
+IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::path& path, double wait_s) {
+    const auto file = resolve_run_file(path);
+    Delta delta;
+    RunSnapshot& out = delta.added;
+    out.path = file.string();
+    {
+        ex::RunFileReader reader(file, wait_s);
+        const auto experiment = reader.experiment();
+        out.experiment = experiment ? experiment->name : std::string();
+        out.run_id = experiment && !experiment->run_id.empty() ? experiment->run_id : file.parent_path().filename().string();
+        const auto names = reader.legs();
+        // Another run in the same place, legs gone, or tables that shrank: start over.
+        bool reset = out.run_id != run_id_ || names.size() < legs_.size();
+        for (std::size_t i = 0; !reset && i < legs_.size(); ++i) reset = names[i] != legs_[i].name;
+        if (reset) clear();
+        delta.reset = reset;
+        run_id_ = out.run_id;
+        if (reset && experiment) {
+            // The seed envelope that judges the run (copied into its file by the runner), and the
+            // error model that says where the envelope has a spread at all.
+            try {
+                const auto spec = ex::parse_experiment(nlohmann::json::parse(experiment->spec_json), file.string());
+                model_ = ex::error_model_or_none(spec, file.parent_path());
+                const auto envelopes = ex::read_envelopes(reader);
+                const std::string first_impl = names.empty() ? std::string() : attr_text(reader.leg_attributes(names.front()), "implementation");
+                if (const auto* e = ex::pick_envelope(envelopes, first_impl)) envelope_ = *e;
+                else if (!envelopes.empty()) envelope_ = envelopes.front();
+            } catch (const std::exception&) {
+                envelope_.reset();  // a run file without a readable spec or envelope draws no band
+            }
+            if (envelope_)
+                for (Metric m : {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm}) {
+                    EnvelopeBand band;
+                    band.stack = envelope_->implementation;
+                    band.members = envelope_->members;
+                    band.metric = m;
+                    for (const auto& p : ex::envelope_band_points(*envelope_, series_name(m))) {
+                        const auto u = static_cast<double>(p.update);
+                        band.min.push_back({u, p.min});
+                        band.max.push_back({u, p.max});
+                        band.lo.push_back({u, p.lo});
+                        band.hi.push_back({u, p.hi});
+                    }
+                    if (!band.min.empty()) out.bands.push_back(std::move(band));
+                }
+        }
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            if (i == legs_.size()) legs_.push_back({names[i], {}, {}, {}});
+            LegState& state = legs_[i];
+            const auto attributes = reader.leg_attributes(state.name);
+            state.implementation = attr_text(attributes, "implementation");
+            // Read from the last row we hold (one row of overlap): it must still be there and the same,
+            // else the table was rewritten (a resume rebuilds run.h5 from events.jsonl) and the run is
+            // read afresh.
+            auto steps = reader.steps(state.name, state.steps.empty() ? 0 : state.steps.size() - 1);
+            auto evals = reader.eval(state.name, state.evals.empty() ? 0 : state.evals.size() - 1);
+            rows_read_ += steps.size() + evals.size();
+            auto same_step = [](const ex::StepRow& a, const ex::StepRow& b) {
+                return a.update == b.update && a.loss == b.loss && a.grad_norm == b.grad_norm;
+            };
+            auto same_eval = [](const ex::EvalRow& a, const ex::EvalRow& b) { return a.update == b.update && a.heldout_ce == b.heldout_ce; };
+            const bool steps_continue = state.steps.empty() || (!steps.empty() && same_step(steps.front(), state.steps.back()));
+            const bool evals_continue = state.evals.empty() || (!evals.empty() && same_eval(evals.front(), state.evals.back()));
+            if (!delta.reset && (!steps_continue || !evals_continue)) {
+                clear();
+                return read(path, wait_s);
+            }
+            if (!state.steps.empty()) steps.erase(steps.begin());
+            if (!state.evals.empty()) evals.erase(evals.begin());
+            LegTrajectory leg;
+            leg.leg = state.name;
+            leg.implementation = state.implementation;
+            leg.device = attr_text(attributes, "device");
+            leg.status = attr_text(attributes, "status");
+            for (const auto& row : steps) {
+                const auto u = static_cast<double>(row.update);
+                leg.train_loss.push_back({u, row.loss});
+                leg.grad_norm.push_back({u, row.grad_norm});
+                leg.learning_rate.push_back({u, row.lr});
+                leg.tokens_per_s.push_back({u, ex::update_tokens_per_second(row)});
+            }
+            for (const auto& row : evals) leg.heldout_ce.push_back({static_cast<double>(row.update), row.heldout_ce});
+            if (envelope_ && model_ && !evals.empty()) {
+                ZTrajectory z{state.name, envelope_->implementation, {}};
+                for (const auto& q : ex::envelope_z_points(evals, *envelope_, *model_))
+                    z.z.push_back({static_cast<double>(q.update), q.distance});
+                out.z_scores.push_back(std::move(z));
+            }
+            state.steps.insert(state.steps.end(), steps.begin(), steps.end());
+            state.evals.insert(state.evals.end(), evals.begin(), evals.end());
+            out.legs.push_back(std::move(leg));
+        }
+        // Gate flags: a small JSON array per leg, taken whole when their number changed.
+        std::vector<FlagMarker> flags;
+        for (std::size_t i = 0; i < legs_.size(); ++i) {
+            const auto text = reader.flags(legs_[i].name);
+            if (!text) continue;
+            try {
+                for (const auto& f : ex::flags_from_json(nlohmann::json::parse(*text))) {
+                    FlagMarker m{f.leg, f.kind, ex::gate_action_name(f.action), f.message, flag_metric(f), static_cast<double>(f.update), f.value};
+                    // The marker sits on the leg's curve at that update.
+                    const auto& st = legs_[i];
+                    if (m.metric == Metric::HeldoutCe) {
+                        for (const auto& e : st.evals)
+                            if (e.update == f.update) m.y = e.heldout_ce;
+                    } else {
+                        for (const auto& r : st.steps)
+                            if (r.update == f.update)
+                                m.y = m.metric == Metric::GradNorm ? r.grad_norm
+                                      : m.metric == Metric::Throughput ? ex::update_tokens_per_second(r)
+                                                                       : r.loss;
+                    }
+                    if (!std::isfinite(m.y)) m.y = 0;  // a non-finite value has no place on the axis: at zero
+                    flags.push_back(std::move(m));
+                }
+            } catch (const std::exception&) {
+            }
+        }
+        if (flags.size() != flags_seen_ || delta.reset) {
+            flags_seen_ = flags.size();
+            delta.flags_changed = true;
+            out.flags = std::move(flags);
+            rebuild_flag_points(out);
+        }
     }  // the reader closes here: a live writer waits as little as possible
-    add_residuals(snapshot, file);
-    return snapshot;
+    // The verdict once every leg has ended (the whole comparison, once per run).
+    bool ended = !out.legs.empty();
+    std::string statuses;
+    for (const auto& leg : out.legs) {
+        ended = ended && leg_has_ended(leg.status);
+        statuses += leg.leg + "=" + leg.status + ";";
+    }
+    if (ended && statuses != verdict_statuses_) {  // again when a resumed run ends anew
+        try {
+            out.verdict = ex::compare_run_file(file).verdict();
+        } catch (const std::exception& e) {
+            out.verdict = std::string("no verdict: ") + e.what();
+        }
+        verdict_statuses_ = statuses;
+    }
+    // Residuals of every pair (compare_legs' order and sides), only at newly paired updates.
+    std::size_t pair = 0;
+    for (std::size_t i = 0; i < legs_.size(); ++i)
+        for (std::size_t j = i + 1; j < legs_.size(); ++j, ++pair) {
+            if (pair == pairs_.size()) pairs_.push_back({});
+            PairState& state = pairs_[pair];
+            const auto& a = legs_[i];
+            const auto& b = legs_[j];
+            const bool ref_first = ex::reference_is_first(a.implementation, b.implementation);
+            const auto points = ex::residual_points_after(a.steps, a.evals, b.steps, b.evals, ref_first, state.eval_after, state.step_after);
+            if (!points.eval.empty()) state.eval_after = points.eval.back().update;
+            if (!points.loss.empty()) state.step_after = points.loss.back().update;
+            const std::string leg = ref_first ? b.name : a.name, reference = ref_first ? a.name : b.name;
+            ResidualTrajectory eval{leg, reference, Metric::HeldoutCe, {}}, loss{leg, reference, Metric::TrainLoss, {}},
+                grad{leg, reference, Metric::GradNorm, {}};
+            append_percent(eval.percent, points.eval);
+            append_percent(loss.percent, points.loss);
+            append_percent(grad.percent, points.grad);
+            out.residuals.push_back(std::move(eval));
+            out.residuals.push_back(std::move(loss));
+            out.residuals.push_back(std::move(grad));
+        }
+    return delta;
+}
+
+void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) {
+    if (delta.reset) {
+        target = delta.added;
+        return;
+    }
+    target.path = delta.added.path;
+    target.run_id = delta.added.run_id;
+    target.experiment = delta.added.experiment;
+    for (const auto& leg : delta.added.legs) {
+        auto it = std::find_if(target.legs.begin(), target.legs.end(), [&](const LegTrajectory& l) { return l.leg == leg.leg; });
+        if (it == target.legs.end()) {
+            target.legs.push_back(leg);
+            continue;
+        }
+        it->device = leg.device;
+        it->status = leg.status;
+        it->implementation = leg.implementation;
+        for (Metric m : kAllMetrics) {
+            auto& series = it->series(m);
+            const auto& added = leg.series(m);
+            series.insert(series.end(), added.begin(), added.end());
+        }
+    }
+    for (const auto& r : delta.added.residuals) {
+        auto it = std::find_if(target.residuals.begin(), target.residuals.end(), [&](const ResidualTrajectory& t) {
+            return t.leg == r.leg && t.reference == r.reference && t.metric == r.metric;
+        });
+        if (it == target.residuals.end()) target.residuals.push_back(r);
+        else it->percent.insert(it->percent.end(), r.percent.begin(), r.percent.end());
+    }
+    for (const auto& z : delta.added.z_scores) {
+        auto it = std::find_if(target.z_scores.begin(), target.z_scores.end(), [&](const ZTrajectory& t) { return t.leg == z.leg; });
+        if (it == target.z_scores.end()) target.z_scores.push_back(z);
+        else it->z.insert(it->z.end(), z.z.begin(), z.z.end());
+    }
+    if (!delta.added.bands.empty()) target.bands = delta.added.bands;
+    if (delta.flags_changed) {
+        target.flags = delta.added.flags;
+        target.flag_points = delta.added.flag_points;
+    }
+    if (!delta.added.verdict.empty()) target.verdict = delta.added.verdict;
+}
+
+RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) {
+    IncrementalRunReader reader;
+    return reader.read(path, wait_s).added;
 }
 
 std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalog_path) {
     std::error_code ec;
     if (!std::filesystem::exists(catalog_path, ec)) throw Error("catalog " + catalog_path.string() + " does not exist");
     ex::Catalog catalog(catalog_path);
+    const auto annotations = catalog.annotations();
     std::vector<CatalogLegRow> rows;
     for (const auto& run : catalog.runs()) {
         CatalogLegRow base;
+        if (auto it = annotations.find(run.id); it != annotations.end()) {
+            base.tags = it->second.tags;
+            base.note = it->second.note;
+        }
         base.run_id = run.id;
         base.run_status = run.status;
         base.experiment = run.experiment;
@@ -125,6 +389,13 @@ std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalo
         }
     }
     return rows;
+}
+
+void set_catalog_annotation(const std::filesystem::path& catalog_path, const std::string& run_id,
+                            const std::vector<std::string>& tags, const std::string& note) {
+    ex::Catalog catalog(catalog_path);
+    catalog.set_run_tags(run_id, tags);
+    catalog.set_run_user_note(run_id, note);
 }
 
 bool delete_catalog_run(const std::filesystem::path& catalog_path, const std::string& run_id) {

@@ -44,6 +44,38 @@ void RunsModel::remove_run(const std::string& run_id) {
     }
 }
 
+Qt::ItemFlags RunsModel::flags(const QModelIndex& index) const {
+    auto f = QAbstractTableModel::flags(index);
+    if (index.isValid() && (index.column() == Tags || index.column() == Note)) f |= Qt::ItemIsEditable;
+    return f;
+}
+
+bool RunsModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+    if (role != Qt::EditRole || !index.isValid() || (index.column() != Tags && index.column() != Note)) return false;
+    const auto& r = rows_[static_cast<std::size_t>(index.row())];
+    QStringList tags;
+    for (const auto& t : r.tags) tags << QString::fromStdString(t);
+    QString note = QString::fromStdString(r.note);
+    if (index.column() == Tags) {
+        tags.clear();
+        for (const auto& t : value.toString().split(QLatin1Char(','), Qt::SkipEmptyParts))
+            if (!t.trimmed().isEmpty()) tags << t.trimmed();
+    } else {
+        note = value.toString();
+    }
+    Q_EMIT annotation_edited(QString::fromStdString(r.run_id), tags, note);
+    return true;
+}
+
+void RunsModel::set_annotation(const std::string& run_id, const std::vector<std::string>& tags, const std::string& note) {
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+        if (rows_[i].run_id != run_id) continue;
+        rows_[i].tags = tags;
+        rows_[i].note = note;
+        Q_EMIT dataChanged(index(static_cast<int>(i), Tags), index(static_cast<int>(i), Note));
+    }
+}
+
 int RunsModel::rowCount(const QModelIndex& parent) const {
     return parent.isValid() ? 0 : static_cast<int>(rows_.size());
 }
@@ -60,7 +92,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         const bool numeric = index.column() == Progress || index.column() == FinalLoss || index.column() == TokensPerSecond || index.column() == PeakMemory;
         return QVariant::fromValue(numeric ? (Qt::AlignRight | Qt::AlignVCenter) : (Qt::AlignLeft | Qt::AlignVCenter));
     }
-    if (role != Qt::DisplayRole && role != SortRole && role != Qt::ToolTipRole) return {};
+    if (role != Qt::DisplayRole && role != SortRole && role != Qt::ToolTipRole && role != Qt::EditRole) return {};
     const bool sort = role == SortRole;
     switch (static_cast<Column>(index.column())) {
     case Run: return QString::fromStdString(r.run_id);
@@ -78,6 +110,12 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     case TokensPerSecond: return sort ? sort_key(r.tokens_per_s) : QVariant(number_text(r.tokens_per_s, 0));
     case PeakMemory: return sort ? sort_key(r.peak_memory_bytes) : QVariant(memory_text(r.peak_memory_bytes));
     case Started: return QString::fromStdString(r.started);
+    case Tags: {
+        QStringList tags;
+        for (const auto& t : r.tags) tags << QString::fromStdString(t);
+        return tags.join(QStringLiteral(", "));
+    }
+    case Note: return QString::fromStdString(r.note);
     case Path: return QString::fromStdString(r.run_path);
     case ColumnCount: break;
     }
@@ -87,7 +125,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     static const char* names[ColumnCount] = {"Run", "Experiment", "Leg", "Status", "Device", "Updates",
-                                             "Final loss", "Tokens/s", "Peak memory", "Started", "Path"};
+                                             "Final loss", "Tokens/s", "Peak memory", "Started", "Tags", "Note", "Path"};
     if (section < 0 || section >= ColumnCount) return {};
     return QString::fromLatin1(names[section]);
 }
@@ -104,7 +142,8 @@ void RunsFilterProxy::set_filter_text(const QString& text) {
 
 bool RunsFilterProxy::filterAcceptsRow(int source_row, const QModelIndex& source_parent) const {
     if (text_.isEmpty()) return true;
-    for (int column : {RunsModel::Run, RunsModel::Experiment, RunsModel::Leg, RunsModel::Status, RunsModel::Device}) {
+    for (int column : {RunsModel::Run, RunsModel::Experiment, RunsModel::Leg, RunsModel::Status, RunsModel::Device, RunsModel::Tags,
+                       RunsModel::Note}) {
         const auto idx = sourceModel()->index(source_row, column, source_parent);
         if (idx.data(Qt::DisplayRole).toString().contains(text_, Qt::CaseInsensitive)) return true;
     }

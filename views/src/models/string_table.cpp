@@ -20,9 +20,16 @@ int StringTableModel::columnCount(const QModelIndex& parent) const {
 
 QVariant StringTableModel::data(const QModelIndex& index, int role) const {
     if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
-    if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
     const auto& row = table_.rows[static_cast<std::size_t>(index.row())];
     const auto column = static_cast<std::size_t>(index.column());
+    if (role == Qt::TextAlignmentRole) {
+        // Numbers right-aligned, text (legs, series, status) left-aligned.
+        const QString cell = column < row.size() ? QString::fromStdString(row[column]) : QString();
+        bool number = false;
+        cell.section(QLatin1Char(' '), 0, 0).remove(QLatin1Char('%')).toDouble(&number);
+        return QVariant::fromValue((number ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignVCenter);
+    }
+    if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
     return column < row.size() ? QString::fromStdString(row[column]) : QString();
 }
 

@@ -7,6 +7,7 @@
 #include <QBuffer>
 #include <QChart>
 #include <QChartView>
+#include <QLegend>
 #include <QFileInfo>
 #include <QImage>
 #include <QPageSize>
@@ -15,6 +16,7 @@
 #include <QSvgGenerator>
 
 #include <cmath>
+#include <memory>
 #include <sstream>
 
 namespace tandem::views {
@@ -39,27 +41,75 @@ std::optional<FigureFormat> figure_format_for(const QString& path) {
 
 void export_figure(const RunSnapshot& snapshot, ChartOptions options, const FigureSize& size,
                    FigureFormat format, const std::filesystem::path& path) {
-    if (!(size.width > 0 && size.height > 0)) throw Error("figure export " + path.string() + ": size must be positive");
-    const QSizeF logical(size.width_inches() * kLayoutDpi, size.height_inches() * kLayoutDpi);
-    options.font_pt = size.font_pt;
-    options.legend = true;
-    options.columns = static_cast<int>(std::ceil(logical.width()));
+    export_figure_panels({{run_curves(snapshot, options), options}}, size, format, path,
+                         QStringLiteral("tandem: %1%2").arg(QString::fromLatin1(metric_label(options.metric)),
+                                                           options.residual ? QStringLiteral(" residual") : QString()));
+}
 
-    TrajectoryChart builder;
-    QChartView view(builder.chart());  // owns the chart; lays it out in a scene
-    view.setAttribute(Qt::WA_DontShowOnScreen);
-    view.setRenderHint(QPainter::Antialiasing);
-    view.setFrameShape(QFrame::NoFrame);
-    view.setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-    view.setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-    view.resize(logical.toSize());
-    builder.chart()->resize(logical);
-    builder.update(snapshot, options);
-    view.show();
+void export_figure_panels(const std::vector<PanelFigure>& panels, const FigureSize& size, FigureFormat format,
+                          const std::filesystem::path& path, const QString& title) {
+    if (!(size.width > 0 && size.height > 0)) throw Error("figure export " + path.string() + ": size must be positive");
+    if (panels.empty()) throw Error("figure export " + path.string() + ": no panel chosen");
+    const QSizeF logical(size.width_inches() * kLayoutDpi, size.height_inches() * kLayoutDpi);
+    const double panel_height = logical.height() / static_cast<double>(panels.size());
+
+    // One chart per panel, laid out in its own scene at its share of the page.
+    std::vector<std::unique_ptr<TrajectoryChart>> builders;
+    std::vector<std::unique_ptr<QChartView>> views;
+    for (std::size_t i = 0; i < panels.size(); ++i) {
+        auto options = panels[i].options;
+        options.font_pt = size.font_pt;
+        options.font_family = size.font_family;
+        options.columns = static_cast<int>(std::ceil(logical.width()));
+        options.rows = static_cast<int>(panel_height);
+        options.compact = true;
+        options.x_title = i + 1 == panels.size();  // one shared update axis: titled once, at the bottom
+        // A legend where it says something new: a panel with a curve name no panel above had
+        // (the first panel, the residual pairs).
+        bool news = false;
+        for (const auto& c : panels[i].curves) {
+            bool seen = false;
+            for (std::size_t j = 0; j < i && !seen; ++j)
+                for (const auto& above : panels[j].curves) seen = seen || above.name == c.name;
+            news = news || !seen;
+        }
+        options.legend = news;
+        auto builder = std::make_unique<TrajectoryChart>();
+        auto view = std::make_unique<QChartView>(builder->chart());  // owns the chart
+        view->setAttribute(Qt::WA_DontShowOnScreen);
+        view->setRenderHint(QPainter::Antialiasing);
+        view->setFrameShape(QFrame::NoFrame);
+        view->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        view->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        const QSizeF panel_size(logical.width(), panel_height);
+        view->resize(panel_size.toSize());
+        builder->chart()->resize(panel_size);
+        builder->update(panels[i].curves, options);
+        view->show();
+        builders.push_back(std::move(builder));
+        views.push_back(std::move(view));
+    }
     QApplication::processEvents();
-    builder.chart()->resize(logical);
+    for (std::size_t i = 0; i < panels.size(); ++i) {
+        builders[i]->chart()->resize(QSizeF(logical.width(), panel_height));
+        auto options = panels[i].options;
+        options.font_pt = size.font_pt;
+        options.font_family = size.font_family;
+        options.columns = static_cast<int>(std::ceil(logical.width()));
+        options.rows = static_cast<int>(panel_height);
+        options.compact = true;
+        options.x_title = i + 1 == panels.size();
+        options.legend = builders[i]->chart()->legend()->isVisible();
+        builders[i]->update(panels[i].curves, options);  // ticks for the final plot size
+    }
     QApplication::processEvents();
-    const QRectF source(QPointF(0, 0), logical);
+    // Every panel's scene onto one painter: panel i fills the i-th horizontal band of `page`.
+    auto paint = [&](QPainter& painter, const QRectF& page) {
+        const double band = page.height() / static_cast<double>(panels.size());
+        for (std::size_t i = 0; i < panels.size(); ++i)
+            views[i]->scene()->render(&painter, QRectF(page.left(), page.top() + band * static_cast<double>(i), page.width(), band),
+                                      QRectF(QPointF(0, 0), QSizeF(logical.width(), panel_height)));
+    };
 
     QByteArray bytes;
     QBuffer buffer(&bytes);
@@ -75,7 +125,7 @@ void export_figure(const RunSnapshot& snapshot, ChartOptions options, const Figu
         {
             QPainter painter(&image);
             painter.setRenderHint(QPainter::Antialiasing);
-            view.scene()->render(&painter, QRectF(QPointF(0, 0), QSizeF(pixels)), source);
+            paint(painter, QRectF(QPointF(0, 0), QSizeF(pixels)));
         }
         if (!image.save(&buffer, "PNG")) throw Error("figure export " + path.string() + ": PNG encoding failed");
         break;
@@ -85,24 +135,24 @@ void export_figure(const RunSnapshot& snapshot, ChartOptions options, const Figu
         svg.setOutputDevice(&buffer);
         svg.setResolution(static_cast<int>(kLayoutDpi));
         svg.setSize(logical.toSize());
-        svg.setViewBox(source);
-        svg.setTitle(QStringLiteral("tandem: %1").arg(metric_label(options.metric)));
-        svg.setDescription(QString::fromStdString(snapshot.experiment));
+        svg.setViewBox(QRectF(QPointF(0, 0), logical));
+        svg.setTitle(title);
+        svg.setDescription(QStringLiteral("tandem-workbench figure"));
         QPainter painter(&svg);
-        view.scene()->render(&painter, source, source);
+        paint(painter, QRectF(QPointF(0, 0), logical));
         painter.end();
         break;
     }
     case FigureFormat::Pdf: {
+        // QPdfWriter embeds the fonts it uses (TrueType subsets): the figure prints as it looks.
         QPdfWriter pdf(&buffer);
         pdf.setPageSize(QPageSize(QSizeF(size.width_inches() * 25.4, size.height_inches() * 25.4), QPageSize::Millimeter));
         pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
         pdf.setResolution(1200);
-        pdf.setTitle(QStringLiteral("tandem: %1").arg(metric_label(options.metric)));
+        pdf.setTitle(title);
         pdf.setCreator(QStringLiteral("tandem-workbench"));
         QPainter painter(&pdf);
-        const QRectF target(QPointF(0, 0), QSizeF(size.width_inches() * 1200, size.height_inches() * 1200));
-        view.scene()->render(&painter, target, source);
+        paint(painter, QRectF(QPointF(0, 0), QSizeF(size.width_inches() * 1200, size.height_inches() * 1200)));
         painter.end();
         break;
     }
@@ -137,7 +187,7 @@ std::string curves_csv(const RunSnapshot& snapshot, const std::optional<std::pai
     std::ostringstream out;
     out.precision(17);
     out << "leg,metric,update,value\n";
-    const std::pair<Metric, const char*> metrics[] = {{Metric::HeldoutLoss, "heldout_loss"},
+    const std::pair<Metric, const char*> metrics[] = {{Metric::HeldoutCe, "heldout_ce"},
                                                       {Metric::GradNorm, "grad_norm"},
                                                       {Metric::TrainLoss, "train_loss"}};
     for (const auto& leg : snapshot.legs) {

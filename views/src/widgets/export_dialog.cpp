@@ -4,6 +4,8 @@
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFontComboBox>
+#include <QListWidget>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -20,15 +22,37 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     QSettings settings;
     auto* form = new QFormLayout(this);
     panel_ = new QComboBox(this);
+    panel_->setObjectName(QStringLiteral("chart"));
     panel_->addItems(panels);
-    panel_->setCurrentIndex(current_panel);
+    panel_->addItem(tr("several panels (tick below)"));
+    // The chart goes with the remembered file: Save must not write another chart over residual.svg.
+    const int remembered = settings.value(QStringLiteral("export/figure_chart"), -1).toInt();
+    panel_->setCurrentIndex(remembered >= 0 && remembered <= panels.size() ? remembered : current_panel);
     form->addRow(tr("&Chart:"), panel_);
+    several_ = new QListWidget(this);
+    several_->setObjectName(QStringLiteral("panels"));
+    const auto ticked = settings.value(QStringLiteral("export/figure_panels"), QVariantList{0, panels.size() - 1, 2}).toList();
+    for (int i = 0; i < panels.size(); ++i) {
+        auto* item = new QListWidgetItem(panels[i], several_);
+        item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+        item->setCheckState(ticked.contains(i) ? Qt::Checked : Qt::Unchecked);
+    }
+    several_->setMaximumHeight(several_->sizeHintForRow(0) * (panels.size() + 1));
+    form->addRow(tr("&Panels:"), several_);
+    several_->setEnabled(panel_->currentIndex() == panels.size());
     auto* path_row = new QHBoxLayout;
     path_ = new QLineEdit(settings.value(QStringLiteral("export/figure_path"), QStringLiteral("figure.pdf")).toString(), this);
+    path_->setObjectName(QStringLiteral("path"));
     auto* browse = new QPushButton(tr("&Browse…"), this);
     path_row->addWidget(path_, 1);
     path_row->addWidget(browse);
-    form->addRow(tr("&File (.pdf, .svg, .png):"), path_row);
+    // A row whose field is a layout gets no buddy from QFormLayout: without one, "&" shows literally.
+    auto labelled = [this](const QString& text, QWidget* buddy) {
+        auto* label = new QLabel(text, this);
+        label->setBuddy(buddy);
+        return label;
+    };
+    form->addRow(labelled(tr("&File (.pdf, .svg, .png):"), path_), path_row);
     width_ = new QDoubleSpinBox(this);
     height_ = new QDoubleSpinBox(this);
     for (auto* box : {width_, height_}) {
@@ -41,17 +65,28 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     unit_->addItem(tr("cm"));
     unit_->addItem(tr("inches"));
     unit_->setCurrentIndex(settings.value(QStringLiteral("export/unit"), 0).toInt());
+    preset_ = new QComboBox(this);
+    preset_->setObjectName(QStringLiteral("preset"));
+    preset_->addItem(tr("custom"), 0.0);
+    preset_->addItem(tr("journal column (%1 cm)").arg(kJournalColumnCm), kJournalColumnCm);
+    preset_->addItem(tr("journal two columns (%1 cm)").arg(kJournalTwoColumnsCm), kJournalTwoColumnsCm);
+    form->addRow(tr("&Width preset:"), preset_);
     auto* size_row = new QHBoxLayout;
     size_row->addWidget(width_);
     size_row->addWidget(new QLabel(QStringLiteral("×"), this));
     size_row->addWidget(height_);
     size_row->addWidget(unit_);
-    form->addRow(tr("&Size:"), size_row);
+    form->addRow(labelled(tr("&Size:"), width_), size_row);
     font_ = new QSpinBox(this);
     font_->setRange(4, 48);
     font_->setSuffix(tr(" pt"));
-    font_->setValue(settings.value(QStringLiteral("export/font_pt"), 9).toInt());
+    font_->setValue(settings.value(QStringLiteral("export/font_pt"), 8).toInt());
     form->addRow(tr("&Font size:"), font_);
+    family_ = new QFontComboBox(this);
+    family_->setObjectName(QStringLiteral("family"));
+    family_->setCurrentFont(QFont(settings.value(QStringLiteral("export/font_family"), QStringLiteral("DejaVu Serif")).toString()));
+    family_->setToolTip(tr("The paper's font family, so figure labels match its text and tables"));
+    form->addRow(tr("Font famil&y:"), family_);
     dpi_ = new QSpinBox(this);
     dpi_->setRange(50, 1200);
     dpi_->setSuffix(tr(" dpi"));
@@ -61,6 +96,13 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     form->addRow(buttons);
     connect(buttons, &QDialogButtonBox::accepted, this, &FigureExportDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &FigureExportDialog::reject);
+    connect(panel_, &QComboBox::currentIndexChanged, this, [this](int index) { several_->setEnabled(index == several_->count()); });
+    connect(preset_, &QComboBox::currentIndexChanged, this, [this](int) {
+        const double cm = preset_->currentData().toDouble();
+        if (cm <= 0) return;
+        unit_->setCurrentIndex(0);
+        width_->setValue(cm);
+    });
     connect(browse, &QPushButton::clicked, this, [this] {
         const auto file = QFileDialog::getSaveFileName(this, tr("Export figure"), path_->text(),
                                                        tr("PDF (*.pdf);;SVG (*.svg);;PNG (*.png)"));
@@ -68,7 +110,23 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     });
 }
 
-int FigureExportDialog::panel() const { return panel_->currentIndex(); }
+int FigureExportDialog::panel() const { return panel_->currentIndex() == several_->count() ? -1 : panel_->currentIndex(); }
+
+std::vector<int> FigureExportDialog::panels() const {
+    if (panel() >= 0) return {panel()};
+    // Top to bottom in the order ticked in the list (its order: the page's order, residual last
+    // unless moved) — held-out CE, then the rest.
+    std::vector<int> out;
+    for (int i = 0; i < several_->count(); ++i)
+        if (several_->item(i)->checkState() == Qt::Checked) out.push_back(i);
+    return out;
+}
+
+void FigureExportDialog::choose_panels(const std::vector<int>& chosen) {
+    panel_->setCurrentIndex(several_->count());
+    for (int i = 0; i < several_->count(); ++i)
+        several_->item(i)->setCheckState(std::find(chosen.begin(), chosen.end(), i) != chosen.end() ? Qt::Checked : Qt::Unchecked);
+}
 QString FigureExportDialog::path() const { return path_->text(); }
 
 FigureSize FigureExportDialog::size() const {
@@ -77,17 +135,27 @@ FigureSize FigureExportDialog::size() const {
     s.height = height_->value();
     s.unit = unit_->currentIndex() == 1 ? LengthUnit::Inches : LengthUnit::Centimetres;
     s.font_pt = font_->value();
+    s.font_family = family_->currentFont().family();
     s.png_dpi = dpi_->value();
     return s;
 }
 
 void FigureExportDialog::accept() {
+    if (panels().empty()) {
+        QMessageBox::warning(this, windowTitle(), tr("Tick at least one panel."));
+        return;
+    }
     if (!figure_format_for(path_->text())) {
         QMessageBox::warning(this, windowTitle(), tr("The file name must end in .pdf, .svg or .png."));
         return;
     }
     QSettings settings;
     settings.setValue(QStringLiteral("export/figure_path"), path_->text());
+    settings.setValue(QStringLiteral("export/figure_chart"), panel_->currentIndex());
+    QVariantList ticked;
+    for (int i : panels()) ticked << i;
+    if (panel() < 0) settings.setValue(QStringLiteral("export/figure_panels"), ticked);
+    settings.setValue(QStringLiteral("export/font_family"), family_->currentFont().family());
     settings.setValue(QStringLiteral("export/width"), width_->value());
     settings.setValue(QStringLiteral("export/height"), height_->value());
     settings.setValue(QStringLiteral("export/unit"), unit_->currentIndex());

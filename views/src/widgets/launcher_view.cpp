@@ -11,14 +11,18 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTableWidget>
+#include <QToolButton>
+
+#include <tuple>
 #include <QVBoxLayout>
 
 namespace tandem::views {
 
 namespace {
-enum LegColumn { ColLeg, ColDevice, ColProgress, ColState, ColCount };
+enum LegColumn { ColLeg, ColDevice, ColProgress, ColState, ColControl, ColCount };
 }
 
 QStringList run_arguments(const QString& experiment, const std::vector<LegChoice>& legs, const QString& runs_dir,
@@ -31,6 +35,12 @@ QStringList run_arguments(const QString& experiment, const std::vector<LegChoice
     QStringList args{QStringLiteral("run"), experiment, QStringLiteral("--legs"), names.join(QLatin1Char(',')),
                      QStringLiteral("--devices"), devices.join(QLatin1Char(','))};
     if (!runs_dir.isEmpty()) args << QStringLiteral("--out") << runs_dir;
+    if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
+    return args;
+}
+
+QStringList leg_control_arguments(const QString& action, const QString& run_folder, const QString& leg, const QString& catalog) {
+    QStringList args{QStringLiteral("leg"), action, run_folder, leg};
     if (!catalog.isEmpty()) args << QStringLiteral("--catalog") << catalog;
     return args;
 }
@@ -55,7 +65,7 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
 
     legs_ = new QTableWidget(0, ColCount, this);
     legs_->setObjectName(QStringLiteral("legs"));
-    legs_->setHorizontalHeaderLabels({tr("Leg"), tr("Device"), tr("Progress"), tr("State")});
+    legs_->setHorizontalHeaderLabels({tr("Leg"), tr("Device"), tr("Progress"), tr("State"), tr("This leg")});
     legs_->horizontalHeader()->setStretchLastSection(true);
     legs_->verticalHeader()->hide();
     legs_->setSelectionMode(QAbstractItemView::NoSelection);
@@ -86,6 +96,14 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
 
     process_ = new QProcess(this);
     process_->setProcessChannelMode(QProcess::MergedChannels);
+    control_ = new QProcess(this);
+    control_->setProcessChannelMode(QProcess::MergedChannels);
+    connect(control_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus) {
+        const QString out = QString::fromUtf8(control_->readAll()).trimmed();
+        if (!out.isEmpty()) append_log(out);
+        if (code != 0) state_->setText(out.isEmpty() ? tr("tandem leg exited with %1.").arg(code) : out.section(QLatin1Char('\n'), -1));
+        if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(read_run_progress(run_folder_.toStdString())));
+    });
     follower_ = new LegProgressFollower(this);
 
     connect(browse, &QPushButton::clicked, this, [this] {
@@ -97,9 +115,13 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
     connect(resume_, &QPushButton::clicked, this, &LauncherView::resume);
     connect(process_, &QProcess::readyRead, this, &LauncherView::on_output);
     connect(process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+        on_output();  // whatever is still buffered, the error line included
         find_run_folder();
         const int exit_code = status == QProcess::NormalExit ? code : -1;
-        state_->setText(exit_code == 0 ? tr("Finished.") : tr("Runner exited with %1.").arg(exit_code));
+        // The runner's own error line says what is wrong (a parse error names the file and field).
+        QString text = exit_code == 0 ? tr("Finished.") : tr("Runner exited with %1.").arg(exit_code);
+        if (exit_code != 0 && !last_error_.isEmpty()) text += QLatin1Char(' ') + last_error_;
+        state_->setText(text);
         start_->setEnabled(true);
         stop_->setEnabled(false);
         resume_->setEnabled(!run_folder_.isEmpty() && exit_code != 0);
@@ -111,6 +133,7 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
     connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
         if (error == QProcess::FailedToStart) {
             state_->setText(tr("Could not start %1: %2").arg(tandem_, process_->errorString()));
+            append_log(state_->text());
             start_->setEnabled(true);
             stop_->setEnabled(false);
             Q_EMIT run_finished(-1);
@@ -129,7 +152,54 @@ LauncherView::~LauncherView() {
 
 void LauncherView::set_runs_dir(const QString& dir) { runs_dir_ = dir; }
 
-void LauncherView::set_experiment(const QString& path) { experiment_->setText(path); }
+void LauncherView::set_tandem(const TandemBinary& binary) {
+    binary_ = binary;
+    tandem_ = binary.path;
+}
+
+void LauncherView::set_tandem_binary(const QString& path) { set_tandem(find_tandem_binary({}, {}, {}, path)); }
+
+void LauncherView::set_experiment(const QString& path) {
+    if (experiment_->text() == path) return;
+    experiment_->setText(path);
+    if (!running()) {
+        // Another experiment: the previous run's rows, folder and state no longer apply.
+        run_folder_.clear();
+        follower_->stop();
+        reset_rows();
+        resume_->setEnabled(false);
+        state_->clear();
+    }
+}
+
+void LauncherView::reset_rows() {
+    for (int r = 0; r < legs_->rowCount(); ++r) {
+        auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(r, ColProgress));
+        bar->setRange(0, 1);
+        bar->setValue(0);
+        bar->setFormat(tr("—"));  // no "0 / 1": the total comes with the run's plan.json
+        legs_->item(r, ColState)->setText(tr("not started"));
+        legs_->item(r, ColState)->setForeground(palette().text().color());
+    }
+}
+
+QString LauncherView::state_text() const { return state_->text(); }
+
+QString LauncherView::leg_progress_text(int row) const {
+    auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(row, ColProgress));
+    return bar ? bar->text() : QString();
+}
+
+QString LauncherView::leg_state_text(int row) const {
+    auto* item = legs_->item(row, ColState);
+    return item ? item->text() : QString();
+}
+
+void LauncherView::append_log(const QString& text) {
+    log_->appendPlainText(text);
+    // Keep the newest lines (the error) in view.
+    log_->verticalScrollBar()->setValue(log_->verticalScrollBar()->maximum());
+}
 
 void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
     legs_->setRowCount(0);
@@ -148,12 +218,29 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
         device->setCurrentText(leg.device);
         legs_->setCellWidget(r, ColDevice, device);
         auto* bar = new QProgressBar(legs_);
-        bar->setRange(0, 1);  // the real total arrives with the run's plan.json
-        bar->setValue(0);
-        bar->setFormat(QStringLiteral("%v / %m"));
         legs_->setCellWidget(r, ColProgress, bar);
         legs_->setItem(r, ColState, new QTableWidgetItem(tr("not started")));
+        // Per-leg control: the others go on (needs a run folder: enabled once the run exists).
+        auto* control = new QWidget(legs_);
+        auto* control_layout = new QHBoxLayout(control);
+        control_layout->setContentsMargins(0, 0, 0, 0);
+        control_layout->setSpacing(2);
+        const QString leg_name = leg.leg;
+        for (const auto& [action, text, tip] : {std::tuple{QStringLiteral("pause"), tr("Pause"), tr("Stop this leg so it can continue from its last checkpoint")},
+                                                std::tuple{QStringLiteral("stop"), tr("Stop"), tr("Stop this leg for good (a later resume of the run leaves it)")},
+                                                std::tuple{QStringLiteral("resume"), tr("Resume"), tr("Continue this leg from its newest checkpoint")}}) {
+            auto* button = new QToolButton(control);
+            button->setText(text);
+            button->setToolTip(tip);
+            button->setObjectName(QStringLiteral("%1_%2").arg(action, leg_name));
+            connect(button, &QToolButton::clicked, this, [this, leg_name, action = action] { control_leg(leg_name, action); });
+            control_layout->addWidget(button);
+        }
+        control_layout->addStretch(1);
+        control->setEnabled(false);
+        legs_->setCellWidget(r, ColControl, control);
     }
+    reset_rows();
     legs_->resizeColumnsToContents();
 }
 
@@ -171,7 +258,17 @@ bool LauncherView::running() const { return process_->state() != QProcess::NotRu
 
 void LauncherView::launch(const QStringList& arguments) {
     if (running()) return;
-    log_->appendPlainText(QStringLiteral("$ %1 %2").arg(tandem_, arguments.join(QLatin1Char(' '))));
+    if (tandem_.isEmpty()) {
+        // Say where we looked and how to fix it, instead of starting "no program".
+        const QString message = binary_.tried.isEmpty()
+                                    ? tr("No tandem CLI given: start the workbench with --tandem FILE, or put tandem on PATH.")
+                                    : binary_.not_found_message();
+        state_->setText(message);
+        append_log(message);
+        return;
+    }
+    last_error_.clear();
+    append_log(QStringLiteral("$ %1 %2").arg(tandem_, arguments.join(QLatin1Char(' '))));
     folders_before_ = QDir(runs_dir_).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
     start_->setEnabled(false);
     stop_->setEnabled(true);
@@ -200,10 +297,30 @@ void LauncherView::stop() {
 void LauncherView::resume() {
     if (run_folder_.isEmpty()) return;
     launch(resume_arguments(run_folder_, catalog_));
+    if (running()) follower_->follow(run_folder_, 500);  // the rows follow the resumed legs again
+}
+
+void LauncherView::control_leg(const QString& leg, const QString& action) {
+    if (run_folder_.isEmpty() || control_->state() != QProcess::NotRunning) return;
+    if (tandem_.isEmpty()) {
+        state_->setText(binary_.not_found_message());
+        return;
+    }
+    const auto args = leg_control_arguments(action, run_folder_, leg, catalog_);
+    append_log(QStringLiteral("$ %1 %2").arg(tandem_, args.join(QLatin1Char(' '))));
+    state_->setText(tr("%1 %2 requested…").arg(action, leg));
+    control_->start(tandem_, args);
+    // A resumed leg is followed again (the runner relaunches it, or the command continues the run).
+    if (action == QStringLiteral("resume")) follower_->follow(run_folder_, 500);
 }
 
 void LauncherView::on_output() {
-    log_->appendPlainText(QString::fromUtf8(process_->readAll()).trimmed());
+    const QString text = QString::fromUtf8(process_->readAll()).trimmed();
+    if (text.isEmpty()) return;
+    for (const auto& line : text.split(QLatin1Char('\n')))
+        if (line.startsWith(QStringLiteral("tandem: error:")) || line.startsWith(QStringLiteral("tandem: internal error:")))
+            last_error_ = line.trimmed();
+    append_log(text);
     if (run_folder_.isEmpty()) find_run_folder();
 }
 
@@ -214,7 +331,7 @@ void LauncherView::find_run_folder() {
     for (const auto& name : now) {
         if (folders_before_.contains(name)) continue;
         run_folder_ = QDir(runs_dir_).absoluteFilePath(name);
-        follower_->follow(run_folder_);
+        follower_->follow(run_folder_, 500);
         Q_EMIT run_folder_found(run_folder_);
         return;
     }
@@ -227,17 +344,22 @@ void LauncherView::on_progress(std::shared_ptr<const RunProgress> progress) {
             if (legs_->item(r, ColLeg)->text() == QString::fromStdString(leg.leg)) row = r;
         if (row < 0) continue;
         auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(row, ColProgress));
+        bar->setFormat(QStringLiteral("%v / %m"));
         bar->setRange(0, static_cast<int>(std::max<std::int64_t>(leg.updates_total, leg.updates_done)));
         bar->setValue(static_cast<int>(leg.updates_done));
         QString state = leg.done ? tr("done") : (running() ? tr("running") : tr("stopped"));
+        // The runner's word wins for a leg paused or stopped on its own (tandem leg …, the gate).
+        if (!leg.done && (leg.status == "paused" || leg.status == "stopped")) state = QString::fromStdString(leg.status);
+        if (leg.request_pending) state += tr(" (request pending)");
         if (!leg.error.empty()) state = tr("failed: %1").arg(QString::fromStdString(leg.error));
+        if (auto* control = legs_->cellWidget(row, ColControl)) control->setEnabled(!run_folder_.isEmpty());
         auto* item = legs_->item(row, ColState);
         if (item->text() != state && !leg.error.empty()) {
             // A crash: show what the leg said last, without touching the other legs.
-            log_->appendPlainText(tr("── leg %1 failed ── last events:").arg(QString::fromStdString(leg.leg)));
-            for (const auto& line : leg.last_events) log_->appendPlainText(QString::fromStdString(line));
-            log_->appendPlainText(tr("── stderr (tail) ──"));
-            log_->appendPlainText(QString::fromStdString(leg.stderr_tail));
+            append_log(tr("── leg %1 failed ── last events:").arg(QString::fromStdString(leg.leg)));
+            for (const auto& line : leg.last_events) append_log(QString::fromStdString(line));
+            append_log(tr("── stderr (tail) ──"));
+            append_log(QString::fromStdString(leg.stderr_tail));
         }
         item->setText(state);
         item->setForeground(leg.error.empty() ? palette().text().color() : QColor(213, 94, 0));

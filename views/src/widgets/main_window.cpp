@@ -4,6 +4,7 @@
 #include "tandem/data/chat_template.h"
 #include "tandem/data/corpus.h"
 #include "tandem/data/tokenizer.h"
+#include "tandem/views/compare_view.h"
 #include "tandem/views/export.h"
 #include "tandem/views/export_dialog.h"
 #include "tandem/views/launcher_view.h"
@@ -32,6 +33,7 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QThread>
+#include <QVBoxLayout>
 
 #include "tandem/atomic_file.h"
 
@@ -39,7 +41,7 @@ namespace tandem::views {
 
 namespace {
 constexpr int kMaxRecent = 10;
-const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png"};
+const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png"};
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -53,21 +55,41 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     trajectories_ = new TrajectoryView(pages_);
     token_diff_ = new TokenDiffView(pages_);
     tables_ = new TablesView(pages_);
+    compare_ = new CompareView(pages_);
     pages_->addTab(runs_, tr("&Runs"));
     pages_->addTab(launcher_, tr("&Launch"));
     pages_->addTab(trajectories_, tr("Tra&jectories"));
     pages_->addTab(token_diff_, tr("Token &diff"));
     pages_->addTab(tables_, tr("Ta&bles"));
-    setCentralWidget(pages_);
+    pages_->addTab(compare_, tr("&Compare"));
+    auto* central = new QWidget(this);
+    auto* central_layout = new QVBoxLayout(central);
+    central_layout->setContentsMargins(0, 0, 0, 0);
+    // Errors (a path that is not a run, ...) are shown here at once, in red, until the next action.
+    error_ = new QLabel(central);
+    error_->setObjectName(QStringLiteral("error"));
+    error_->setWordWrap(true);
+    error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    error_->setStyleSheet(QStringLiteral("QLabel { background: #fde2d8; color: #7a1f00; padding: 6px; border: 1px solid #d55e00; }"));
+    error_->hide();
+    central_layout->addWidget(error_);
+    central_layout->addWidget(pages_, 1);
+    setCentralWidget(central);
+    // Below this the charts collapse and the tool rows clip (issue 14, item 11).
+    setMinimumSize(880, 640);
     status_ = new QLabel(this);
     statusBar()->addWidget(status_, 1);
 
     follower_ = new RunFollower(this);
-    connect(follower_, &RunFollower::snapshot_ready, this, &MainWindow::on_snapshot);
+    connect(follower_, &RunFollower::delta_ready, this, &MainWindow::on_delta);
     connect(follower_, &RunFollower::load_failed, this, [this](const QString& m) { status_->setText(m); });
-    connect(runs_, &RunsBrowser::open_run_requested, this, &MainWindow::open_run);
+    connect(runs_, &RunsBrowser::open_run_requested, this, [this](const QString& path) { open_run(path); });
+    connect(runs_, &RunsBrowser::compare_requested, this, [this](const QStringList& files) {
+        compare_->set_runs(files);
+        show_page(ComparePage);
+    });
     connect(launcher_, &LauncherView::run_folder_found, this, [this](const QString& folder) {
-        open_run(folder);
+        open_run(folder, true);
         show_page(TrajectoriesPage);
     });
     connect(launcher_, &LauncherView::run_finished, this, [this](int) {
@@ -109,6 +131,7 @@ void MainWindow::build_menus() {
     rebuild_recent_menu();
     file->addSeparator();
     add(file, tr("&Export figure…"), QKeySequence(tr("Ctrl+E")), &MainWindow::export_figure_dialog);
+    add(file, tr("Export &multi-panel figure…"), QKeySequence(tr("Ctrl+Shift+F")), [this] { export_figure_with(true); });
     add(file, tr("Export &table…"), QKeySequence(tr("Ctrl+T")), &MainWindow::export_table_dialog);
     add(file, tr("Export curves (all) as CS&V…"), QKeySequence(tr("Ctrl+Shift+E")), [this] { export_curves_dialog(false); });
     add(file, tr("Export curves (&visible range) as CSV…"), QKeySequence(), [this] { export_curves_dialog(true); });
@@ -116,8 +139,8 @@ void MainWindow::build_menus() {
     add(file, tr("&Quit"), QKeySequence::Quit, &QWidget::close);
 
     auto* view = menuBar()->addMenu(tr("&View"));
-    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles")};
-    for (int i = 0; i < 5; ++i)
+    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles"), tr("&Compare")};
+    for (int i = 0; i < 6; ++i)
         add(view, names[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), [this, i] { show_page(static_cast<Page>(i)); });
     view->addSeparator();
     auto* log = add(view, tr("&Log y axis"), QKeySequence(tr("Ctrl+L")), [this](bool on) { trajectories_->set_log_y(on); });
@@ -153,10 +176,26 @@ void MainWindow::open_catalog(const QString& path) {
     QSettings().setValue(QStringLiteral("catalog"), path);
 }
 
-void MainWindow::open_run(const QString& path) {
-    run_path_ = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
+QString MainWindow::error_text() const { return error_->isVisibleTo(this) ? error_->text() : QString(); }
+
+void MainWindow::show_error(const QString& message) {
+    error_->setText(message);
+    error_->setVisible(!message.isEmpty());
+    if (!message.isEmpty()) status_->setText(message);
+}
+
+bool MainWindow::open_run(const QString& path, bool pending) {
+    const QString clean = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
+    if (auto problem = run_path_problem(clean.toStdString(), pending)) {
+        // Said at once; the run that is open stays open and nothing is remembered.
+        show_error(tr("Cannot open %1").arg(QString::fromStdString(*problem)));
+        return false;
+    }
+    show_error({});
+    run_path_ = clean;
     last_point_count_ = 0;
     static_pages_loaded_ = false;
+    snapshot_ = {};
     trajectories_->set_snapshot({});
     follower_->follow(run_path_);
     remember_recent(run_path_);
@@ -164,16 +203,18 @@ void MainWindow::open_run(const QString& path) {
     setWindowTitle(tr("tandem workbench — %1").arg(QFileInfo(run_path_).fileName() == QStringLiteral("run.h5")
                                                        ? QFileInfo(run_path_).dir().dirName()
                                                        : QFileInfo(run_path_).fileName()));
+    return true;
 }
 
-void MainWindow::on_snapshot(std::shared_ptr<const RunSnapshot> snapshot) {
+void MainWindow::on_delta(std::shared_ptr<const RunDelta> delta) {
     Q_ASSERT(QThread::currentThread() == thread());
-    last_point_count_ = snapshot->point_count();
-    trajectories_->set_snapshot(*snapshot);
-    status_->setText(tr("%1: %2 legs, %3 points").arg(QString::fromStdString(snapshot->path)).arg(snapshot->legs.size()).arg(last_point_count_));
+    apply_delta(snapshot_, *delta);
+    last_point_count_ = snapshot_.point_count();
+    trajectories_->apply_delta(*delta);
+    status_->setText(tr("%1: %2 legs, %3 points").arg(QString::fromStdString(snapshot_.path)).arg(snapshot_.legs.size()).arg(last_point_count_));
     if (!static_pages_loaded_) {
         static_pages_loaded_ = true;
-        load_static_pages(QString::fromStdString(snapshot->path));
+        load_static_pages(QString::fromStdString(snapshot_.path));
     }
     Q_EMIT run_snapshot_shown();
 }
@@ -201,8 +242,12 @@ void MainWindow::load_static_pages(const QString& run_file) {
         tokenizer.reset();  // pieces fall back to ⟨id⟩
     }
     std::vector<std::pair<std::int64_t, std::string>> records;
+    std::vector<std::string> previews;
     if (!legs.empty())
-        for (const auto& r : legs.front()) records.emplace_back(r.index, r.id);
+        for (const auto& r : legs.front()) {
+            records.emplace_back(r.index, r.id);
+            previews.push_back(r.text);
+        }
     std::vector<SideSource> sources;
     auto shared_legs = std::make_shared<std::vector<std::vector<LegTokenRecord>>>(std::move(legs));
     for (std::size_t l = 0; l < shared_legs->size(); ++l) {
@@ -229,7 +274,10 @@ void MainWindow::load_static_pages(const QString& run_file) {
             corpus->clear();
         }
         if (records.empty())
-            for (std::size_t i = 0; i < std::min<std::size_t>(corpus->size(), 64); ++i) records.emplace_back((*corpus)[i].index, (*corpus)[i].id);
+            for (std::size_t i = 0; i < std::min<std::size_t>(corpus->size(), 64); ++i) {
+                records.emplace_back((*corpus)[i].index, (*corpus)[i].id);
+                previews.push_back((*corpus)[i].messages.empty() ? std::string() : (*corpus)[i].messages.front().content);
+            }
         for (auto [kind, name] : {std::pair{data::TemplateKind::Qwen3, "template qwen3 (tandem)"},
                                   std::pair{data::TemplateKind::ChatML, "template chatml (tandem)"}}) {
             if (corpus->empty()) break;
@@ -239,7 +287,7 @@ void MainWindow::load_static_pages(const QString& run_file) {
                                }});
         }
     }
-    token_diff_->set_sources(std::move(records), std::move(sources));
+    token_diff_->set_sources(std::move(records), std::move(sources), std::move(previews));
 }
 
 void MainWindow::remember_recent(const QString& path) {
@@ -263,12 +311,22 @@ void MainWindow::rebuild_recent_menu() {
 }
 
 void MainWindow::export_figure_dialog() {
-    const QStringList panels{tr("held-out loss"), tr("grad norm"), tr("residual")};
+    export_figure_with(false);
+}
+
+void MainWindow::export_figure_with(bool several) {
+    QStringList panels;
+    for (int p = 0; p < TrajectoryView::PanelCount; ++p) panels << TrajectoryView::panel_name(static_cast<TrajectoryView::Panel>(p));
     FigureExportDialog dialog(panels, 0, this);
+    if (several) dialog.choose_panels({TrajectoryView::HeldoutPanel, TrajectoryView::ResidualPanel, TrajectoryView::GradNormPanel});
     if (dialog.exec() != QDialog::Accepted) return;
     try {
-        auto options = trajectories_->panel_options(dialog.panel());
-        export_figure(trajectories_->snapshot(), options, dialog.size(), *figure_format_for(dialog.path()), dialog.path().toStdString());
+        // The Compare page's overlay when it is the page in front, else the run's trajectories.
+        TrajectoryView* view = pages_->currentIndex() == ComparePage ? compare_->overlay() : trajectories_;
+        std::vector<PanelFigure> figure;
+        for (int p : dialog.panels()) figure.push_back({view->panel_curves(p), view->panel_options(p)});
+        export_figure_panels(figure, dialog.size(), *figure_format_for(dialog.path()), dialog.path().toStdString(),
+                             QStringLiteral("tandem: %1").arg(QString::fromStdString(view->snapshot().run_id)));
         status_->setText(tr("Wrote %1").arg(dialog.path()));
     } catch (const std::exception& e) {
         QMessageBox::warning(this, tr("Export figure"), QString::fromUtf8(e.what()));
@@ -309,6 +367,28 @@ void MainWindow::export_curves_dialog(bool visible_only) {
     }
 }
 
+bool MainWindow::export_multi_panel_figure(const QString& path) {
+    const auto format = figure_format_for(path);
+    if (!format) return false;
+    trajectories_->redraw_now();
+    FigureSize size;
+    size.width = kJournalColumnCm;
+    size.height = 12;
+    size.font_pt = 8;
+    size.font_family = QStringLiteral("DejaVu Serif");
+    std::vector<PanelFigure> figure;
+    for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::ResidualPanel), int(TrajectoryView::GradNormPanel)})
+        figure.push_back({trajectories_->panel_curves(p), trajectories_->panel_options(p)});
+    try {
+        export_figure_panels(figure, size, *format, path.toStdString(),
+                             QStringLiteral("tandem: %1").arg(QString::fromStdString(trajectories_->snapshot().run_id)));
+        return true;
+    } catch (const std::exception& e) {
+        show_error(QString::fromUtf8(e.what()));
+        return false;
+    }
+}
+
 QStringList MainWindow::save_screenshots(const QString& dir) {
     QDir().mkpath(dir);
     QStringList written;
@@ -326,6 +406,24 @@ QStringList MainWindow::save_screenshots(const QString& dir) {
             const auto templates = QDir(dir).filePath(QStringLiteral("token-diff-templates.png"));
             if (grab().save(templates, "PNG")) written << templates;
             token_diff_->select(0, 0, 1);
+        }
+        if (i == ComparePage && compare_->diff_choices().size() >= 2) {
+            // The comparison of the first two runs' first leg: its diff tables.
+            compare_->overlay()->redraw_now();
+            QApplication::processEvents();
+            const auto file_overlay = QDir(dir).filePath(QString::fromLatin1(kPageFiles[i]));
+            if (grab().save(file_overlay, "PNG") && !written.contains(file_overlay)) written << file_overlay;
+            const auto choices = compare_->diff_choices();
+            QString b = choices.value(1);
+            const QString a = choices.value(0), leg = a.mid(a.lastIndexOf(QLatin1Char(':')));
+            for (const auto& c : choices)
+                if (c != a && c.endsWith(leg)) b = c;
+            compare_->compare(a, b);
+            compare_->show_diff_tab();
+            compare_->diff_view()->set_current_index(0);
+            QApplication::processEvents();
+            const auto diff = QDir(dir).filePath(QStringLiteral("compare-diff.png"));
+            if (grab().save(diff, "PNG")) written << diff;
         }
     }
     pages_->setCurrentIndex(current);

@@ -25,6 +25,13 @@ TablesView::TablesView(QWidget* parent) : QWidget(parent) {
     view_->setAlternatingRowColors(true);
     view_->horizontalHeader()->setStretchLastSection(true);
     layout->addWidget(view_, 1);
+    // The table's own notes, as `tandem report` prints them under it.
+    notes_ = new QLabel(this);
+    notes_->setObjectName(QStringLiteral("notes"));
+    notes_->setWordWrap(true);
+    notes_->setTextFormat(Qt::PlainText);
+    notes_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(notes_);
     note_ = new QLabel(this);
     note_->setWordWrap(true);
     layout->addWidget(note_);
@@ -42,11 +49,14 @@ void TablesView::set_tables(std::vector<StringTable> tables, const QString& note
     set_current_index(tables_.empty() ? -1 : 0);
 }
 
+QString TablesView::notes_text() const { return notes_->text(); }
+
 int TablesView::current_index() const { return chooser_->currentIndex(); }
 
 void TablesView::set_current_index(int index) {
     if (index < 0 || index >= static_cast<int>(tables_.size())) {
         model_->set_table({});
+        notes_->clear();
         return;
     }
     if (chooser_->currentIndex() != index) {
@@ -54,6 +64,9 @@ void TablesView::set_current_index(int index) {
         chooser_->setCurrentIndex(index);
     }
     model_->set_table(tables_[static_cast<std::size_t>(index)]);
+    QStringList notes;
+    for (const auto& n : tables_[static_cast<std::size_t>(index)].notes) notes << QStringLiteral("* ") + QString::fromStdString(n);
+    notes_->setText(notes.join(QLatin1Char('\n')));
     view_->resizeColumnsToContents();
 }
 

@@ -28,6 +28,9 @@ struct TokenDiff {
     // sequence); the whole short range when identical.
     size_t window_begin = 0, window_end = 0;
     size_t id_mismatches = 0;          // positions < min(length) whose ids differ (a count, for summaries)
+    // Every position < min(length) whose ids (or, both known, supervision flags) differ, in order:
+    // what a side-by-side view marks.
+    std::vector<size_t> mismatch_positions;
 };
 
 TokenDiff diff_tokens(const TokenSequence& a, const TokenSequence& b, size_t window = 8);

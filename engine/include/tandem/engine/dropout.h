@@ -54,4 +54,24 @@ struct DropoutContext {
     bool active() const { return mode != DropoutMode::Off && p > 0.0; }
 };
 
+// The mask of one adapter input, as a pure function that every backend evaluates itself: element i
+// of the flat [N, in] input is kept iff uniform(key, first_index + i) >= p, and kept elements are
+// multiplied by `scale`. A backend that keeps masks (Backend::keeps_dropout_masks: the CPU) fills
+// `keep` (N*in bytes of backend memory from the size table) in the forward and reads it back in the
+// backward; CUDA regenerates the mask inside its kernels and leaves `keep` alone.
+struct DropoutMask {
+    bool active = false;
+    uint64_t key = 0;
+    uint64_t first_index = 0;
+    double p = 0.0;
+    float scale = 1.0f;
+    uint8_t* keep = nullptr;
+};
+
+// The mask of projection `projection` of decoder layer `layer` over `elements` (= N * in) inputs in
+// one forward pass: shared keys from (seed, update, micro_batch, layer, projection); native keys from
+// the seed and the running counter, which this call advances by `elements`. Inactive when the
+// context is (mode Off or p = 0). Called in layer-major, projection order (q..down) by the wiring.
+DropoutMask dropout_mask(const DropoutContext& dropout, int64_t layer, int projection, int64_t elements);
+
 }  // namespace tandem::engine

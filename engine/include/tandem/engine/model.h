@@ -1,6 +1,8 @@
 #pragma once
-// Qwen3 decoder + LoRA adapters on the CPU (float32): the forward pass, the fused LM-head
-// cross-entropy, and the backward pass into the LoRA parameters only (the base model is frozen).
+// Qwen3 decoder + LoRA adapters (float32) on any backend (tandem/engine/backend.h): the forward pass,
+// the fused LM-head cross-entropy over the supervised rows, and the backward pass into the LoRA
+// parameters only (the base model is frozen). The wiring is written ONCE (engine/src/model/model.cpp)
+// and reaches every op through the Backend; the CPU and CUDA engines differ only in their backend.
 //
 // Layer layout (per decoder layer, N = B*T tokens, C hidden, H/KV heads, D head_dim, I intermediate):
 //   x -> RMSNorm(input_layernorm) -> q/k/v (LoRA) -> q_norm/k_norm (per head) -> RoPE
@@ -8,15 +10,17 @@
 //     -> RMSNorm(post_attention_layernorm) -> gate/up (LoRA) -> silu(gate)*up -> down (LoRA) -> + residual
 // then model.norm and the tied LM head (embed_tokens^T). See docs/engine.md.
 //
-// LoRA parameters live in ONE contiguous float buffer (and one gradient buffer of the same layout),
-// so the optimizer, clipping and checkpoints handle a single span. Layout: layer-major, then
-// projections in {q,k,v,o,gate,up,down} order (only the targeted ones), then A [r,in] then B [out,r].
+// LoRA parameters live in ONE contiguous float buffer on the backend (and one gradient buffer of the
+// same layout), so the optimizer, clipping and checkpoints handle a single span. Layout: layer-major,
+// then projections in {q,k,v,o,gate,up,down} order (only the targeted ones), then A [r,in] then B [out,r].
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tandem/engine/backend.h"
 #include "tandem/engine/batch.h"
 #include "tandem/engine/config.h"
 #include "tandem/engine/dropout.h"
@@ -34,8 +38,8 @@ struct AdapterSlot {
     bool is_a = true;
 };
 
-// The flat LoRA layout of a (config, adapter) pair — computed here once and shared by the CPU model
-// and the CUDA trainer, so both backends (and their checkpoints) agree by construction.
+// The flat LoRA layout of a (config, adapter) pair — computed once, so every backend (and every
+// checkpoint) agrees by construction.
 struct AdapterLayout {
     static constexpr int kProjections = 7;  // q, k, v, o, gate, up, down
     std::array<bool, kProjections> adapted{};
@@ -56,10 +60,11 @@ class Qwen3LoraModel {
 public:
     // base_weights: HF names (model.embed_tokens.weight, model.layers.N...., model.norm.weight;
     // lm_head.weight only when tie_word_embeddings is false). Shapes are checked; a missing or
-    // misshapen tensor throws tandem::Error naming it. The adapter starts at A = B = 0 until
+    // misshapen tensor throws tandem::Error naming it. The tensors move to the backend (nullptr: a
+    // CPU backend with the current thread count). The adapter starts at A = B = 0 until
     // load_adapter() is called.
     Qwen3LoraModel(const Qwen3Config& config, TensorMap base_weights, const LoraConfig& lora,
-                   ModelOptions options = {});
+                   ModelOptions options = {}, std::shared_ptr<Backend> backend = nullptr);
     ~Qwen3LoraModel();
     Qwen3LoraModel(Qwen3LoraModel&&) noexcept;
     Qwen3LoraModel& operator=(Qwen3LoraModel&&) noexcept;
@@ -74,11 +79,13 @@ public:
     TensorMap adapter_tensors() const;
     TensorMap adapter_gradients() const;  // same names as adapter_tensors()
     int64_t num_trainable() const;
+    // Backend memory (host memory on the CPU backend).
     float* params();
     const float* params() const;
     float* grads();
     const float* grads() const;
     void zero_grads();
+    Backend& backend() const;
 
     // ---- compute ------------------------------------------------------------------------------
     // Forward + fused CE over the supervised labels, then (if grad_scale != 0) backward, ACCUMULATING
@@ -88,6 +95,11 @@ public:
     double loss_sum(const MicroBatch& mb);
     // Full logits [batch, seq, vocab] (tests / small vocabularies only; materialises B*T*V floats).
     std::vector<float> logits(const MicroBatch& mb);
+    // The trainer's entry point: forward (+ backward when grad_scale != 0, ACCUMULATING into grads())
+    // over every micro-batch, micro-batch i with dropout(i); their inputs go to the backend in one
+    // upload and the host waits once, at the end, for the sum of token losses it returns.
+    double accumulate(const std::vector<MicroBatch>& micro_batches,
+                      const std::function<DropoutContext(size_t)>& dropout, double grad_scale);
 
 private:
     struct Impl;

@@ -1,4 +1,5 @@
 #pragma once
+#define TANDEM_ENGINE_CPU_OPS_INCLUDED 1  // model.cpp refuses to compile with it: the wiring uses Backend only
 // CPU operators of tandem's Qwen3 + LoRA engine, written the llm.c way: every layer is a pair of free
 // functions on raw pointers with explicit dimensions, `op_forward(out, cache..., in..., dims)` and
 // `op_backward(din..., dparam..., dout, cache..., dims)`.
@@ -15,6 +16,8 @@
 //   - Reductions are ordered and thread partitions are fixed, so results are bit-reproducible for a
 //     given thread count (needed for bit-identical resume).
 #include <cstdint>
+
+#include "tandem/engine/rope.h"
 
 namespace tandem::engine::ops {
 
@@ -49,18 +52,14 @@ void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, in
 // out[rows,C], rstd[rows], in[rows,C], weight[C]
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int64_t rows, int64_t C, double eps);
-// din[rows,C] (=), dweight[C] (+=, nullable), dout[rows,C]
+// din[rows,C] (=, or += when accumulate_din: the residual stream adds the norm's input gradient),
+// dweight[C] (+=, nullable), dout[rows,C]
 template <typename T>
 void rmsnorm_backward(T* din, T* dweight, const T* dout, const T* in, const T* weight, const T* rstd,
-                      int64_t rows, int64_t C);
+                      int64_t rows, int64_t C, bool accumulate_din = false);
 
 // ----------------------------------------------------------------------------------------------
-// RoPE, rotate-half convention, tables as transformers computes them in float32:
-//   inv_freq[j] = 1 / (theta ** (float(2j) / D)), angle[t, j] = float(t) * inv_freq[j] (float32),
-//   cos/sin[t, :] = cos/sin(cat(angle, angle)).
-// cos[T,D], sin[T,D]
-void rope_tables(float* cos, float* sin, int64_t T, int64_t D, double theta);
-void rope_tables(double* cos, double* sin, int64_t T, int64_t D, double theta);
+// RoPE, rotate-half convention; the tables (rope_tables) are in rope.h.
 // out[B,T,H,D] = x*cos + rotate_half(x)*sin; in[B,T,H,D]. out may alias in.
 template <typename T>
 void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D);

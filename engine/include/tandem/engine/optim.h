@@ -33,5 +33,6 @@ double global_grad_norm(const float* grad, const std::vector<std::pair<int64_t, 
 // torch.nn.utils.clip_grad_norm_: coef = min(1, float(max) / (float(norm) + 1e-6f)) in float32;
 // grad *= coef. Returns the coefficient.
 float clip_grad(float* grad, int64_t n, double norm, double max_norm);
+float clip_coefficient(double norm, double max_norm);  // the coef above
 
 }  // namespace tandem::engine

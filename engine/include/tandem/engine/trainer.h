@@ -1,7 +1,9 @@
 #pragma once
-// One training run of the engine: a Qwen3LoraModel, AdamW moments, the schedule, clipping,
-// gradient accumulation with SPEC §1's per-update token normalisation, evaluation and resumable
-// state. The CLI runner, the C ABI and the tests drive training through this class only.
+// One training run of the engine on one backend (CPU or CUDA): a Qwen3LoraModel, AdamW moments, the
+// schedule, clipping, gradient accumulation with SPEC §1's per-update token normalisation, evaluation
+// and resumable state, written once over the backend seam (tandem/engine/backend.h). The engine leg,
+// the C ABI and the tests drive training through this class only, whatever the backend; a
+// TrainerState (host tensors with peft names) restores on any backend.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -24,7 +26,7 @@ struct TrainOptions {
     double max_grad_norm = 1.0;
     DropoutMode dropout_mode = DropoutMode::Native;  // Off forces no dropout even if lora.dropout > 0
     uint64_t seed = 0;              // experiment seed (dropout masks)
-    int threads = 0;                // <= 0: hardware concurrency
+    int threads = 0;                // <= 0: hardware concurrency (the CPU backend made by create())
     ModelOptions model{};
 };
 
@@ -55,8 +57,9 @@ struct TrainerState {
 
 class Trainer {
 public:
+    // backend: where the model computes; nullptr = make_cpu_backend(options.threads).
     static Trainer create(const Qwen3Config& config, TensorMap base_weights, const LoraConfig& lora,
-                          TrainOptions options);
+                          TrainOptions options, std::shared_ptr<Backend> backend = nullptr);
     ~Trainer();
     Trainer(Trainer&&) noexcept;
     Trainer& operator=(Trainer&&) noexcept;
@@ -77,6 +80,7 @@ public:
     double lr_for_update(int64_t t) const;
     Qwen3LoraModel& model();
     const TrainOptions& options() const;
+    Backend& backend() const;
 
 private:
     Trainer();

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,7 +26,8 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 3;  // 1: probes; 2: runs + legs; 3: legs paused/stopped
+inline constexpr int kCatalogSchemaVersion = 5;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
+                                                 // 5: seed envelopes
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -60,6 +62,13 @@ struct RunRecord {
     std::string note;
 };
 
+// What a user wrote about a run (schema 4): tags and a free-text note, kept apart from the runner's
+// own runs.note (the verdict line), which the runner rewrites.
+struct RunAnnotation {
+    std::vector<std::string> tags;  // trimmed, non-empty, no commas, each once, sorted
+    std::string note;
+};
+
 struct LegRecord {
     std::string run_id;
     std::string name;             // leg name (same as /legs/<leg> in the run file)
@@ -77,6 +86,21 @@ struct LegRecord {
     std::optional<std::int64_t> last_eval_update;
     std::optional<double> last_eval_ce;
     std::string error;            // one-line error when failed
+};
+
+// One row of `envelopes` with its `envelope_points` (docs/envelope.md): a stack's seed envelope.
+struct EnvelopeRecord {
+    std::int64_t id = 0;             // assigned by the catalog
+    std::string spec_key;            // ExperimentSpec::sha256_without_seeds()
+    std::string experiment;
+    std::string implementation;      // the stack
+    std::int64_t members = 0;
+    std::string vary;                // the seeds varied, comma-separated
+    std::string member_mean_ce;      // JSON array: each member's mean held-out CE after update 0
+    std::string run_file;            // the envelope's run.h5
+    std::string created_at;          // ISO-8601 UTC (now when empty)
+    std::string hostname;
+    std::vector<std::pair<std::string, EnvelopePoint>> points;  // (series, statistics at one update)
 };
 
 class Catalog {
@@ -106,6 +130,19 @@ public:
     std::vector<LegRecord> legs(const std::string& run_id) const;  // by name
     // Deletes the run's row and its legs' rows (not its folder); returns false when there was none.
     bool delete_run(const std::string& run_id);
+
+    // Tags and notes (schema 4). The run must exist. Tags are normalised (see RunAnnotation);
+    // a tag with a comma or longer than 64 characters is refused with an error naming it.
+    void set_run_tags(const std::string& run_id, const std::vector<std::string>& tags);
+    void set_run_user_note(const std::string& run_id, const std::string& note);
+    RunAnnotation annotation(const std::string& run_id) const;
+    std::map<std::string, RunAnnotation> annotations() const;  // every annotated run, by id
+    // Ids of the runs (newest first) whose tags, note, id or experiment contain `text` (case-insensitive).
+    std::vector<std::string> search_runs(const std::string& text) const;
+
+    // Envelopes (schema 5): added with their points in one transaction; listed newest first for a key.
+    std::int64_t add_envelope(const EnvelopeRecord& envelope);
+    std::vector<EnvelopeRecord> envelopes(const std::string& spec_key) const;
 
     sqlite3* handle() const { return db_; }  // for tests and advanced queries
 

@@ -12,6 +12,8 @@
 // (run order, as the differences), except when a is a reference-implementation leg and b is not:
 // then a is the reference and the percent is 100 * (b - a) / |a|. A reference value of 0 (or a
 // non-finite value) gives NaN, never a made-up number.
+#include "tandem/experiments/distance.h"
+#include "tandem/experiments/envelope.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
@@ -19,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +37,10 @@ struct LegData {
 
 struct Thresholds {
     double l1_rel = 1e-5;           // SPEC §4 L1
-    double l4_mean_abs_rel = 1e-4;  // L4 with shared masks and a shared plan: mean |a-b| / mean |b|
+    // L4 is judged by two distances (docs/thresholds.md): the paired numerics distance against the
+    // error model (k: kErrorModelK, calibrated) and the envelope distance (band, one-sided test).
+    double error_model_k = kErrorModelK;
+    double envelope_alpha = 0.05;   // the one-sided test's level (MLPerf's)
 };
 
 // ---- plain statistics (exposed for tests) --------------------------------------------------------
@@ -75,6 +81,21 @@ bool is_imported(const LegData& leg);
 
 // Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
+
+// Throughput of one update: supervised tokens / wall seconds (NaN when the wall time is not
+// positive). The per-update curve behind TimingRow::tokens_per_s (which sums over the run).
+double update_tokens_per_second(const StepRow& row);
+
+// The L4 residual points (percent, leg minus reference) of the pair (a, b) at paired updates
+// greater than `eval_after` (held-out CE) / `step_after` (training loss, grad norm), exactly as
+// compare_legs computes them over the whole series: a follower of a growing run adds only these
+// instead of recomputing every level. Rows must be in update order.
+struct ResidualPoints {
+    std::vector<PercentPoint> eval, loss, grad;
+};
+ResidualPoints residual_points_after(const std::vector<StepRow>& steps_a, const std::vector<EvalRow>& evals_a,
+                                     const std::vector<StepRow>& steps_b, const std::vector<EvalRow>& evals_b,
+                                     bool reference_is_a, int64_t eval_after, int64_t step_after);
 
 // ---- levels ----------------------------------------------------------------------------------------
 struct L1Entry {
@@ -124,9 +145,14 @@ struct L4Entry {
     std::string residual_leg, residual_reference;
     PercentSeries eval_percent, loss_percent, grad_percent;
     std::optional<double> final_loss_a, final_loss_b;
-    bool gated = false;  // a pass/fail applies (shared masks + shared plan in both legs)
-    bool pass = true;
+    bool gated = false;  // the legs are paired (same seeds, shared masks + shared plan): the numerics distance applies
+    bool pass = true;    // the pair's verdict passes (equivalent, or within the seed envelope)
     std::string note;
+    // The two distances (docs/thresholds.md) and the pair's verdict with its one-line reason.
+    PairedDistance numerics;
+    EnvelopeDistance envelope;
+    PairVerdict verdict = PairVerdict::NotComparable;
+    std::string verdict_reason;
 };
 
 struct TimingRow {
@@ -153,14 +179,20 @@ struct Comparison {
     std::vector<TimingRow> timing;
     std::vector<ProbeResult> probes;
     std::vector<GateFlag> flags;        // every leg's gate flags, in leg order
-    std::vector<std::string> failures;  // one line per level that failed its threshold
+    std::vector<std::string> failures;  // one line per level L1-L3 that failed, and per non-finite value
+    ErrorModel error_model;             // the bound the paired numerics distances used
+    std::vector<SeedEnvelope> envelopes;  // the seed envelopes that judged the pairs (may be empty)
     // What the legs lack (judge_completeness): a leg that did not finish, missing or repeated updates,
     // missing evaluations. A comparison over incomplete legs never passes.
     std::vector<std::string> incomplete;
     bool completeness_judged = false;
-    bool passed() const { return completeness_judged && incomplete.empty() && failures.empty(); }
-    // One line: "all cross-checks passed", "incomplete: <first reason> (+N more)", "cross-checks FAILED:
-    // <first failure> (+N more)", or for one leg "complete; one leg, nothing to cross-check".
+    // Complete, no level failed, and every pair equivalent or within the seed envelope.
+    bool passed() const;
+    // One line (docs/report.md "The verdict"): "incomplete: <first reason> (+N more)"; "not comparable:
+    // <first failure> (+N more)" (a level L1-L3 failed or a value is non-finite); else the worst pair's
+    // verdict with its reason: "equivalent: ...", "numerically different but within the seed envelope:
+    // ...", "outside the envelope: ...", "not comparable: ..." (+N more pairs not passing); for one leg
+    // "complete; one leg, nothing to cross-check".
     std::string verdict() const;
 };
 
@@ -183,12 +215,45 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
 // enough, else [n/5, n-1] (0-based, inclusive).
 std::pair<int64_t, int64_t> timing_window(int64_t updates);
 
-Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {});
+// `model`: the error model of the run (error_model_for); `envelopes`: the seed envelopes of the
+// experiment (same sha256_without_seeds), any stacks.
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {},
+                        const std::optional<ErrorModel>& model = std::nullopt, const std::vector<SeedEnvelope>& envelopes = {});
 
 // Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
 std::vector<LegData> read_legs(const RunFileReader& reader);
 
-// Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes).
+// ---- legs of different runs (`tandem compare RUN_A:LEG RUN_B:LEG`, the workbench's diff view) -----
+// "RUN:LEG": RUN a run folder or its run.h5, LEG a leg of it (the text after the last ':').
+struct RunLegRef {
+    std::filesystem::path run;
+    std::string leg;
+};
+RunLegRef parse_run_leg(const std::string& text);  // throws tandem::Error naming the text
+
+// One difference between two experiment specs: `key` is the dotted path ("batch.max_updates",
+// "lora.targets"), a/b the JSON text of each side's value (nullopt where the key is absent).
+struct ConfigDifference {
+    std::string key;
+    std::optional<std::string> a, b;
+};
+// Every key whose value differs, in key order (objects are walked; arrays and scalars compared whole).
+std::vector<ConfigDifference> diff_specs(const nlohmann::json& a, const nlohmann::json& b);
+
+struct RunsComparison {
+    std::string label_a, label_b;          // "<run id>:<leg>" — the leg names in `comparison`
+    std::string run_id_a, run_id_b;
+    std::vector<ConfigDifference> config;  // the experiment files' differences (spec A vs spec B)
+    Comparison comparison;                 // L1–L4 of the two legs, as compare_legs computes them
+};
+// L1–L4 between a leg of one run file and a leg of another (or the same) run file. With the same
+// experiment spec the pair is judged as within one run (paired numerics distance when the legs'
+// settings line up, the seed envelope either run file holds); with different specs L4 is reported
+// and the pair is not comparable (the first differing setting is the reason).
+RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {});
+
+// Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes,
+// the pair's verdict) and /distances/<a>~<b>/{numerics,envelope} (docs/hdf5-layout.md).
 void write_comparisons(RunFileWriter& writer, const Comparison& c);
 
 }  // namespace tandem::experiments

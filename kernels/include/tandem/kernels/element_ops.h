@@ -29,8 +29,8 @@ namespace tandem::kernels {
 #define TANDEM_SQRT(a) std::sqrt(a)
 #endif
 
-// SplitMix64's finaliser (engine/include/tandem/engine/dropout.h: mix64).
-__host__ __device__ inline uint64_t mix64_device(uint64_t z) {
+// SplitMix64's finaliser, host + device: the twin of engine::mix64 (engine/include/tandem/engine/dropout.h).
+__host__ __device__ inline uint64_t mix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -40,7 +40,7 @@ __host__ __device__ inline uint64_t mix64_device(uint64_t z) {
 // keep_i = u_i >= p with u_i = (mix64(key ^ index) >> 40) * 2^-24, as the integer test
 // top24 >= threshold, threshold = ceil(p * 2^24) (kernels::dropout_threshold).
 __host__ __device__ inline bool dropout_keep(uint64_t key, uint64_t index, uint32_t threshold) {
-    return static_cast<uint32_t>(mix64_device(key ^ index) >> 40) >= threshold;
+    return static_cast<uint32_t>(mix64(key ^ index) >> 40) >= threshold;
 }
 
 // The float32 scalars of one AdamW step (see adamw_scalars in ops.h).

@@ -1,8 +1,11 @@
 #pragma once
-// Device operators of tandem's Qwen3 + LoRA engine: the CUDA twins of engine/include/tandem/engine/ops.h
-// (same names, same argument order, same shapes and accumulation rules), plus the training-step pieces
-// of optim.h / dropout.h. Every pointer is DEVICE memory unless the comment says host; every call is
-// asynchronous on `stream` unless it says it synchronises.
+#define TANDEM_KERNELS_OPS_INCLUDED 1  // engine/src/model/model.cpp refuses to compile with it
+// Device launchers of tandem's Qwen3 + LoRA engine: what the engine's CUDA backend
+// (engine/src/cuda/cuda_backend.cpp) calls to implement each op of the backend seam
+// (engine/include/tandem/engine/backend.h — the op contract lives there), plus the pieces the ops
+// need (GEMM glue, dropout masks, per-row losses). Every pointer is DEVICE memory unless the comment
+// says host; every call is asynchronous on `stream` unless it says it synchronises. Launchers take
+// their workspace explicitly; the backend owns it.
 //
 // Conventions (row-major, as the CPU ops):
 //   - N = B*T tokens, C hidden, H query heads, KV key/value heads, D head_dim.
@@ -45,7 +48,6 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int64_t M, int64_t N,
 // ----------------------------------------------------------------------------------------------
 // elementwise helpers (elementwise.cu)
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);          // y += x
-void scale_inplace(float* y, float s, int64_t n, cudaStream_t stream);               // y *= s
 void fill(float* y, float value, int64_t n, cudaStream_t stream);
 // out[j,:] = in[rows[j],:] for j < n_rows (rows are host-built index lists uploaded by the caller)
 void gather_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream);
@@ -105,7 +107,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // ----------------------------------------------------------------------------------------------
 // LoRA dropout (dropout.cu): engine/include/tandem/engine/dropout.h's generator, same integer
 // arithmetic: keep_i = (mix64(key ^ (first_index + i)) >> 40) >= ceil(p * 2^24).
-// (mix64_device and dropout_keep live in element_ops.h, shared with host tests.)
+// (mix64 and dropout_keep live in element_ops.h, shared with host tests.)
 // u >= p with u = m * 2^-24 exactly, m = top 24 bits: m >= ceil(p * 2^24) (p * 2^24 is exact in double).
 uint32_t dropout_threshold(double p);
 // keep[i] (uint8) for i < n, the CPU's fill_dropout_keep (tests compare the two bit for bit).

@@ -28,4 +28,11 @@ Series smoothed_for_display(const Series& series, double weight);
 // The recorded point whose update is nearest to `update` (nullopt for an empty series).
 std::optional<SeriesPoint> nearest_point(const Series& series, double update);
 
+// The value recorded at exactly `update` (nullopt when the series has no point there).
+std::optional<double> value_at(const Series& series, double update);
+
+// Of every update recorded in any of `series`, the one nearest to `update` (nullopt when all are
+// empty): the update the hover read-out shows, so every leg is read at the same update.
+std::optional<double> nearest_update(const std::vector<const Series*>& series, double update);
+
 }  // namespace tandem::views

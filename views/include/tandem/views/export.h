@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <utility>
+#include <vector>
 
 namespace tandem::views {
 
@@ -21,7 +22,8 @@ struct FigureSize {
     double width = 16;
     double height = 10;
     LengthUnit unit = LengthUnit::Centimetres;
-    int font_pt = 9;
+    int font_pt = 8;            // 8 pt: LaTeX's \footnotesize in a 10 pt article, what the tables use
+    QString font_family;        // empty: the application font; the paper's family to match its text
     int png_dpi = 300;  // PNG only: pixels = inches * dpi
     double width_inches() const { return unit == LengthUnit::Inches ? width : width / 2.54; }
     double height_inches() const { return unit == LengthUnit::Inches ? height : height / 2.54; }
@@ -30,9 +32,24 @@ struct FigureSize {
 // PNG/SVG/PDF from the file suffix (case-insensitive); nullopt for anything else.
 std::optional<FigureFormat> figure_format_for(const QString& path);
 
+// Journal widths (the dialog's presets): one column and two columns of a typical two-column journal.
+inline constexpr double kJournalColumnCm = 8.5;
+inline constexpr double kJournalTwoColumnsCm = 17.8;
+
 // Builds the chart afresh at `size` and writes it to `path`. Throws tandem::Error naming the file.
 void export_figure(const RunSnapshot& snapshot, ChartOptions options, const FigureSize& size,
                    FigureFormat format, const std::filesystem::path& path);
+
+// One panel of a multi-panel figure: its curves (pointing into data that outlives the call) and options.
+struct PanelFigure {
+    std::vector<Curve> curves;
+    ChartOptions options;
+};
+// Several panels stacked in one figure of `size` (each panel size.height / n high), sharing the
+// update axis, in one file: PDF (fonts embedded, curves as paths), SVG or PNG. Panel i after the
+// first shows its legend only when its curves differ from the panel above (the residual panel).
+void export_figure_panels(const std::vector<PanelFigure>& panels, const FigureSize& size, FigureFormat format,
+                          const std::filesystem::path& path, const QString& title = {});
 
 enum class TableFormat { Latex, Csv, Markdown };
 std::optional<TableFormat> table_format_for(const QString& path);  // .tex, .csv, .md

@@ -22,6 +22,9 @@ struct LegProgress {
     std::string error;               // the leg's error event, empty when none
     std::vector<std::string> last_events;  // up to 8 last lines of events.jsonl
     std::string stderr_tail;         // up to 4 KiB of stderr.log's end
+    std::string status;              // the runner's word for the leg (run.h5 leg attribute; "stopped"
+                                     // when legs/<leg>/stopped is there): paused, stopped, finished, ...
+    bool request_pending = false;    // legs/<leg>/request waits for the runner (tandem leg …)
 };
 using RunProgress = std::vector<LegProgress>;
 

@@ -2,6 +2,7 @@
 // The workbench window: pages Runs, Launch, Trajectories, Token diff, Tables; menus and shortcuts
 // for the main actions; window layout, recent runs and the catalog remembered in QSettings;
 // run files dropped on the window are opened.
+#include "tandem/views/run_follower.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <QMainWindow>
@@ -16,6 +17,7 @@ QT_END_NAMESPACE
 
 namespace tandem::views {
 
+class CompareView;
 class LauncherView;
 class RunFollower;
 class RunsBrowser;
@@ -26,26 +28,35 @@ class TrajectoryView;
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage };
+    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage };
 
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
 
     void open_catalog(const QString& path);
-    // Opens a run file or folder: follows it (live while legs write), fills every page.
-    void open_run(const QString& path);
+    // Opens a run file or folder: follows it (live while legs write), fills every page. A path
+    // that is not a run is refused at once with an error naming it; the open run stays open and
+    // Recent runs is not touched. `pending`: a run folder the runner is still preparing (launcher).
+    bool open_run(const QString& path, bool pending = false);
     QString current_run() const { return run_path_; }
+    // The error shown in the window's error bar (empty when none).
+    QString error_text() const;
+    void show_error(const QString& message);
 
     void show_page(Page page);
     // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png
     // (and token-diff-templates.png when tandem's own template renderings are available).
     QStringList save_screenshots(const QString& dir);
+    // Held-out CE + residual + grad norm of the open run in one figure at a journal column width
+    // (8.5 × 12 cm, 8 pt): what File ▸ Export multi-panel figure… writes with its defaults.
+    bool export_multi_panel_figure(const QString& path);
 
     RunsBrowser* runs_browser() const { return runs_; }
     LauncherView* launcher() const { return launcher_; }
     TrajectoryView* trajectories() const { return trajectories_; }
     TokenDiffView* token_diff() const { return token_diff_; }
     TablesView* tables() const { return tables_; }
+    CompareView* compare() const { return compare_; }
 
 Q_SIGNALS:
     // Emitted after a snapshot of the current run reached the views (tests wait on it).
@@ -58,11 +69,12 @@ protected:
 
 private:
     void build_menus();
-    void on_snapshot(std::shared_ptr<const RunSnapshot> snapshot);
+    void on_delta(std::shared_ptr<const RunDelta> delta);
     void load_static_pages(const QString& run_file);
     void remember_recent(const QString& path);
     void rebuild_recent_menu();
     void export_figure_dialog();
+    void export_figure_with(bool several_panels);
     void export_table_dialog();
     void export_curves_dialog(bool visible_only);
 
@@ -72,11 +84,14 @@ private:
     TrajectoryView* trajectories_ = nullptr;
     TokenDiffView* token_diff_ = nullptr;
     TablesView* tables_ = nullptr;
+    CompareView* compare_ = nullptr;
     RunFollower* follower_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QLabel* status_ = nullptr;
+    QLabel* error_ = nullptr;
     QString run_path_;
     std::size_t last_point_count_ = 0;
+    RunSnapshot snapshot_;  // the open run as followed so far
     bool static_pages_loaded_ = false;
 };
 

@@ -1,8 +1,9 @@
 #pragma once
-// Follows a run file while legs write to it: a worker thread re-reads the file when it changed
-// (polling its size and mtime) and hands a complete snapshot to the GUI thread as a queued signal.
-// The GUI never waits on HDF5 and the worker never touches a widget (hotspot/PlotJuggler habit).
-#include "tandem/views/run_snapshot.h"
+// Follows a run file while legs write to it: a worker thread polls its size and mtime and, when it
+// changed, reads only the rows appended since the last read (IncrementalRunReader) and hands them
+// to the GUI thread as a queued delta. The GUI never waits on HDF5 and the worker never touches a
+// widget (hotspot/PlotJuggler habit); a long run costs O(new rows) per change, not a re-read.
+#include "tandem/views/run_source.h"
 
 #include <QObject>
 #include <QString>
@@ -13,6 +14,7 @@
 namespace tandem::views {
 
 class RunFollowerWorker;
+using RunDelta = IncrementalRunReader::Delta;
 
 class RunFollower : public QObject {
     Q_OBJECT
@@ -20,12 +22,13 @@ public:
     explicit RunFollower(QObject* parent = nullptr);
     ~RunFollower() override;  // stops the worker thread and waits for it
 
-    // Starts following `path` (a run.h5 or a run folder); replaces any previous path.
+    // Starts following `path` (a run.h5 or a run folder); replaces any previous path (the next
+    // delta is then a reset).
     void follow(const QString& path, int interval_ms = 500);
     void stop();
 
 Q_SIGNALS:
-    void snapshot_ready(std::shared_ptr<const tandem::views::RunSnapshot> snapshot);
+    void delta_ready(std::shared_ptr<const tandem::views::RunDelta> delta);
     void load_failed(const QString& message);
 
 private:

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::views {
@@ -15,17 +16,24 @@ struct SeriesPoint {
 using Series = std::vector<SeriesPoint>;  // sorted by update
 
 // The trajectories the views can draw, in the order of the tabs/panels.
-enum class Metric { HeldoutLoss, GradNorm, TrainLoss };
-const char* metric_label(Metric metric);  // "held-out loss", ...
+enum class Metric { HeldoutCe, GradNorm, TrainLoss, LearningRate, Throughput };
+const char* metric_label(Metric metric);  // "held-out CE", ...
+// Every metric, in the order of the trajectory panels.
+inline constexpr Metric kAllMetrics[] = {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm, Metric::LearningRate,
+                                         Metric::Throughput};
 
 struct LegTrajectory {
     std::string leg;
     std::string device;
     std::string status;  // "running", "done", "failed", ... as recorded
-    Series heldout_loss;
+    std::string implementation;  // "engine", "reference", ... (the run file's leg attribute)
+    Series heldout_ce;
     Series grad_norm;
     Series train_loss;
+    Series learning_rate;   // the lr each update used
+    Series tokens_per_s;    // supervised tokens / wall seconds of each update (experiments' update_tokens_per_second)
     const Series& series(Metric metric) const;
+    Series& series(Metric metric);
 };
 
 // A residual series in percent, leg minus reference, as experiments/ computed it (compare.h L4Entry:
@@ -35,15 +43,46 @@ struct LegTrajectory {
 struct ResidualTrajectory {
     std::string leg;
     std::string reference;
-    Metric metric = Metric::HeldoutLoss;
+    Metric metric = Metric::HeldoutCe;
     Series percent;
+};
+
+// The seed envelope behind one metric (experiments' envelope_band_points of the envelope the run
+// file holds, /envelope/<stack>): min and max, and mean -/+ 2 std, per update.
+struct EnvelopeBand {
+    std::string stack;   // the envelope's implementation ("reference", ...)
+    std::int64_t members = 0;
+    Metric metric = Metric::HeldoutCe;
+    Series min, max, lo, hi;
+};
+
+// A live gate flag (the run file's /legs/<leg>/flags), placed on the panel of what it is about.
+struct FlagMarker {
+    std::string leg, kind, action, message;
+    Metric metric = Metric::TrainLoss;
+    double update = 0;
+    double y = 0;  // where the marker sits: the leg's value at that update (the flag's value when it has none)
+};
+
+// A leg's held-out CE in units of the envelope's spread, as experiments/ computed it
+// (envelope_z_points: z = (x - mean) / std per evaluation with a spread).
+struct ZTrajectory {
+    std::string leg;
+    std::string stack;
+    Series z;
 };
 
 struct RunSnapshot {
     std::string path;        // the run.h5 file (or its folder)
+    std::string run_id;      // the run's id (/experiment run_id; the folder name when absent)
     std::string experiment;  // experiment name
     std::vector<LegTrajectory> legs;
     std::vector<ResidualTrajectory> residuals;  // empty when experiments/ exposed none
+    std::string verdict;                        // Comparison::verdict() once every leg has ended; "" before
+    std::vector<EnvelopeBand> bands;            // empty without a seed envelope
+    std::vector<FlagMarker> flags;              // every leg's gate flags
+    std::vector<ZTrajectory> z_scores;          // per leg, when there is an envelope
+    std::vector<std::pair<Metric, Series>> flag_points;  // the markers per metric (from `flags`, for drawing)
     std::size_t point_count() const;            // all points of all legs (for change detection)
 };
 
@@ -63,6 +102,8 @@ struct CatalogLegRow {
     std::optional<double> final_loss;
     std::optional<double> tokens_per_s;
     std::optional<double> peak_memory_bytes;
+    std::vector<std::string> tags;  // the run's tags (catalog schema 4)
+    std::string note;               // what the user wrote about the run
 };
 
 }  // namespace tandem::views

@@ -2,6 +2,9 @@
 // Where the views' data comes from: the run file (experiments' RunFileReader) and the catalog
 // (experiments' Catalog). Copies values out; computes nothing. Widget-free, callable off the GUI
 // thread (every function opens its own reader/connection).
+#include "tandem/experiments/distance.h"
+#include "tandem/experiments/envelope.h"
+#include "tandem/experiments/run_file.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <filesystem>
@@ -15,8 +18,59 @@ namespace tandem::views {
 std::filesystem::path resolve_run_file(const std::filesystem::path& path);
 RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s = 5.0);
 
+// Why `path` cannot be opened as a run, in one line naming it ("… does not exist", "… is not a
+// tandem run folder (no run.h5 …)", "… is not an HDF5 file"); nullopt when it can. Cheap: checks
+// existence and the HDF5 signature only, so the window can answer at once. A run folder the
+// launcher's runner just created (no run.h5 yet) is accepted when `allow_pending`.
+std::optional<std::string> run_path_problem(const std::filesystem::path& path, bool allow_pending = false);
+
+// Reads a run file as it grows. The first read takes every row; later reads take only the rows
+// appended since (RunFileReader's row-range reads) and the residual points those rows pair
+// (experiments' residual_points_after), never the whole file or every level again. A file whose
+// tables shrank, or that now holds another run, is read afresh (`reset`).
+class IncrementalRunReader {
+public:
+    struct Delta {
+        bool reset = false;  // `added` replaces everything (first read, or the file was replaced)
+        RunSnapshot added;   // every leg (statuses current), holding only the new points (and z values)
+        bool flags_changed = false;  // added.flags holds every flag now (they replace the old ones)
+        bool empty() const;
+    };
+    Delta read(const std::filesystem::path& file, double wait_s = 5.0);
+    void clear();
+    std::size_t rows_read() const { return rows_read_; }  // rows read from the file in total (tests)
+
+private:
+    struct LegState {
+        std::string name, implementation;
+        std::vector<experiments::StepRow> steps;
+        std::vector<experiments::EvalRow> evals;
+    };
+    struct PairState {
+        std::int64_t eval_after = -1, step_after = -1;  // last paired update seen
+    };
+    std::string run_id_;
+    std::vector<LegState> legs_;
+    std::vector<PairState> pairs_;  // i < j, in compare_legs' order
+    std::size_t rows_read_ = 0;
+    // The seed envelope the run file holds (read once per run) and the bound that sets where z is defined.
+    std::optional<experiments::SeedEnvelope> envelope_;
+    std::optional<experiments::ErrorModel> model_;
+    std::size_t flags_seen_ = 0;
+    std::string verdict_statuses_;  // the legs' statuses when the verdict was last computed
+};
+
+// Appends a delta's points to `target` (or replaces it on reset): legs, residual and z series matched
+// by name, statuses taken from the delta; flags, bands and the verdict replaced when the delta has them.
+void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta);
+// snapshot.flag_points from snapshot.flags (the markers of each panel, sorted by update).
+void rebuild_flag_points(RunSnapshot& snapshot);
+
 // Every run of the catalog with its legs (one row per leg; a run without legs yet gets one row).
 std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalog);
+// Writes a run's tags and note into the catalog (Catalog::set_run_tags / set_run_user_note).
+void set_catalog_annotation(const std::filesystem::path& catalog, const std::string& run_id,
+                            const std::vector<std::string>& tags, const std::string& note);
 // Deletes a run from the catalog (not its folder). Returns false when it was not there.
 bool delete_catalog_run(const std::filesystem::path& catalog, const std::string& run_id);
 

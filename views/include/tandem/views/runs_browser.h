@@ -1,6 +1,9 @@
 #pragma once
 // The runs page: the catalog's runs and legs in a sortable, filterable table; open a run (double
 // click, Enter, the menu, or a file dropped on the window) and delete one after confirmation.
+// Several rows can be selected: "Compare selected" (or "Compare all shown", every run the filter
+// keeps) sends their runs to the compare page. Tags and a note per run are edited in place
+// (F2 on the Tags / Note cell, or "Tags & note…") and stored in the catalog; the filter searches them.
 #include "tandem/views/runs_model.h"
 
 #include <QWidget>
@@ -28,12 +31,20 @@ public:
     QTableView* table() const { return table_; }
     QString selected_run_file() const;
     QString selected_run_id() const;
+    // The distinct runs of the selected rows / of every row the filter shows (run files, in table order).
+    QStringList selected_run_files() const;
+    QStringList shown_run_files() const;
+    // Writes tags and a note for a run into the catalog and shows them; false (status says why) on error.
+    bool set_annotation(const QString& run_id, const QStringList& tags, const QString& note);
+    QString status_text() const;
+    void set_filter_text(const QString& text);
 
     // Asks for confirmation (unless `confirm` is false), then deletes the selected run's catalog rows.
     void delete_selected(bool confirm = true);
 
 Q_SIGNALS:
     void open_run_requested(const QString& run_file);
+    void compare_requested(const QStringList& run_files);
 
 private:
     QString catalog_;

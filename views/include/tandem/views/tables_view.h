@@ -24,11 +24,14 @@ public:
     int current_index() const;
     void set_current_index(int index);
     StringTableModel* model() const { return model_; }
+    // The footnotes under the current table (what "pass" means, "differences are a - b", ...).
+    QString notes_text() const;
 
 private:
     std::vector<StringTable> tables_;
     QComboBox* chooser_ = nullptr;
     QLabel* note_ = nullptr;
+    QLabel* notes_ = nullptr;
     StringTableModel* model_ = nullptr;
     QTableView* view_ = nullptr;
 };

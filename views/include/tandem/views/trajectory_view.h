@@ -1,16 +1,24 @@
 #pragma once
-// The trajectories page: held-out loss, grad norm and the residual panel stacked on one update axis.
-// Zoom (rubber band or wheel) and pan (right-drag or arrow keys) are shared by every panel; hovering
-// shows every leg's value at the nearest recorded update. New data (live runs) is coalesced into
-// one redraw per 40 ms, PlotJuggler style.
+// The trajectories page (and the compare page's overlay): held-out CE, training loss, grad norm,
+// learning rate, tokens/s and the residual panel stacked on one update axis. Zoom (rubber band or
+// wheel) and pan (right-drag or arrow keys) are shared by every panel; hovering shows every curve's
+// value at one recorded update. New data (live runs) is appended and coalesced into one redraw per
+// 40 ms, PlotJuggler style.
+//
+// One run: a colour per leg. Several runs (compare): a colour per run, kept for as long as the view
+// lives (adding or removing a run never recolours the others), a line style per leg, and legend
+// names "run/leg"; `set_shown_legs` picks which legs of which runs are drawn.
 #include "tandem/views/run_snapshot.h"
+#include "tandem/views/run_source.h"
 #include "tandem/views/trajectory_chart.h"
 
 #include <QChartView>
 #include <QWidget>
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -26,44 +34,86 @@ namespace tandem::views {
 
 class ChartPanel;
 
+// A leg of a run, as the compare page names it.
+struct RunLeg {
+    std::string run_id;
+    std::string leg;
+    bool operator<(const RunLeg& o) const { return std::tie(run_id, leg) < std::tie(o.run_id, o.leg); }
+    bool operator==(const RunLeg& o) const { return run_id == o.run_id && leg == o.leg; }
+};
+
 class TrajectoryView : public QWidget {
     Q_OBJECT
 public:
+    enum Panel { HeldoutPanel, TrainLossPanel, GradNormPanel, LearningRatePanel, ThroughputPanel, ResidualPanel, PanelCount };
+
     explicit TrajectoryView(QWidget* parent = nullptr);
     ~TrajectoryView() override;
 
-    // Takes a new snapshot; the redraw happens on the coalescing timer (or now, with redraw_now()).
+    // One run: replaces everything (the hover read-out clears when it is another run).
     void set_snapshot(RunSnapshot snapshot);
+    // New rows of the run `delta.added.run_id` (appended; a reset delta replaces that run).
+    void apply_delta(const IncrementalRunReader::Delta& delta);
+    // Several runs (compare): replaces the set; colours stay with their runs.
+    void set_runs(std::vector<RunSnapshot> runs);
+    void remove_run(const std::string& run_file);
+    // Which legs are drawn (empty: every leg of every run).
+    void set_shown_legs(std::set<RunLeg> legs);
     void redraw_now();
-    const RunSnapshot& snapshot() const { return snapshot_; }
+    const RunSnapshot& snapshot() const;  // the first run (an empty one when none)
+    const std::vector<RunSnapshot>& runs() const { return runs_; }
+    bool multi_run() const { return runs_.size() > 1; }
+    QColor run_color(const std::string& run_id);
 
     void set_log_y(bool on);
     void set_smoothing(double weight);
     void set_x_range(std::optional<std::pair<double, double>> range);  // nullopt: fit everything
     std::optional<std::pair<double, double>> visible_x_range() const { return x_range_; }
-    // What the residual panel shows: held-out loss, training loss or grad norm (percent, leg − reference).
+    // What the residual panel shows: held-out CE, training loss or grad norm (percent, leg − reference).
     void set_residual_metric(Metric metric);
     Metric residual_metric() const;
+    // The residual panel in units of the seed envelope's spread (z per evaluation, experiments'
+    // envelope_z_points) instead of percent.
+    void set_residual_z(bool on);
+    bool residual_z() const;
+    // The verdict line shown at the top (one run), as drawn.
+    QString verdict_text() const;
+    void set_panel_visible(Panel panel, bool visible);
+    bool panel_visible(Panel panel) const;
 
-    // The panels, for export and tests: 0 held-out loss, 1 grad norm, 2 residual.
+    // The panels, for export and tests.
     int panel_count() const { return static_cast<int>(panels_.size()); }
+    static Metric panel_metric(Panel panel);
+    static QString panel_name(Panel panel);
     ChartOptions panel_options(int panel) const;
+    // The curves panel `panel` draws now (pointing into this view's runs).
+    std::vector<Curve> panel_curves(int panel) const;
     const TrajectoryChart& panel_chart(int panel) const;
     QChartView* panel_view(int panel) const;
     QString hover_text() const;
+    // The read-out for the pointer at `update` (what moving the mouse over a panel does).
+    void hover_at(double update);
+    void clear_hover();
 
 Q_SIGNALS:
     void x_range_changed(double lo, double hi);
 
 private:
+    static constexpr int kZScores = 1000;  // the residual choice "z" (not a Metric)
+    void update_verdict();
     void on_panel_zoom(double lo, double hi);
-    void on_hover(double update);
     void schedule_redraw();
+    QString curve_name(std::size_t run, const std::string& leg) const;
+    bool shown(std::size_t run, const std::string& leg) const;
 
-    RunSnapshot snapshot_;
+    std::vector<RunSnapshot> runs_;
+    std::set<RunLeg> shown_legs_;
+    std::map<std::string, std::size_t> run_colors_;  // run id -> palette index, never reassigned
     std::vector<ChartPanel*> panels_;
     std::vector<std::unique_ptr<TrajectoryChart>> charts_;
+    std::vector<QCheckBox*> panel_boxes_;
     std::optional<std::pair<double, double>> x_range_;
+    std::optional<double> hovered_;
     bool log_y_ = false;
     double smoothing_ = 0;
     QTimer* redraw_timer_ = nullptr;
@@ -71,6 +121,7 @@ private:
     QSlider* smoothing_slider_ = nullptr;
     QComboBox* residual_metric_ = nullptr;
     QLabel* hover_label_ = nullptr;
+    QLabel* verdict_label_ = nullptr;
 };
 
 }  // namespace tandem::views

@@ -1,7 +1,7 @@
 // Bandwidth probes and device facts (SPEC §5): host→device and device→host through pinned memory,
 // device→device copies, timed with CUDA events; the negotiated PCIe link from NVML or sysfs.
 // No kernels of our own: cudaMemcpyAsync is what is measured.
-#include "tandem/kernels/probe.h"
+#include "tandem/cuda_probe/probe.h"
 
 #include <cublas_api.h>
 #include <cuda_runtime.h>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem::kernels {
+namespace tandem::cuda_probe {
 namespace {
 
 // Every CUDA runtime call goes through this: file, line, call text and CUDA's message.
@@ -244,4 +244,4 @@ CudaBandwidth measure_cuda_bandwidth(int index, std::int64_t bytes, int warmup, 
     return out;
 }
 
-}  // namespace tandem::kernels
+}  // namespace tandem::cuda_probe

@@ -1,12 +1,12 @@
 #pragma once
-// CUDA side of the bandwidth probes and of `tandem doctor`'s device report (kernels/probe.cu).
+// CUDA side of the bandwidth probes and of `tandem doctor`'s device report (kernels/probe/probe.cu, target tandem_cuda_probe).
 // Plain C++17 types only, so host code of any standard can include it. Errors are thrown as
 // std::runtime_error with "probe.cu:<line>: <call> failed: <cuda error string>".
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace tandem::kernels {
+namespace tandem::cuda_probe {
 
 // Number of CUDA devices; 0 when there is no driver or no device (never throws).
 int cuda_device_count() noexcept;
@@ -51,4 +51,4 @@ struct CudaBandwidth {
 };
 CudaBandwidth measure_cuda_bandwidth(int index, std::int64_t bytes, int warmup, int repeats);
 
-}  // namespace tandem::kernels
+}  // namespace tandem::cuda_probe

@@ -109,6 +109,8 @@ std::vector<PairedPoint> pair_grad_norms(const std::vector<StepRow>& a, const st
     return out;
 }
 
+bool is_imported(const LegData& leg) { return leg.implementation == "imported"; }
+
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
     return implementation_a == "reference" && implementation_b != "reference";
 }
@@ -385,9 +387,12 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
         for (size_t j = i + 1; j < legs.size(); ++j) {
             const LegData& a = legs[i];
             const LegData& b = legs[j];
+            // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
+            const bool imported = is_imported(a) || is_imported(b);
             const size_t failures_before = c.failures.size();
             L1Entry l1 = compare_l1(a, b, t);
-            if (!l1.pass) {
+            if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
+            if (!l1.pass && l1.na.empty()) {
                 std::ostringstream w;
                 w.precision(3);
                 w << "L1 " << a.name << "~" << b.name << ": relative difference "
@@ -396,12 +401,17 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             }
             c.l1.push_back(l1);
             L2Entry l2 = compare_l2(a, b);
-            if (!l2.pass)
+            if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
+                l2.na = "imported";
+                l2.mismatches.clear();
+            }
+            if (!l2.pass && l2.na.empty())
                 c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
                                      " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
             c.l2.push_back(l2);
             L3Entry l3 = compare_l3(a, b);
-            if (!l3.pass)
+            if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
+            if (!l3.pass && l3.na.empty())
                 c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
             c.l3.push_back(l3);
 
@@ -422,8 +432,9 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             l4.grad_percent = residual_percent(l4.grad_points, ref_first);
             if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
             if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-            l4.gated = legs_are_paired(spec, a.name, b.name) && model_error.empty();
+            l4.gated = !imported && legs_are_paired(spec, a.name, b.name) && model_error.empty();
             if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
+            else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
             else if (!model_error.empty()) l4.note = "no error model: " + model_error;
             else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
             // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
@@ -598,6 +609,7 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
     c.incomplete.clear();
     if (legs.empty()) c.incomplete.push_back("the run has no leg");
     for (const auto& l : legs) {
+        if (is_imported(l)) continue;  // a run made elsewhere holds whatever series it has (docs/legs.md)
         for (auto& line : incompleteness(l, expected)) c.incomplete.push_back(std::move(line));
         for (auto& line : non_finite_values(l)) c.failures.push_back(std::move(line));
     }

@@ -31,6 +31,8 @@ std::string percent_at(const PercentSeries& s) {
 std::string sec(double s) { return s < 0 ? "n/a" : fmt(s, "%.3f"); }
 std::string bytes(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
 std::string yesno(bool pass) { return pass ? "pass" : "FAIL"; }
+// The check column of L1-L3: "n/a (imported)" when an imported leg lacks the level's data.
+std::string check_text(bool pass, const std::string& na) { return na.empty() ? yesno(pass) : "n/a (" + na + ")"; }
 
 std::string ids_text(const std::vector<int32_t>& ids) {
     std::string o;
@@ -45,8 +47,9 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     {
         Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
         for (const auto& e : c.l1)
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b), fmt(e.abs_diff, "%.3e"),
-                               fmt(e.rel_diff, "%.3e"), yesno(e.pass)});
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
+                               e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
+                               e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
         tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (SPEC 4)");
         out.push_back(tb);
     }
@@ -54,7 +57,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         Table tb{"l2", "L2: parameters after load", {"legs", "tensors compared", "identical", "mismatching", "check"}, {}, {}};
         for (const auto& e : c.l2) {
             tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.equal),
-                               std::to_string(e.mismatches.size()), yesno(e.pass)});
+                               std::to_string(e.mismatches.size()), check_text(e.pass, e.na)});
             for (const auto& m : e.mismatches) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + m);
         }
         tb.notes.push_back("pass: every tensor has the same shape and the same float32 bytes (sha256)");
@@ -65,7 +68,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                  {"legs", "records", "identical", "first mismatch", "what", "check"}, {}, {}};
         for (const auto& e : c.l3) {
             tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.identical),
-                               e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, yesno(e.pass)});
+                               e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, check_text(e.pass, e.na)});
             if (e.first_index) {
                 tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ", record " + e.first_id + ": " + e.detail);
                 if (e.first_token) {
@@ -161,7 +164,8 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
             tb.rows.push_back({r.leg + " (" + r.implementation + ")", r.device, r.status, sec(r.setup_s), sec(r.model_load_s),
                                sec(r.tokenize_s),
                                sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
-                               fmt(r.tokens_per_s, "%.1f"), bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
+                               r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), bytes(r.peak_device_bytes),
+                               bytes(r.peak_host_bytes)});
         tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
         out.push_back(tb);
     }

@@ -504,6 +504,8 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
         attrs["tandem_version"] = experiment.tandem_version.empty() ? std::string(TANDEM_VERSION) : experiment.tandem_version;
         attrs["run_id"] = experiment.run_id;
         attrs["total_updates"] = experiment.total_updates;
+        attrs["base"] = experiment.base;
+        attrs["base_sha256"] = experiment.base_sha256;
         h5::write_attributes(f, group, attrs);
     });
 }
@@ -828,10 +830,12 @@ std::optional<ExperimentInfo> RunFileReader::experiment() const {
     if (!h5::exists(file_, "/experiment")) return std::nullopt;
     const Attributes a = attributes("/experiment");
     ExperimentInfo info{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
-                        text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1), {}};
+                        text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1),
+                        // absent in files written before the base was recorded: ""
+                        text_attr(a, "base"), text_attr(a, "base_sha256"), {}};
     for (const auto& [k, v] : a)
         if (k != "name" && k != "spec_json" && k != "spec_sha256" && k != "tandem_version" && k != "run_id" &&
-            k != "total_updates")
+            k != "total_updates" && k != "base" && k != "base_sha256")
             info.extra[k] = v;
     return info;
 }

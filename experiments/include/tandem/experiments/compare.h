@@ -77,6 +77,10 @@ struct PercentSeries {
 };
 // reference_is_a: the pair's first leg is the reference (see the header comment).
 PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool reference_is_a);
+// A leg added by `tandem import tensorboard|csv` (implementation "imported", experiments/import.h):
+// levels needing data it lacks are "n/a (imported)", and its L4 is reported, not gated.
+bool is_imported(const LegData& leg);
+
 // Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
 
@@ -101,6 +105,7 @@ struct L1Entry {
     std::optional<double> ce_a, ce_b;
     double abs_diff = 0, rel_diff = 0;  // rel: |a-b| / |b|
     bool pass = false;
+    std::string na;  // "imported": an imported leg lacks the data; neither pass nor a failure
 };
 
 struct L2Entry {
@@ -108,6 +113,7 @@ struct L2Entry {
     int64_t compared = 0, equal = 0;
     std::vector<std::string> mismatches;  // "<name>: <why>", every mismatching tensor
     bool pass = false;
+    std::string na;  // as L1Entry::na
 };
 
 struct L3Entry {
@@ -121,6 +127,7 @@ struct L3Entry {
     std::vector<int32_t> window_a, window_b;  // ids around the first differing token
     std::string detail;              // one line
     bool pass = false;
+    std::string na;  // as L1Entry::na
 };
 
 struct GradStats {

@@ -5,7 +5,8 @@ classic simple_value scalars and new_style tensor scalars); the imported run.h5 
 h5py, must equal the float32 values SummaryWriter stored, bit for bit, at the documented update
 mapping (HF convention: a training value at step s is update s-1, an evaluation at step s follows s
 updates). CSV: values parsed from text equal Python's float(); flags map W&B-style columns. The
-report marks levels an imported leg cannot have as "n/a (imported)" and does not gate its L4; bad
+report marks levels an imported leg cannot have as "n/a (imported)"; its unjudged L4 pair is "not comparable", named
+as not judged on the verdict line and kept out of the run's verdict; bad
 input fails on one line naming the file and the column or leg, and leaves run.h5 as it was."""
 import hashlib
 import json
@@ -84,9 +85,18 @@ def test_tensorboard_events_from_summarywriter_reproduce_exactly(run, tmp_path):
         assert [float(x) for x in ev["heldout_ce"]] == [float(np.float32(evals[s])) for s in (0, 6, 12)]
         assert "checks" not in leg or "l1" not in leg["checks"]  # no L1 claimed for an imported run
     rep = tandem("report", folder)
-    assert rep.returncode == 0, rep.stdout  # the imported leg's missing levels are n/a, not failures
-    rows = [line for line in rep.stdout.splitlines() if "engine vs hf-trainer" in line]
-    assert sum("n/a (imported)" in line for line in rows) == 3 and any("not gated" in line for line in rows), rows
+    # The imported leg's missing levels are n/a, not failures; its pair with the engine has no paired
+    # distance and no seed envelope: "not comparable" in the pair's rows, named on the verdict line as
+    # not judged, and excluded from the run's verdict (docs/thresholds.md "Imported legs").
+    assert rep.returncode == 0, rep.stdout
+    rows = [line for line in rep.stdout.splitlines() if line.startswith("  engine vs hf-trainer ")]
+    assert len(rows) == 6, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
+    assert sum(line.rstrip().endswith("n/a (imported)") for line in rows) == 3, rows
+    assert rows[3].split()[3:5] == ["held-out", "CE"] and rows[3].rstrip().endswith(" not comparable"), rows
+    assert rows[5].split()[3] == "no" and rows[5].rstrip().endswith(" not comparable"), rows
+    assert rep.stdout.rstrip().splitlines()[-1] == (
+        "complete; no pair of the run's own legs to cross-check; not judged: engine~hf-trainer: an imported leg, "
+        "no paired distance and no seed envelope"), rep.stdout[-2000:]
     db = sqlite3.connect(os.path.join(tmp, "tandem.db"))
     got = db.execute("select implementation, status, updates_done from legs where name = 'hf-trainer'").fetchone()
     assert got == ("imported", "finished", 12)
@@ -149,6 +159,12 @@ def test_events_of_a_leg_import_as_that_leg_and_are_judged(run, tmp_path):
     assert r.returncode == 0, r.stderr
     rep = tandem("report", folder)
     rows = [line for line in rep.stdout.splitlines() if line.startswith("  engine vs engine-again ")]
-    assert len(rows) == 5, rows  # L1, L2, L3, L4 held-out CE, L4 training loss
-    assert all(line.rstrip().endswith(" pass") for line in rows if "training loss" not in line), rows
+    assert len(rows) == 6, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
+    assert all(line.rstrip().endswith(" pass") for line in rows[:3]), rows
+    assert rows[3].rstrip().endswith(" equivalent") and rows[5].rstrip().endswith(" equivalent"), rows
+    # The run's verdict is this pair's (the imported TensorBoard/CSV legs are named as not judged).
+    verdict = [line for line in rep.stdout.splitlines() if line.startswith("equivalent: ")]
+    assert len(verdict) == 1 and verdict[0].startswith("equivalent: engine~engine-again: held-out CE within the float32 "
+                                                       "error-model bound at all 3 paired evaluations"), rep.stdout[-2000:]
+    assert "; not judged: engine~hf-trainer (+" in verdict[0], verdict
     assert rep.returncode == 0, rep.stdout

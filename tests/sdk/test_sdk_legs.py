@@ -78,7 +78,9 @@ def test_every_pair_passes_in_the_report(run):
         for b in legs[i + 1:]:
             rows = [line for line in p.stdout.splitlines()
                     if line.startswith(f"  {a} vs {b} ") or line.startswith(f"  {b} vs {a} ")]
-            assert len(rows) == 5, (a, b, rows)  # L1, L2, L3, L4 held-out CE, L4 training loss
+            assert len(rows) == 6, (a, b, rows)  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
+            assert all(line.rstrip().endswith(" pass") for line in rows[:3]), rows
+            assert rows[3].rstrip().endswith(" equivalent") and rows[5].rstrip().endswith(" equivalent"), rows
     r = subprocess.run([TANDEM, "report", folder], capture_output=True, text=True)
     assert r.returncode == 0 and any(l.startswith("equivalent: ") for l in r.stdout.splitlines()), r.stdout
 

@@ -432,14 +432,18 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
             l4.grad_percent = residual_percent(l4.grad_points, ref_first);
             if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
             if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
+            l4.imported = imported;
             l4.gated = !imported && legs_are_paired(spec, a.name, b.name) && model_error.empty();
             if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
             else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
             else if (!model_error.empty()) l4.note = "no error model: " + model_error;
             else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
             // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
-            const LegData& judged = ref_first ? b : a;
-            const LegData& reference_side = ref_first ? a : b;
+            // The leg judged is the imported one when one is (the envelope must speak about it, not
+            // about the run's own leg), else the non-reference side.
+            const bool a_judged = is_imported(a) != is_imported(b) ? is_imported(a) : !ref_first;
+            const LegData& judged = a_judged ? a : b;
+            const LegData& reference_side = a_judged ? b : a;
             const SeedEnvelope* env = pick_envelope(c.envelopes, reference_side.implementation);
             if (!env) env = pick_envelope(c.envelopes, judged.implementation);
             if (env) {
@@ -481,10 +485,24 @@ TimingRow timing_of(const LegTrace& t) {
     return r;
 }
 
+// A pair with an imported leg (TensorBoard, CSV) has no L1-L3 and no paired distance: only a seed
+// envelope can judge it. Unjudged, it is reported per pair (not comparable) and named on the run's
+// verdict line, but it does not decide the verdict of the run's own legs (docs/thresholds.md
+// "Imported legs"): importing a run must not turn an agreeing run into a failure, and nothing about
+// the imported leg is ever called equivalent.
+bool Comparison::counts_for_run(const L4Entry& e) { return !e.imported || e.envelope.available; }
+
+std::vector<const L4Entry*> Comparison::unjudged_imported() const {
+    std::vector<const L4Entry*> out;
+    for (const auto& e : l4)
+        if (!counts_for_run(e)) out.push_back(&e);
+    return out;
+}
+
 bool Comparison::passed() const {
     if (!completeness_judged || !incomplete.empty() || !failures.empty()) return false;
     for (const auto& e : l4)
-        if (!verdict_passes(e.verdict)) return false;
+        if (counts_for_run(e) && !verdict_passes(e.verdict)) return false;
     return true;
 }
 
@@ -497,6 +515,13 @@ std::string Comparison::verdict() const {
     if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::NotComparable)) + ": " + first_of(failures);
     if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
     if (l4.empty()) return "incomplete: no pair of legs compared";
+    const auto unjudged = unjudged_imported();
+    std::string not_judged;
+    if (!unjudged.empty())
+        not_judged = "; not judged: " + unjudged.front()->leg_a + "~" + unjudged.front()->leg_b +
+                     (unjudged.size() > 1 ? " (+" + std::to_string(unjudged.size() - 1) + " more)" : "") +
+                     ": an imported leg, no paired distance and no seed envelope";
+    if (unjudged.size() == l4.size()) return "complete; no pair of the run's own legs to cross-check" + not_judged;
     // The worst pair speaks for the run: not comparable, then outside, then within, then equivalent.
     auto severity = [](PairVerdict v) {
         switch (v) {
@@ -507,13 +532,13 @@ std::string Comparison::verdict() const {
         }
         return 3;
     };
-    const L4Entry* worst = &l4.front();
+    const L4Entry* worst = nullptr;
     for (const auto& e : l4)
-        if (severity(e.verdict) > severity(worst->verdict)) worst = &e;
+        if (counts_for_run(e) && (!worst || severity(e.verdict) > severity(worst->verdict))) worst = &e;
     size_t others = 0;
-    for (const auto& e : l4) others += &e != worst && severity(e.verdict) == severity(worst->verdict);
+    for (const auto& e : l4) others += counts_for_run(e) && &e != worst && severity(e.verdict) == severity(worst->verdict);
     return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
-           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "");
+           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "") + not_judged;
 }
 
 std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {

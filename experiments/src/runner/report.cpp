@@ -462,7 +462,9 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     for (const auto& x : c.failures) reasons.push_back(x);
     if (c.incomplete.empty() && c.failures.empty())
         for (const auto& e : c.l4)
-            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+            if (!verdict_passes(e.verdict))
+                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
+                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
     for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     if (f == ReportFormat::Latex) {
@@ -511,7 +513,9 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     for (const auto& x : c.failures) reasons.push_back(x);
     if (c.incomplete.empty() && c.failures.empty())
         for (const auto& e : c.l4)
-            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+            if (!verdict_passes(e.verdict))
+                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
+                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
     for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
     if (reasons.size() == 1) reasons.clear();
     if (f == ReportFormat::Latex || f == ReportFormat::Csv) {

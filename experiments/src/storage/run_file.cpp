@@ -675,14 +675,14 @@ void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const st
 
 void RunFileWriter::remove_envelope(const std::string& stack) {
     validate_leg_name(stack);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         if (h5::exists(file_, envelope_path(stack))) h5::remove_link(path_.string(), file_, envelope_path(stack));
     });
 }
 
 void RunFileWriter::set_envelope_attributes(const std::string& stack, const Attributes& attributes) {
     validate_leg_name(stack);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         Handle group = h5::require_group(path_.string(), file_, envelope_path(stack));
         h5::write_attributes(path_.string(), group, attributes);
     });
@@ -692,7 +692,7 @@ void RunFileWriter::write_envelope_series(const std::string& stack, const std::s
                                           const std::vector<EnvelopePoint>& points) {
     validate_leg_name(stack);
     validate_series_name(series);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, envelope_path(stack));
         h5::remove_link(f, group, series);
@@ -704,7 +704,7 @@ void RunFileWriter::write_envelope_series(const std::string& stack, const std::s
 void RunFileWriter::write_envelope_values(const std::string& stack, const std::string& name, const std::vector<double>& values) {
     validate_leg_name(stack);
     validate_series_name(name);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, envelope_path(stack));
         h5::remove_link(f, group, name);
@@ -718,7 +718,7 @@ void RunFileWriter::write_envelope_member(const std::string& stack, const std::s
                                           const Attributes& attributes) {
     validate_leg_name(stack);
     validate_leg_name(member);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         const std::string path = envelope_path(stack) + "/members/" + member;
         if (h5::exists(file_, path)) h5::remove_link(f, file_, path);
@@ -735,7 +735,7 @@ void RunFileWriter::write_distance(const std::string& leg_a, const std::string& 
                                    const std::vector<DistancePoint>& points, const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
     validate_series_name(name);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, distance_path(leg_a, leg_b));
         h5::remove_link(f, group, name);
@@ -747,7 +747,7 @@ void RunFileWriter::write_distance(const std::string& leg_a, const std::string& 
 
 void RunFileWriter::set_distance_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         Handle group = h5::require_group(path_.string(), file_, distance_path(leg_a, leg_b));
         h5::write_attributes(path_.string(), group, attributes);
     });

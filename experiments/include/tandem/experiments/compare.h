@@ -148,6 +148,7 @@ struct L4Entry {
     PercentSeries eval_percent, loss_percent, grad_percent;
     std::optional<double> final_loss_a, final_loss_b;
     bool gated = false;  // the legs are paired (same seeds, shared masks + shared plan): the numerics distance applies
+    bool imported = false;  // a leg of the pair is imported (TensorBoard, CSV): no L1-L3, no paired distance
     bool pass = true;    // the pair's verdict passes (equivalent, or within the seed envelope)
     std::string note;
     // The two distances (docs/thresholds.md) and the pair's verdict with its one-line reason.
@@ -193,13 +194,21 @@ struct Comparison {
     // missing evaluations. A comparison over incomplete legs never passes.
     std::vector<std::string> incomplete;
     bool completeness_judged = false;
-    // Complete, no level failed, and every pair equivalent or within the seed envelope.
+    // Complete, no level failed, and every pair that counts (counts_for_run) equivalent or within the
+    // seed envelope.
     bool passed() const;
+    // Whether a pair's verdict speaks for the run: every pair but one with an imported leg that no
+    // seed envelope could judge (docs/thresholds.md "Imported legs"); those are listed by
+    // unjudged_imported() and named on the verdict line, never counted as equivalent.
+    static bool counts_for_run(const L4Entry& e);
+    std::vector<const L4Entry*> unjudged_imported() const;
     // One line (docs/report.md "The verdict"): "incomplete: <first reason> (+N more)"; "not comparable:
     // <first failure> (+N more)" (a level L1-L3 failed or a value is non-finite); else the worst pair's
     // verdict with its reason: "equivalent: ...", "numerically different but within the seed envelope:
     // ...", "outside the envelope: ...", "not comparable: ..." (+N more pairs not passing); for one leg
-    // "complete; one leg, nothing to cross-check".
+    // "complete; one leg, nothing to cross-check" (or "complete; no pair of the run's own legs to
+    // cross-check" when the other legs are unjudged imports). Unjudged imported pairs are named at
+    // the end: "; not judged: <a>~<b> (+N more): an imported leg, no paired distance and no seed envelope".
     std::string verdict() const;
 };
 

@@ -1,6 +1,7 @@
 """Fingerprints across the two stacks and `tandem localise` end to end (issue 16, docs/observables.md).
 
-A clean paired run (engine + the PyTorch reference with hooks on the real transformers + peft modules)
+A clean paired run (engine + the PyTorch reference with hooks on the real transformers + peft modules),
+on the seed-generated base and on clinical-tiny's shipped pretrained base,
 with `observe` on: both legs record the same points, every point is within its bound and `tandem
 localise` says "no divergence"; the stored differences are recomputed here with numpy from the two
 fingerprint tables (h5py), the sketch of a scalar point against the definition in docs/observables.md
@@ -22,13 +23,13 @@ SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__
 TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "tandem"))
 
 
-def spec(name, updates):
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny.json")) as f:
+def spec(name, updates, pretrained=False):
+    # clinical-tiny's shipped pretrained base (4 layers) or the seed-generated 2-layer one: the bound
+    # is calibrated on both (docs/observables.md "Calibration of k_loc")
+    base = "clinical-tiny.json" if pretrained else "clinical-tiny-random.json"
+    with open(os.path.join(SOURCE_DIR, "experiments", base)) as f:
         s = json.load(f)
     s["name"] = name
-    # the seed-generated tiny Qwen3 the bound was calibrated on (docs/observables.md); clinical-tiny's
-    # shipped pretrained base is not calibrated yet
-    s["model"] = {"config": "tiny"}
     s["batch"]["max_updates"] = updates
     s["eval"] = {"interval": updates, "prefix_size": 8}
     s["corpus"]["max_records_per_source"] = 60
@@ -72,21 +73,30 @@ def clean(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def clean_pretrained(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("localise-pretrained"))
+    return run(tmp, spec("loc-clean-pre", 2, pretrained=True))
+
+
+@pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("localise-fault"))
     return run(tmp, spec("loc-fault", 3), {"TANDEM_TEST_ENGINE_FAULT": "engine:lr_scale=2@1"})
 
 
-def test_clean_pair_no_divergence(clean):
-    p, folder = clean
+def check_clean(run_result, layers, max_rel):
+    """A clean paired run: every point within its bound, "no divergence", the stored differences
+    recomputed with numpy; returns the largest ratio."""
+    p, folder = run_result
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     loc = localise(folder)
     assert loc.returncode == 0, loc.stdout + loc.stderr
     assert "no divergence (engine vs reference)" in loc.stdout
     with h5(folder) as f:
         fe, fr = f["legs/engine/fingerprints"][()], f["legs/reference/fingerprints"][()]
-        # the same points in both stacks: 2 updates x (2 micro-batches x 127 + 28 optimizer) for 2 layers
-        assert len(fe) == len(fr) == 2 * (2 * 127 + 28)
+        # the same points in both stacks: 2 updates x (2 micro-batches x (forward 5 + 31 per layer,
+        # backward 2 + 29 per layer) + 14 optimizer points per layer)
+        assert len(fe) == len(fr) == 2 * (2 * (5 + 31 * layers + 2 + 29 * layers) + 14 * layers)
         ke, kr = {key(r): r for r in fe}, {key(r): r for r in fr}
         assert set(ke) == set(kr)
         pts = f["localisation/engine~reference/points"][()]
@@ -105,8 +115,21 @@ def test_clean_pair_no_divergence(clean):
         for k, a in ke.items():
             if k[3] in ("tokens", "labels"):
                 assert a["norm"] == kr[k]["norm"] and a["count"] == kr[k]["count"], k
-        # the cross-stack agreement is tight, not merely within the bound: max relative difference < 1e-4
-        assert float(np.max(pts["rel_diff"])) < 1e-4
+        # the cross-stack agreement is tight, not merely within the bound
+        assert float(np.max(pts["rel_diff"])) < max_rel
+        return float(np.max(pts["ratio"]))
+
+
+def test_clean_pair_no_divergence(clean):
+    # the seed-generated base: max relative difference < 1e-4
+    check_clean(clean, 2, 1e-4)
+
+
+def test_clean_pair_no_divergence_pretrained(clean_pretrained):
+    # the shipped pretrained base: its head's gradient (p - onehot with p near 1) differs more between
+    # the stacks (docs/observables.md "Calibration of k_loc"): relative differences up to ~2e-4, still
+    # within every point's bound
+    check_clean(clean_pretrained, 4, 1e-3)
 
 
 MIX = 0xFFFFFFFFFFFFFFFF

@@ -19,9 +19,16 @@ namespace tandem::experiments {
 
 namespace fs = std::filesystem;
 
-double LocaliseBound::bound(const std::string& op, std::int64_t depth, std::int64_t update) const {
+double LocaliseBound::k(const std::string& pass) const {
+    if (pass == "forward") return k_forward;
+    if (pass == "backward") return k_backward;
+    if (pass == "optimizer") return k_optimizer;
+    return std::max({k_forward, k_backward, k_optimizer});
+}
+
+double LocaliseBound::bound(const std::string& op, const std::string& pass, std::int64_t depth, std::int64_t update) const {
     if (op == "tokens" || op == "labels") return kLocaliseDataBound;
-    return k * eps * std::pow(c, static_cast<double>(depth)) * std::sqrt(1.0 + static_cast<double>(std::max<std::int64_t>(0, update)));
+    return k(pass) * eps * std::pow(c, static_cast<double>(depth)) * std::sqrt(1.0 + static_cast<double>(std::max<std::int64_t>(0, update)));
 }
 
 namespace {
@@ -130,7 +137,7 @@ Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<Fi
         p.pass = r.pass;
         p.depth = engine::chain_depth(r.layer, *op, *pass, out.num_layers);
         difference(r, *it->second, p);
-        p.bound = bound.bound(p.op, p.depth, p.update);
+        p.bound = bound.bound(p.op, p.pass, p.depth, p.update);
         const double value = std::max(p.rel_diff, p.norm_rel_diff);
         p.ratio = value / p.bound;
         x.order = {r.update, r.micro_batch < 0 ? std::numeric_limits<std::int64_t>::max() : r.micro_batch,
@@ -195,7 +202,8 @@ Table localisation_table(const Localisation& l, size_t context) {
     t.notes.push_back(l.summary());
     t.notes.push_back("chain: points " + std::to_string(from + 1) + ".." + std::to_string(to) + " of " +
                       std::to_string(l.points.size()) + " (update, micro-batch, forward -> backward -> optimizer); bound = " +
-                      "k·eps32·C^depth·sqrt(1+update), k = " + fmt("%g", kLocaliseK));
+                      "k(pass)·eps32·C^depth·sqrt(1+update), k = " + fmt("%g", kLocaliseKForward) + " forward, " +
+                      fmt("%g", kLocaliseKBackward) + " backward, " + fmt("%g", kLocaliseKOptimizer) + " optimizer");
     return t;
 }
 
@@ -206,7 +214,9 @@ Attributes localisation_attributes(const Localisation& l) {
     a["points"] = static_cast<std::int64_t>(l.points.size());
     a["only_" + l.leg_a] = static_cast<std::int64_t>(l.only_a);
     a["only_" + l.leg_b] = static_cast<std::int64_t>(l.only_b);
-    a["bound_k"] = kLocaliseK;
+    a["bound_k_forward"] = kLocaliseKForward;
+    a["bound_k_backward"] = kLocaliseKBackward;
+    a["bound_k_optimizer"] = kLocaliseKOptimizer;
     a["bound_c"] = LocaliseBound{}.c;
     if (l.first) {
         const LocalisedPoint& p = l.points[*l.first];

@@ -9,9 +9,13 @@
 //     value    = max(rel, norm_rel); 0 when both tensors are exactly zero; +inf when the element
 //                counts differ or any summary value is non-finite
 // Bound (the float32 error model of docs/thresholds.md, per depth instead of per model):
-//     bound(depth, u) = k_loc * eps32 * C^depth * sqrt(1 + u)      (data points tokens/labels: 1e-12)
-// with depth = engine::chain_depth (layers between the point and the start of the chain) and k_loc
-// calibrated on clean paired runs (kLocaliseK; the measurement is in docs/observables.md).
+//     bound(pass, depth, u) = k_loc(pass) * eps32 * C^depth * sqrt(1 + u)   (data points tokens/labels: 1e-12)
+// with depth = engine::chain_depth (layers between the point and the start of the chain) and one
+// k_loc per pass (forward, backward, optimizer), each 4 x the largest value measured for that pass on
+// clean paired runs of both clinical-tiny bases (docs/observables.md "Calibration of k_loc"): the
+// backward and the first AdamW steps of a pretrained model differ ~100x more between two float32
+// stacks than its forward (the head's p - onehot cancels where p is near 1), and one constant for all
+// three would hide forward faults the forward's own bound catches.
 #include "tandem/engine/observe.h"
 #include "tandem/experiments/observables.h"
 #include "tandem/experiments/run_file.h"
@@ -24,14 +28,20 @@
 
 namespace tandem::experiments {
 
-inline constexpr double kLocaliseK = 192;          // calibrated: docs/observables.md "Calibration"
+// Calibrated: docs/observables.md "Calibration of k_loc" (scripts/calibrate-localise).
+inline constexpr double kLocaliseKForward = 70;      // 4 x 16.6 (pretrained base, S 192)
+inline constexpr double kLocaliseKBackward = 6000;   // 4 x 1477 (pretrained base, update 0)
+inline constexpr double kLocaliseKOptimizer = 6900;  // 4 x 1703 (pretrained base, AdamW's first step)
 inline constexpr double kLocaliseDataBound = 1e-12;  // tokens, labels: integers summarised in float64
 
 struct LocaliseBound {
-    double k = kLocaliseK;
+    double k_forward = kLocaliseKForward;
+    double k_backward = kLocaliseKBackward;
+    double k_optimizer = kLocaliseKOptimizer;
     double c = 1.03;                  // per-layer growth (docs/thresholds.md)
     double eps = 1.1920928955078125e-07;  // 2^-23
-    double bound(const std::string& op, std::int64_t depth, std::int64_t update) const;
+    double k(const std::string& pass) const;  // the pass's constant (an unknown pass: the largest)
+    double bound(const std::string& op, const std::string& pass, std::int64_t depth, std::int64_t update) const;
 };
 
 struct Localisation {

@@ -128,6 +128,28 @@ ObservablesComparison compare_observables(const RunFileReader& reader, const std
     return c;
 }
 
+std::vector<LayerUpdateNorms> layer_update_norms(const std::string& leg, const std::vector<AdapterNormRow>& rows) {
+    std::map<std::int64_t, std::map<std::int64_t, double>> sq;  // layer -> update -> sum of |dW|^2
+    for (const auto& r : rows) sq[r.layer][r.update] += r.delta_norm * r.delta_norm;  // NaN stays NaN
+    std::vector<LayerUpdateNorms> out;
+    for (const auto& [layer, by_update] : sq) {
+        LayerUpdateNorms s{leg, layer, {}, {}};
+        for (const auto& [update, sum] : by_update) {
+            s.updates.push_back(update);
+            s.norms.push_back(std::sqrt(sum));
+        }
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::vector<LayerUpdateNorms> layer_update_norms(const RunFileReader& reader) {
+    std::vector<LayerUpdateNorms> out;
+    for (const auto& leg : reader.legs())
+        for (auto& s : layer_update_norms(leg, reader.adapter_norms(leg))) out.push_back(std::move(s));
+    return out;
+}
+
 void store_observables(RunFileWriter& w, const std::vector<ObservablesComparison>& cs) {
     for (const auto& c : cs) {
         if (c.rows.empty()) continue;

@@ -115,6 +115,23 @@ QVariant DivergenceModel::headerData(int section, Qt::Orientation orientation, i
     return section < int(rows_.size()) ? QVariant(rows_[size_t(section)]) : QVariant();
 }
 
+std::vector<UpdateNormCurve> update_norm_curves(const std::vector<experiments::LayerUpdateNorms>& norms) {
+    std::vector<UpdateNormCurve> out;
+    for (const auto& n : norms) {
+        UpdateNormCurve c;
+        c.name = QString::fromStdString(n.leg) + QStringLiteral(" · layer %1").arg(n.layer);
+        c.leg = n.leg;
+        c.layer = n.layer;
+        for (size_t i = 0; i < n.updates.size() && i < n.norms.size(); ++i) c.series.push_back({double(n.updates[i]), n.norms[i]});
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+std::vector<UpdateNormCurve> load_update_norm_curves(const std::filesystem::path& run_file) {
+    return update_norm_curves(experiments::layer_update_norms(experiments::RunFileReader(run_file)));
+}
+
 experiments::Localisation load_divergence(const std::filesystem::path& run_file) {
     return experiments::localise_run(run_file, std::nullopt, std::nullopt, false);
 }

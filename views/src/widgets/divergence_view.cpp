@@ -2,13 +2,19 @@
 #include "tandem/views/divergence_view.h"
 
 #include "tandem/views/divergence_model.h"
+#include "tandem/views/trajectory_chart.h"
 
+#include <QChart>
+#include <QChartView>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QSplitter>
 #include <QTableView>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 namespace tandem::views {
 
@@ -31,11 +37,33 @@ DivergenceView::DivergenceView(QWidget* parent) : QWidget(parent) {
                                  "(white ≪ 1, yellow ≈ 1, orange–red > 1); ◆ the first point over its bound"),
                               this);
     legend->setWordWrap(true);
+    // The per-layer update-norm curves (issue 16 item 4) under the heat map, the split adjustable.
+    norm_chart_ = std::make_unique<TrajectoryChart>();
+    norm_view_ = new QChartView(norm_chart_->chart(), this);
+    norm_view_->setRenderHint(QPainter::Antialiasing);
+    norm_view_->setMinimumHeight(160);
+    norm_note_ = new QLabel(this);
+    norm_note_->setWordWrap(true);
+    auto* grid = new QWidget(this);
+    auto* grid_layout = new QVBoxLayout(grid);
+    grid_layout->setContentsMargins(0, 0, 0, 0);
+    grid_layout->addWidget(view_, 1);
+    grid_layout->addWidget(legend);
+    auto* norms = new QWidget(this);
+    auto* norms_layout = new QVBoxLayout(norms);
+    norms_layout->setContentsMargins(0, 0, 0, 0);
+    norms_layout->addWidget(norm_view_, 1);
+    norms_layout->addWidget(norm_note_);
+    auto* split = new QSplitter(Qt::Vertical, this);
+    split->addWidget(grid);
+    split->addWidget(norms);
+    split->setStretchFactor(0, 3);
+    split->setStretchFactor(1, 2);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(top);
     layout->addWidget(summary_);
-    layout->addWidget(view_, 1);
-    layout->addWidget(legend);
+    layout->addWidget(split, 1);
+    draw_norms();
     connect(updates_, &QComboBox::currentIndexChanged, this, [this](int i) {
         if (i >= 0) model_->set_update(updates_->itemData(i).toLongLong());
     });
@@ -54,7 +82,52 @@ void DivergenceView::load(const std::filesystem::path& run_file) {
         summary_->setText(QString::fromUtf8(e.what()));
     }
     updates_->blockSignals(false);
+    // The update norms are recorded at every evaluation, with or without fingerprints.
+    try {
+        norm_curves_ = load_update_norm_curves(run_file);
+        norm_note_->setText(norm_curves_.empty()
+                                ? tr("No leg recorded adapter norms (the observables event of each evaluation).")
+                                : tr("‖ΔW‖ = ‖B·A‖·scaling per layer (all adapted projections), at every evaluation, as "
+                                     "each leg recorded it; colour: layer, line: leg (the first solid and wide, the "
+                                     "others dashed on top, so coinciding curves still show every leg)."));
+    } catch (const std::exception& e) {
+        norm_curves_.clear();
+        norm_note_->setText(QString::fromUtf8(e.what()));
+    }
+    draw_norms();
 }
+
+void DivergenceView::draw_norms() {
+    std::vector<std::string> legs;
+    std::vector<std::int64_t> layers;
+    for (const auto& c : norm_curves_) {
+        if (std::find(legs.begin(), legs.end(), c.leg) == legs.end()) legs.push_back(c.leg);
+        if (std::find(layers.begin(), layers.end(), c.layer) == layers.end()) layers.push_back(c.layer);
+    }
+    std::vector<Curve> curves;
+    for (const auto& c : norm_curves_) {
+        const size_t leg = size_t(std::find(legs.begin(), legs.end(), c.leg) - legs.begin());
+        const size_t layer = size_t(std::find(layers.begin(), layers.end(), c.layer) - layers.begin());
+        Curve k;
+        k.name = c.name;
+        k.color = leg_color(layer);
+        k.style = leg == 0 ? Qt::SolidLine : Qt::DashLine;
+        k.width = leg == 0 ? 2.6 : 1.4;
+        k.series = &c.series;
+        curves.push_back(k);
+    }
+    ChartOptions o;
+    o.y_title = QStringLiteral("‖ΔW‖ per layer");
+    o.envelope = false;
+    o.columns = std::max(200, norm_view_->width());
+    o.rows = std::max(120, norm_view_->height());
+    norm_chart_->update(curves, o);
+    norm_chart_->chart()->setTitle(curves.empty() ? QString() : tr("LoRA update norm per layer, legs overlaid"));
+}
+
+QString DivergenceView::norm_note_text() const { return norm_note_->text(); }
+
+DivergenceView::~DivergenceView() = default;
 
 QString DivergenceView::summary_text() const { return summary_->text(); }
 

@@ -200,8 +200,9 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         chart_->legend()->setAlignment(Qt::AlignTop);
         chart_->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
     }
-    y_axis_->setTitleText(options.residual ? (options.z ? QStringLiteral("z") : QString::fromUtf8(residual_axis_title))
-                                           : metric_axis_title(options.metric));
+    y_axis_->setTitleText(!options.y_title.isEmpty() ? options.y_title
+                          : options.residual ? (options.z ? QStringLiteral("z") : QString::fromUtf8(residual_axis_title))
+                                             : metric_axis_title(options.metric));
 
     auto full = full_x_range(curves);
     const auto range = options.x_range ? options.x_range : full;

@@ -43,6 +43,19 @@ ObservablesComparison compare_observables(const RunFileReader& reader, const std
 // KL(p || q) of each row of two float32 logits files [rows, vocab] (log-softmax in double): one value
 // per row. Throws naming the files when their sizes differ or are not rows x vocab.
 std::vector<double> probe_kl(const std::filesystem::path& p_logits, const std::filesystem::path& q_logits, std::int64_t rows);
+// One leg's per-layer LoRA update norm over its evaluations (issue 16 item 4: the divergence page's
+// curves): |Delta W_layer| = sqrt(sum over the layer's adapted projections of |Delta W|^2), from
+// /legs/<leg>/adapter_norms. Sorted by layer, points by update; a non-finite slot makes that
+// evaluation's layer norm NaN (it is not dropped).
+struct LayerUpdateNorms {
+    std::string leg;
+    std::int64_t layer = 0;
+    std::vector<std::int64_t> updates;
+    std::vector<double> norms;
+};
+std::vector<LayerUpdateNorms> layer_update_norms(const std::string& leg, const std::vector<AdapterNormRow>& rows);
+// Every leg of the run that recorded adapter norms, legs sorted by name (RunFileReader::legs()).
+std::vector<LayerUpdateNorms> layer_update_norms(const RunFileReader& reader);
 // /comparisons/<a>~<b>/adapter_update_norm: the whole adapter's update norm per evaluation (a, b,
 // a - b), with the largest per-slot relative difference, probe top-1 agreement and largest top-k
 // probability difference as attributes. Nothing for a pair without rows.

@@ -4,6 +4,8 @@
 // largest ratio (difference / bound) over the update's micro-batches, as experiments/ localise()
 // computed it; the localised point (the first over its bound) is marked. Draws, computes nothing.
 #include "tandem/experiments/localise.h"
+#include "tandem/experiments/observables.h"
+#include "tandem/views/run_snapshot.h"
 
 #include <QAbstractTableModel>
 #include <QColor>
@@ -57,5 +59,18 @@ private:
 // Reads a run's fingerprints and localises its pair (experiments::localise_run, not stored: the
 // workbench only reads). Throws tandem::Error when the run holds none.
 experiments::Localisation load_divergence(const std::filesystem::path& run_file);
+
+// The divergence page's per-layer LoRA update-norm curves (issue 16 item 4): one curve per (leg,
+// layer), the values experiments::layer_update_norms computed from /legs/<leg>/adapter_norms, as
+// recorded (no smoothing, nothing dropped). Named "<leg> · layer <l>".
+struct UpdateNormCurve {
+    QString name;
+    std::string leg;
+    std::int64_t layer = 0;
+    Series series;  // x: update, y: |Delta W_layer|
+};
+std::vector<UpdateNormCurve> update_norm_curves(const std::vector<experiments::LayerUpdateNorms>& norms);
+// Reads the run file (empty when no leg recorded adapter norms).
+std::vector<UpdateNormCurve> load_update_norm_curves(const std::filesystem::path& run_file);
 
 }  // namespace tandem::views

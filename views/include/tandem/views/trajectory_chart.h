@@ -40,6 +40,7 @@ struct ChartOptions {
     bool title = true;         // the residual panel's title (metric, leg − reference)
     bool x_title = true;       // "update" under the x axis (a stacked figure keeps it on the bottom panel)
     bool compact = false;      // figure export: no margins around the plot and the legend
+    QString y_title;           // non-empty: the y axis title instead of the metric's (other pages' charts)
 };
 
 QColor leg_color(std::size_t index);  // Okabe–Ito palette

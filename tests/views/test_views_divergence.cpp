@@ -193,6 +193,15 @@ private Q_SLOTS:
         // the divergence in layer 2 is on the page: the legs' last points differ by the factor written
         const QList<QPointF> e2 = drawn(v, QStringLiteral("engine · layer 2")), r2 = drawn(v, QStringLiteral("reference · layer 2"));
         QVERIFY(std::fabs(r2.back().y() / e2.back().y() - 1.25) < 1e-12);
+        // one layer chosen: only its legs' curves are drawn, still the run file's values
+        v.show_norm_layer(1);
+        QVERIFY(drawn(v, QStringLiteral("engine · layer 0")).isEmpty());
+        const QList<QPointF> e1 = drawn(v, QStringLiteral("engine · layer 1"));
+        QCOMPARE(e1.size(), qsizetype(3));
+        QVERIFY(std::fabs(e1.back().y() - oracle["engine · layer 1"][2][1].get<double>()) <= 1e-12);
+        QCOMPARE(v.norm_chart().chart()->series().size() - 1, qsizetype(2));  // + the hidden zero line
+        v.show_norm_layer(std::nullopt);
+        QCOMPARE(drawn(v, QStringLiteral("engine · layer 0")).size(), qsizetype(3));
     }
 };
 

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 QT_BEGIN_NAMESPACE
@@ -35,6 +36,8 @@ public:
     const std::vector<UpdateNormCurve>& update_norm_curves() const { return norm_curves_; }
     const TrajectoryChart& norm_chart() const { return *norm_chart_; }
     QString norm_note_text() const;
+    // Draws one layer's curves only (nullopt: every layer), as the page's layer chooser does.
+    void show_norm_layer(std::optional<std::int64_t> layer);
 
 private:
     DivergenceModel* model_ = nullptr;
@@ -45,6 +48,7 @@ private:
     std::unique_ptr<TrajectoryChart> norm_chart_;
     QChartView* norm_view_ = nullptr;
     QLabel* norm_note_ = nullptr;
+    QComboBox* norm_layers_ = nullptr;
     void draw_norms();
 };
 

@@ -312,66 +312,94 @@ bool masks_line_up(const ExperimentSpec& spec, const std::string& a, const std::
 
 }  // namespace
 
+namespace {
+
+// The pairs compared: every pair (i < j) in run order, or (leg, anchor) for every other leg.
+std::vector<std::pair<size_t, size_t>> pairs_of(const std::vector<LegData>& legs, const std::string& against) {
+    std::vector<std::pair<size_t, size_t>> out;
+    if (against.empty()) {
+        for (size_t i = 0; i < legs.size(); ++i)
+            for (size_t j = i + 1; j < legs.size(); ++j) out.emplace_back(i, j);
+        return out;
+    }
+    size_t anchor = legs.size();
+    for (size_t i = 0; i < legs.size(); ++i)
+        if (legs[i].name == against) anchor = i;
+    if (anchor == legs.size()) throw Error("compare: no leg '" + against + "' to compare the others with");
+    for (size_t i = 0; i < legs.size(); ++i)
+        if (i != anchor) out.emplace_back(i, anchor);
+    return out;
+}
+
+}  // namespace
+
 Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t) {
+    return compare_legs_against(legs, spec, "", t);
+}
+
+Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
+                                const Thresholds& t) {
     Comparison c;
+    std::vector<std::pair<std::string, std::string>> faulty;
     for (const auto& l : legs) {
         c.legs.push_back(l.name);
         c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
         c.grads.push_back(grad_stats(l, spec.clip));
         c.timing.push_back(timing_row(l));
+        faulty.emplace_back(l.name, l.faults);
     }
-    for (size_t i = 0; i < legs.size(); ++i)
-        for (size_t j = i + 1; j < legs.size(); ++j) {
-            const LegData& a = legs[i];
-            const LegData& b = legs[j];
-            L1Entry l1 = compare_l1(a, b, t);
-            if (!l1.pass) {
-                std::ostringstream w;
-                w.precision(3);
-                w << "L1 " << a.name << "~" << b.name << ": relative difference "
-                  << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
-                c.failures.push_back(w.str());
-            }
-            c.l1.push_back(l1);
-            L2Entry l2 = compare_l2(a, b);
-            if (!l2.pass)
-                c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
-                                     " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
-            c.l2.push_back(l2);
-            L3Entry l3 = compare_l3(a, b);
-            if (!l3.pass)
-                c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
-            c.l3.push_back(l3);
-
-            L4Entry l4;
-            l4.leg_a = a.name;
-            l4.leg_b = b.name;
-            l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
-            l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
-            l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);
-            l4.eval = diff_stats(l4.eval_points);
-            l4.loss = diff_stats(l4.loss_points);
-            l4.grad = diff_stats(l4.grad_points);
-            const bool ref_first = reference_is_first(a.implementation, b.implementation);
-            l4.residual_leg = ref_first ? b.name : a.name;
-            l4.residual_reference = ref_first ? a.name : b.name;
-            l4.eval_percent = residual_percent(l4.eval_points, ref_first);
-            l4.loss_percent = residual_percent(l4.loss_points, ref_first);
-            l4.grad_percent = residual_percent(l4.grad_points, ref_first);
-            if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
-            if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-            l4.gated = masks_line_up(spec, a.name, b.name);
-            if (l4.gated) {
-                l4.pass = l4.eval.n > 0 && std::isfinite(l4.eval.mean_abs_rel) && l4.eval.mean_abs_rel <= t.l4_mean_abs_rel;
-                if (!l4.pass)
-                    c.failures.push_back("L4 " + a.name + "~" + b.name + ": mean |difference| of held-out CE " +
-                                         std::to_string(l4.eval.mean_abs_rel) + " relative over " + std::to_string(l4.eval.n) +
-                                         " paired evaluations > " + std::to_string(t.l4_mean_abs_rel));
-            } else {
-                l4.note = "native dropout masks or plan: reported, not gated (compare with a same-stack seed envelope)";
-            }
-            c.l4.push_back(std::move(l4));
+    c.fault_banner = fault_banner(faulty);
+    for (const auto& [i, j] : pairs_of(legs, against)) {
+        const LegData& a = legs[i];
+        const LegData& b = legs[j];
+        L1Entry l1 = compare_l1(a, b, t);
+        if (!l1.pass) {
+            std::ostringstream w;
+            w.precision(3);
+            w << "L1 " << a.name << "~" << b.name << ": relative difference "
+              << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
+            c.failures.push_back(w.str());
         }
+        c.l1.push_back(l1);
+        L2Entry l2 = compare_l2(a, b);
+        if (!l2.pass)
+            c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
+                                 " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
+        c.l2.push_back(l2);
+        L3Entry l3 = compare_l3(a, b);
+        if (!l3.pass)
+            c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
+        c.l3.push_back(l3);
+
+        L4Entry l4;
+        l4.leg_a = a.name;
+        l4.leg_b = b.name;
+        l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
+        l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
+        l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);
+        l4.eval = diff_stats(l4.eval_points);
+        l4.loss = diff_stats(l4.loss_points);
+        l4.grad = diff_stats(l4.grad_points);
+        const bool ref_first = reference_is_first(a.implementation, b.implementation);
+        l4.residual_leg = ref_first ? b.name : a.name;
+        l4.residual_reference = ref_first ? a.name : b.name;
+        l4.eval_percent = residual_percent(l4.eval_points, ref_first);
+        l4.loss_percent = residual_percent(l4.loss_points, ref_first);
+        l4.grad_percent = residual_percent(l4.grad_points, ref_first);
+        if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
+        if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
+        l4.gated = masks_line_up(spec, a.name, b.name);
+        if (l4.gated) {
+            l4.pass = l4.eval.n > 0 && std::isfinite(l4.eval.mean_abs_rel) && l4.eval.mean_abs_rel <= t.l4_mean_abs_rel;
+            if (!l4.pass)
+                c.failures.push_back("L4 " + a.name + "~" + b.name + ": mean |difference| of held-out CE " +
+                                     std::to_string(l4.eval.mean_abs_rel) + " relative over " + std::to_string(l4.eval.n) +
+                                     " paired evaluations > " + std::to_string(t.l4_mean_abs_rel));
+        } else {
+            l4.note = "native dropout masks or plan: reported, not gated (compare with a same-stack seed envelope)";
+        }
+        c.l4.push_back(std::move(l4));
+    }
     return c;
 }
 
@@ -550,6 +578,7 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
         if (auto j = reader.flags(name)) l.flags = flags_from_json(json::parse(*j));
         std::string err = str(attrs, "error");
         if (!err.empty()) t.error = err;
+        l.faults = str(attrs, "faults");
         t.done = l.status == "finished";
         out.push_back(std::move(l));
     }

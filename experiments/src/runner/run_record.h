@@ -108,7 +108,8 @@ public:
     void set_flags(const std::string& leg, const std::vector<GateFlag>& flags);  // written at the next flush
     void update_leg(const LegState& leg);         // the catalog's legs row
     // Compares the legs as run.h5 holds them, judges completeness, stores /comparisons.
-    Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected);
+    // `against`: compare every leg with that leg only (compare_legs_against); "" = every pair.
+    Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected, const std::string& against = "");
     void finish(const std::string& run_status, const std::string& verdict);
     // After a fatal error: the catalog's run row failed with the reason, leg rows updated. Best effort
     // (the failure may be a full disk that the catalog shares); never throws.

@@ -168,6 +168,12 @@ std::vector<std::string> leg_argv(const LegPlan& plan, const fs::path& run_dir, 
                                  std::string("--device"), plan.device, std::string("--threads"), std::to_string(threads)})
         argv.push_back(a);
     if (resume) argv.push_back("--resume");
+    if (!plan.faults.empty()) {  // engine legs only (plan_legs): docs/faults.md
+        std::string list;
+        for (const auto& f : plan.faults) list += (list.empty() ? "" : ",") + fault_text(f);
+        argv.push_back("--faults");
+        argv.push_back(list);
+    }
     return argv;
 }
 
@@ -232,18 +238,25 @@ json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& thread
         json e{{"name", plans[i].name}, {"implementation", plans[i].implementation}, {"device", plans[i].device},
                {"threads", threads[i]}};
         if (!plans[i].command.empty()) e["command"] = plans[i].command;
+        if (!plans[i].faults.empty()) {
+            json f = json::array();
+            for (const auto& x : plans[i].faults) f.push_back(fault_text(x));
+            e["faults"] = f;
+        }
         lj.push_back(std::move(e));
     }
     return lj;
 }
 
-// CPU threads per leg: the CPU legs split the total evenly. Recorded in legs.json, because a resumed
-// leg must use the same count to continue bit-identically (docs/decisions.md).
-std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_threads) {
+// CPU threads per leg: the CPU legs that run at once (all of them, or at most max_concurrent) split the
+// total evenly. Recorded in legs.json, because a resumed leg must use the same count to continue
+// bit-identically (docs/decisions.md).
+std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_threads, int max_concurrent = 0) {
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     const int total = cpu_threads > 0 ? cpu_threads : static_cast<int>(hw);
     int cpu_legs = 0;
     for (const auto& p : plans) cpu_legs += p.device == "cpu";
+    if (max_concurrent > 0) cpu_legs = std::min(cpu_legs, max_concurrent);
     std::vector<int> out;
     for (const auto& p : plans) out.push_back(p.device == "cpu" ? std::max(1, total / std::max(1, cpu_legs)) : 1);
     return out;
@@ -275,13 +288,13 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     if (legs.empty())
         for (const auto& d : run.spec.legs) legs += (legs.empty() ? "" : ",") + d.name;
     if (legs.empty()) legs = "engine,reference";
-    const std::vector<LegPlan> plans = plan_legs(legs, opt.devices, &run.spec);
+    const std::vector<LegPlan> plans = opt.leg_plans.empty() ? plan_legs(legs, opt.devices, &run.spec) : opt.leg_plans;
     {
         Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
     }
     ResourceEstimate est = preflight(run.spec, plans, opt.out_dir);
     say("estimate: " + est.summary());
-    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads);
+    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
     run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));
     try {
         take_folder_lock(run);
@@ -322,10 +335,12 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
             LegPlan p{e.at("name").get<std::string>(), e.at("implementation").get<std::string>(),
                       e.at("device").get<std::string>(), {}};
             if (e.contains("command")) p.command = e.at("command").get<std::vector<std::string>>();
+            if (e.contains("faults"))
+                for (const auto& f : e.at("faults")) p.faults.push_back(parse_fault_switch(f.get<std::string>(), legs_file.string()));
             plans.push_back(std::move(p));
             threads.push_back(e.contains("threads") ? e.at("threads").get<int>() : 0);
         }
-        auto fallback = threads_per_leg(plans, opt.cpu_threads);
+        auto fallback = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
         for (size_t i = 0; i < threads.size(); ++i)
             if (threads[i] <= 0) threads[i] = fallback[i];
     } catch (const json::exception& e) {
@@ -513,7 +528,7 @@ public:
                         signal_group(l.proc.pid, SIGKILL);
             if (!stopping_)
                 for (auto& l : run_.legs)
-                    if (l.status == LegStatus::Pending && !device_busy(l.plan.device)) {
+                    if (l.status == LegStatus::Pending && !device_busy(l.plan.device) && !at_leg_limit()) {
                         launch(l, run_);
                         rec_.update_leg(state_of(l));
                     }
@@ -543,6 +558,14 @@ public:
     }
 
 private:
+    // RunnerOptions::max_concurrent_legs legs are running already.
+    bool at_leg_limit() const {
+        if (opt_.max_concurrent_legs <= 0) return false;
+        int running = 0;
+        for (const auto& l : run_.legs) running += l.status == LegStatus::Running;
+        return running >= opt_.max_concurrent_legs;
+    }
+
     bool device_busy(const std::string& device) const {
         if (device == "cpu") return false;  // CPU legs share the cores (threads split between them)
         for (const auto& l : run_.legs)
@@ -697,7 +720,8 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
         out.legs.push_back({l.plan, l.status, l.exit_status, l.trace});
     }
     out.status = interrupted ? RunStatus::Interrupted : (all_finished ? RunStatus::Finished : RunStatus::Failed);
-    Comparison cmp = rec.compare_and_store(run.spec, ExpectedSeries{run.prepared.total_updates, run.spec.eval_interval});
+    Comparison cmp = rec.compare_and_store(run.spec, ExpectedSeries{run.prepared.total_updates, run.spec.eval_interval},
+                                           opt.compare_against);
     out.checks_passed = cmp.passed();
     out.verdict = cmp.verdict();
     rec.finish(run_status_name(out.status), out.verdict);
@@ -804,6 +828,7 @@ std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devic
         validate_leg_name(p.name);
         for (const auto& o : out)
             if (o.name == p.name) throw Error("--legs: leg name '" + p.name + "' given twice");
+        if (p.implementation == "engine" && spec) p.faults = spec->leg_fault_switches(p.name);  // docs/faults.md
         p.device = def && !def->device.empty() ? def->device : devs[i % devs.size()];
         if (p.device != "cpu" && p.device.rfind("cuda:", 0) != 0)
             throw Error("--devices: '" + p.device + "' is not cpu or cuda:N");

@@ -13,6 +13,7 @@
 // then a is the reference and the percent is 100 * (b - a) / |a|. A reference value of 0 (or a
 // non-finite value) gives NaN, never a made-up number.
 #include "tandem/experiments/experiment.h"
+#include "tandem/experiments/fault_matrix.h"
 #include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/run_file.h"
@@ -31,6 +32,7 @@ struct LegData {
     int64_t exit_status = 0;
     LegTrace trace;
     std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
+    std::string faults;           // injected faults (docs/faults.md), "" = a clean leg
 };
 
 struct Thresholds {
@@ -162,6 +164,11 @@ struct Comparison {
     std::vector<TimingRow> timing;
     std::vector<ProbeResult> probes;
     std::vector<GateFlag> flags;        // every leg's gate flags, in leg order
+    // "FAULT INJECTED: <leg>: <faults>; ..." when any leg ran with an injected fault (docs/faults.md),
+    // else "". Every rendering of the comparison leads with it.
+    std::string fault_banner;
+    // The fault matrix of a `tandem faults` run (run.h5 /faults), shown first by the report.
+    std::optional<FaultMatrix> fault_matrix;
     std::vector<std::string> failures;  // one line per level that failed its threshold
     // What the legs lack (judge_completeness): a leg that did not finish, missing or repeated updates,
     // missing evaluations. A comparison over incomplete legs never passes.
@@ -193,6 +200,11 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
 std::pair<int64_t, int64_t> timing_window(int64_t updates);
 
 Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {});
+// The same, pairing every leg with `against` only, as (leg, against) — `tandem faults` compares each
+// faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
+// has that name.
+Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
+                                const Thresholds& t = {});
 
 // Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
 std::vector<LegData> read_legs(const RunFileReader& reader);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/experiments/faults.h"
 #include "tandem/experiments/gate.h"
 
 namespace tandem::experiments {
@@ -58,6 +59,10 @@ struct ExperimentSpec {
     // Per-leg overrides of dropout_masks / plan / template: overrides[leg][field] = value.
     std::map<std::string, std::map<std::string, std::string>> overrides;
 
+    // Faults injected into every engine leg (docs/faults.md; `faults`, absent = none) — unless the leg's
+    // definition has its own `faults` list, which replaces this one for that leg ([] = a clean leg).
+    std::vector<FaultSwitch> faults;
+
     // Legs the experiment defines (docs/legs.md), in name order: a name, what runs it, and for a
     // `command` leg its argument list with {run}, {leg}, {device}, {threads}, {resume} placeholders.
     struct LegDefinition {
@@ -65,6 +70,7 @@ struct ExperimentSpec {
         std::string implementation;        // engine | reference | sdk-python | sdk-go | command
         std::vector<std::string> command;  // command legs only
         std::string device;                // "" = from --devices
+        std::optional<std::vector<FaultSwitch>> faults;  // engine legs only; replaces the spec's `faults`
     };
     std::vector<LegDefinition> legs;
 
@@ -74,6 +80,9 @@ struct ExperimentSpec {
 
     // The setting a leg uses: its override when there is one, else the spec's.
     std::string leg_setting(const std::string& leg, const std::string& field) const;
+    // The faults an engine leg of this name runs with: its definition's list when it has one, else
+    // `faults` (docs/faults.md). Legs of other implementations run no faults.
+    std::vector<FaultSwitch> leg_fault_switches(const std::string& leg) const;
 
     // The resolved spec as JSON (every field present); this is experiment.json's "spec".
     nlohmann::json to_json() const;

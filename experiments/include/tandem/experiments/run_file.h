@@ -116,6 +116,20 @@ struct ComparisonSeries {
     Attributes summary;           // mean_signed_diff, mean_abs_diff, max_abs_diff, sign_changes, ...
 };
 
+// /faults/<fault>/search: one probe of a fault's size search (docs/faults.md); 1 = the level caught it.
+struct FaultProbeRow {
+    std::int64_t step = 0;   // 0-based probe number of this fault
+    double size = 0;
+    std::int64_t l1 = 0, l2 = 0, l3 = 0, l4 = 0, gate = 0;
+};
+
+// /faults/<fault>: one fault of a `tandem faults` run.
+struct FaultGroup {
+    std::string fault;       // catalogue name (lower case, digits, '-')
+    Attributes attributes;   // leg, size, the levels that fired, first updates, held-out CE differences
+    std::vector<FaultProbeRow> probes;  // --size-search only
+};
+
 // The check levels stored per leg: /legs/<leg>/checks/<level>.
 enum class CheckLevel { L1, L2, L3 };
 const char* check_level_name(CheckLevel level);  // "l1", "l2", "l3"
@@ -163,6 +177,10 @@ public:
     // /comparisons/<legA>~<legB>/<series> (replaced when written again) and the group's attributes.
     void write_comparison(const std::string& leg_a, const std::string& leg_b, const ComparisonSeries& series);
     void set_comparison_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes);
+
+    // /faults (replaced when written again): the group's attributes, the whole matrix as JSON text
+    // (/faults/matrix, what the report reads) and one group per fault (what h5py users read).
+    void write_faults(const Attributes& attributes, const std::string& matrix_json, const std::vector<FaultGroup>& faults);
 
     // Publishes everything written so far (atomic rename, fsynced). The writer stays usable: the
     // next write call starts a new copy. flush() is the same as commit().
@@ -213,6 +231,8 @@ public:
     std::optional<LegMemory> memory(const std::string& leg) const;
     std::optional<std::string> check(const std::string& leg, CheckLevel level) const;
     std::optional<std::string> flags(const std::string& leg) const;  // JSON array text
+    std::optional<std::string> fault_matrix() const;  // /faults/matrix (JSON text); nullopt: not a faults run
+    std::vector<FaultProbeRow> fault_probes(const std::string& fault) const;  // /faults/<fault>/search
     std::vector<std::pair<std::string, std::string>> comparisons() const;  // (legA, legB) pairs
     Attributes comparison_attributes(const std::string& leg_a, const std::string& leg_b) const;
     std::vector<ComparisonSeries> comparison_series(const std::string& leg_a, const std::string& leg_b) const;

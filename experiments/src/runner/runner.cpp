@@ -292,7 +292,7 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     {
         Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
     }
-    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir);
+    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.max_concurrent_legs);
     say("estimate: " + est.summary());
     std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
     run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));

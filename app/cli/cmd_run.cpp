@@ -7,6 +7,7 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/experiments/engine_leg.h"
+#include "tandem/experiments/envelope.h"
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/runner.h"
 
@@ -84,6 +85,19 @@ struct ReportArgs {
     std::string run;
     std::string format = "text";
     std::string out;
+    std::string catalog = "tandem.db";
+};
+
+struct EnvelopeArgs {
+    std::string experiment;
+    int64_t seeds = 8;
+    std::string legs = "reference";
+    std::string vary = "dropout,plan,adapter";
+    std::string out = "runs";
+    std::string catalog = "tandem.db";
+    std::string assets;
+    int threads = 0;
+    int parallel = 0;
 };
 
 }  // namespace
@@ -133,14 +147,18 @@ void add_run_commands(CLI::App& app, int& exit_code) {
     });
 
     auto rep = std::make_shared<ReportArgs>();
-    auto* report = app.add_subcommand("report", "Print the L1-L4 comparison of a run (exit 3 when a level fails its threshold)");
+    auto* report = app.add_subcommand("report", "Print the L1-L4 comparison of a run, its two distances and its verdict "
+                                                "(exit 3 unless equivalent or within the seed envelope)");
     report->add_option("run", rep->run, "run folder or run.h5")->required();
     report->add_option("--format", rep->format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
     report->add_option("--out", rep->out, "write to this file instead of stdout");
+    report->add_option("--catalog", rep->catalog,
+                       "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists)")
+        ->capture_default_str();
     report->callback([rep, &exit_code] {
         auto fmt = experiments::parse_report_format(rep->format);
         std::string title;
-        experiments::Comparison c = experiments::compare_run_file(rep->run, &title);
+        experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->catalog);
         std::string text = experiments::render_report(title, c, fmt);
         if (rep->out.empty()) {
             std::fwrite(text.data(), 1, text.size(), stdout);
@@ -148,6 +166,52 @@ void add_run_commands(CLI::App& app, int& exit_code) {
             write_file_atomic(rep->out, text);
         }
         exit_code = c.passed() ? kOk : kCheckFailed;
+    });
+
+    // tandem envelope EXPERIMENT --seeds N [--legs reference,engine] [--vary dropout,plan,adapter]
+    auto env = std::make_shared<EnvelopeArgs>();
+    auto* envelope = app.add_subcommand("envelope", "Build a same-stack seed envelope: N runs of the experiment that differ only in "
+                                                    "the varied seeds; stored in run.h5 (/envelope) and the catalog for later runs");
+    envelope->add_option("experiment", env->experiment, "experiment file (experiments/*.json)")->required();
+    envelope->add_option("--seeds", env->seeds, "runs in the envelope (at least 2)")->capture_default_str();
+    envelope->add_option("--legs", env->legs, "stacks, comma-separated (one envelope each): reference, engine, ...")
+        ->capture_default_str();
+    envelope->add_option("--vary", env->vary, "seeds that differ between the runs: split, base, adapter, plan, dropout, or none")
+        ->capture_default_str();
+    envelope->add_option("--out", env->out, "folder for the envelope's folder (<name>-envelope-<stamp>)")->capture_default_str();
+    envelope->add_option("--catalog", env->catalog, "SQLite catalog")->capture_default_str();
+    envelope->add_option("--assets", env->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
+    envelope->add_option("--threads", env->threads, "CPU threads for all runs together (0: all cores)");
+    envelope->add_option("--parallel", env->parallel, "runs at once (0: threads / legs per run)");
+    envelope->callback([env, &exit_code] {
+        experiments::EnvelopeOptions o;
+        o.experiment = env->experiment;
+        o.seeds = env->seeds;
+        o.legs = env->legs;
+        o.vary.clear();
+        if (env->vary != "none")
+            for (size_t p = 0; p <= env->vary.size();) {
+                size_t q = env->vary.find(',', p);
+                if (q == std::string::npos) q = env->vary.size();
+                if (q > p) o.vary.push_back(env->vary.substr(p, q - p));
+                p = q + 1;
+            }
+        o.out_dir = env->out;
+        o.catalog = env->catalog;
+        if (!env->assets.empty()) o.assets = env->assets;
+        o.cpu_threads = env->threads;
+        o.parallel = env->parallel;
+        experiments::EnvelopeOutcome r = experiments::run_envelope(o);
+        for (const auto& e : r.envelopes) {
+            std::printf("%s: %lld runs, varying %s\n", e.implementation.c_str(), static_cast<long long>(e.members),
+                        env->vary.c_str());
+            std::printf("  %-8s %-4s %-12s %-12s %-12s %-12s\n", "update", "n", "mean CE", "std", "min", "max");
+            for (const auto& p : e.heldout_ce)
+                std::printf("  %-8lld %-4lld %-12.7f %-12.3e %-12.7f %-12.7f\n", static_cast<long long>(p.update),
+                            static_cast<long long>(p.n), p.mean, p.std, p.min, p.max);
+        }
+        std::printf("envelope: %s (%.0f s); catalog %s\n", (r.folder / "run.h5").string().c_str(), r.wall_s, env->catalog.c_str());
+        exit_code = kOk;
     });
 
     auto leg_opts = std::make_shared<experiments::EngineLegOptions>();

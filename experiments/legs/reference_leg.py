@@ -211,7 +211,7 @@ def run_leg(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     set_determinism(torch, device)
-    seed = int(spec["seed"])
+    seed = run.seed("dropout")  # the dropout masks and the native RNG (docs/experiment-format.md "seeds")
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % (2 ** 32))
@@ -262,7 +262,7 @@ def run_leg(args):
     if plan_mode == "native":
         updates = native_plan(torch, run.split()["train"], int(spec["batch"]["micro_batch"]),
                               int(spec["batch"]["accumulation"]), int(spec["batch"].get("epochs") or 1),
-                              seed)[:len(plan["updates"])]
+                              run.seed("plan"))[:len(plan["updates"])]
     eval_indices = run.eval_prefix()
     l3_count = min(int(spec.get("l3_records", 64)), len(records))
     needed = set(eval_indices) | set(range(l3_count))

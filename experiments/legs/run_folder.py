@@ -37,6 +37,11 @@ class RunFolder:
         overrides = self.spec.get("overrides", {}).get(leg, {})
         return overrides.get(key, self.spec[key])
 
+    def seed(self, name):
+        """What seed `name` (split, base, adapter, plan, dropout) is: spec["seeds"][name], else the
+        experiment's `seed` (docs/experiment-format.md "seeds"; `seeds` is absent when all equal it)."""
+        return int(self.spec.get("seeds", {}).get(name, self.spec["seed"]))
+
     def records(self):
         if self._records is None:
             with open(self.file("corpus", "records.jsonl"), encoding="utf-8") as f:

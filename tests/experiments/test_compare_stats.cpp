@@ -136,15 +136,18 @@ LegData leg(const std::string& name, double l1, const std::string& sha, std::vec
 
 TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     ExperimentSpec spec;
+    spec.model_config = "tiny";
     spec.lora_dropout = 0.0;
     auto a = leg("a", 2.0, "aa", {1, 2, 3, 4});
-    auto b = leg("b", 2.0 * (1 + 5e-6), "aa", {1, 2, 3, 4});
+    auto b = leg("b", 2.0 * (1 + 5e-6), "aa", {1, 2, 3, 4});  // L1 within 1e-5
+    b.trace.evals = a.trace.evals;                              // and the trajectory identical: equivalent
     Comparison ok = compare_legs({a, b}, spec);
     judge_completeness(ok, {a, b}, ExpectedSeries{0, 1});  // no update planned: the initial evaluation only
     EXPECT_TRUE(ok.l1[0].pass);
     EXPECT_TRUE(ok.l2[0].pass);
     EXPECT_TRUE(ok.l3[0].pass);
-    EXPECT_TRUE(ok.passed()) << (ok.failures.empty() ? "" : ok.failures[0]);
+    EXPECT_TRUE(ok.passed()) << ok.verdict();
+    EXPECT_EQ(ok.l4[0].verdict, PairVerdict::Equivalent);
 
     auto c = leg("c", 2.1, "bb", {1, 2, 9, 4});
     Comparison bad = compare_legs({a, c}, spec);
@@ -161,10 +164,14 @@ TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     EXPECT_EQ(bad.l3[0].window_b, (std::vector<int32_t>{1, 2, 9, 4}));
     EXPECT_FALSE(bad.passed());
     EXPECT_GE(bad.failures.size(), 3u);
+    // A level L1-L3 failed: the pair and the run are not comparable, whatever the distances say.
+    EXPECT_EQ(bad.l4[0].verdict, PairVerdict::NotComparable);
+    EXPECT_EQ(bad.verdict().rfind("not comparable: L1 a~c: relative difference", 0), 0u) << bad.verdict();
 }
 
 TEST(CompareLegs, ResidualPercentSeriesAreLegMinusReference) {
     ExperimentSpec spec;
+    spec.model_config = "tiny";
     spec.lora_dropout = 0.0;
     auto engine = leg("engine-cpu", 2.0, "aa", {1, 2, 3, 4});
     engine.implementation = "engine";
@@ -212,6 +219,7 @@ TEST(CompareLegs, ResidualPercentSeriesAreLegMinusReference) {
 
 TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     ExperimentSpec spec;
+    spec.model_config = "tiny";
     spec.lora_dropout = 0.0;
     auto full = [](const std::string& name) {
         LegData l = leg(name, 2.0, "aa", {1, 2, 3, 4});
@@ -229,7 +237,8 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     Comparison c = compare_legs({a, b}, spec);
     judge_completeness(c, {a, b}, six);
     EXPECT_TRUE(c.passed()) << c.verdict();
-    EXPECT_EQ(c.verdict(), "all cross-checks passed");
+    EXPECT_EQ(c.verdict(), "equivalent: a~b: held-out CE within the float32 error-model bound at all 3 paired evaluations "
+                           "(largest 0 of the bound, update 0)");
 
     // The resume defect of issue 10: rows 0-3 lost, the levels themselves still agree.
     LegData holes = full("a");
@@ -260,7 +269,7 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     c = compare_legs({nan, b}, spec);
     judge_completeness(c, {nan, b}, six);
     EXPECT_FALSE(c.passed());
-    EXPECT_EQ(c.verdict().rfind("cross-checks FAILED: a: non-finite loss at update 3", 0), 0u) << c.verdict();
+    EXPECT_EQ(c.verdict().rfind("not comparable: a: non-finite loss at update 3", 0), 0u) << c.verdict();
 
     // A judged comparison without a leg, and one never judged, do not pass.
     Comparison none;

@@ -84,3 +84,50 @@ TEST(ExperimentFile, OverridesApplyPerLeg) {
     EXPECT_EQ(s.leg_setting("engine", "template"), "chatml");
     EXPECT_EQ(s.leg_setting("reference", "template"), "qwen3");
 }
+
+TEST(ExperimentFile, SeedsDefaultToTheSeedAndKeepTheHashUnlessOneDiffers) {
+    json j = minimal();
+    j["seed"] = 7;
+    ExperimentSpec plain = parse_experiment(j, "x");
+    for (const auto& n : ExperimentSpec::seed_names()) EXPECT_EQ(plain.seed_of(n), 7u) << n;
+    EXPECT_FALSE(plain.to_json().contains("seeds"));  // specs written before `seeds` keep their hash
+    // Seeds given, all equal to `seed`: the same resolved spec, the same hash.
+    j["seeds"] = {{"split", 7}, {"dropout", 7}};
+    ExperimentSpec same = parse_experiment(j, "x");
+    EXPECT_EQ(same.to_json().dump(), plain.to_json().dump());
+    EXPECT_EQ(same.sha256(), plain.sha256());
+    // One differs: every seed is written, the hash changes, the envelope key does not.
+    j["seeds"] = {{"dropout", 8}};
+    ExperimentSpec varied = parse_experiment(j, "x");
+    EXPECT_EQ(varied.seeds.dropout, 8u);
+    EXPECT_EQ(varied.seeds.plan, 7u);
+    EXPECT_EQ(varied.to_json()["seeds"], (json{{"split", 7}, {"base", 7}, {"adapter", 7}, {"plan", 7}, {"dropout", 8}}));
+    EXPECT_NE(varied.sha256(), plain.sha256());
+    EXPECT_EQ(varied.sha256_without_seeds(), plain.sha256_without_seeds());
+    ExperimentSpec again = parse_experiment(varied.to_json(), "resolved");
+    EXPECT_EQ(again.sha256(), varied.sha256());
+    // What does not change the distribution of the numbers keeps the envelope key: the name, the
+    // gate, checkpoints, the mask generator (shared or native: the same Bernoulli masks).
+    json k = j;
+    k["name"] = "y";
+    k["gate"] = {{"envelope", "stop"}};
+    k["checkpoint"] = {{"interval", 5}};
+    k["dropout_masks"] = "native";
+    k["overrides"] = {{"engine", {{"dropout_masks", "native"}}}};
+    EXPECT_EQ(parse_experiment(k, "x").sha256_without_seeds(), plain.sha256_without_seeds());
+    // What changes them changes it.
+    for (auto change : {json{{"lora", {{"rank", 8}}}}, json{{"plan", "native"}}, json{{"optimizer", {{"lr", 2e-4}}}},
+                        json{{"overrides", {{"engine", {{"template", "chatml"}}}}}}}) {
+        json c = j;
+        c.update(change);
+        EXPECT_NE(parse_experiment(c, "x").sha256_without_seeds(), plain.sha256_without_seeds()) << change.dump();
+    }
+    // Bad seeds are named.
+    j = minimal();
+    j["seeds"] = {{"dropout", -1}};
+    EXPECT_EQ(error_of(j), "experiments/x.json: field seeds.dropout: must be a non-negative integer");
+    j["seeds"] = {{"mask", 1}};
+    EXPECT_EQ(error_of(j), "experiments/x.json: field seeds.mask: unknown field");
+    j["seeds"] = 5;
+    EXPECT_EQ(error_of(j), "experiments/x.json: field seeds: must be an object");
+}

@@ -76,8 +76,9 @@ TEST(Gate, ConfigParsesActionsAndRejectsUnknownFields) {
     EXPECT_TRUE(GateConfig{}.is_default());
     EXPECT_THROW(GateConfig::from_json(nlohmann::json::parse(R"({"step_time": "explode"})"), "x.json"), tandem::Error);
     EXPECT_THROW(GateConfig::from_json(nlohmann::json::parse(R"({"nonfinite": "stop"})"), "x.json"), tandem::Error);
-    auto flags = flags_from_json(flags_to_json({{"a", "step-time", 3, 1.5, 0.4, GateAction::Pause, "m"}}));
+    auto flags = flags_from_json(flags_to_json({{"a", "step-time", 3, 1.5, 0.4, GateAction::Pause, "m", "wall_s"}}));
     ASSERT_EQ(flags.size(), 1u);
     EXPECT_EQ(flags[0].action, GateAction::Pause);
     EXPECT_EQ(flags[0].value, 1.5);
+    EXPECT_EQ(flags[0].series, "wall_s");
 }

@@ -12,7 +12,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "faults_io"))
-from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment  # noqa: E402
+from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, verdict_of  # noqa: E402
 
 
 def folder_of(tmp):
@@ -49,7 +49,7 @@ def test_a_command_leg_runs_like_a_built_in_one(tmp_path):
     spec = small_experiment(tmp, "cmdleg", legs=legs)
     p = run(tmp, spec, "--legs", "engine,mine")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "all cross-checks passed" in p.stdout
+    assert verdict_of(p.stdout).startswith("equivalent: "), p.stdout[-2000:]
     s = h5_series(folder_of(tmp))
     assert s["mine"]["loss"] == s["engine"]["loss"] and len(s["mine"]["loss"]) == 6
     legs_json = json.load(open(os.path.join(folder_of(tmp), "legs.json")))
@@ -73,7 +73,7 @@ def test_a_broken_command_leg_fails_with_its_stderr_while_the_engine_finishes(tm
                                                             "command": [sys.executable, script]}})
     p = run(tmp, spec, "--legs", "engine,broken")
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "all cross-checks passed" not in p.stdout
+    assert not verdict_of(p.stdout).startswith("equivalent")
     assert "incomplete: broken: leg failed" in p.stdout
     folder = folder_of(tmp)
     with sqlite3.connect(os.path.join(tmp, "tandem.db")) as db:
@@ -108,7 +108,7 @@ def test_a_paused_leg_resumes_bit_identically_while_its_twin_goes_on(tmp_path):
         # b had already finished and the runner with it: `leg resume` continued the run itself.
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         out = r.stdout
-    assert "all cross-checks passed" in out, out[-3000:]
+    assert verdict_of(out).startswith("equivalent: "), out[-3000:]
     s = h5_series(folder_of(tmp))
     for k in ("update", "loss", "grad_norm", "lr", "tokens", "eval_update", "heldout_ce"):
         assert s["a"][k] == s["b"][k], (k, s["a"][k], s["b"][k])
@@ -134,7 +134,7 @@ def test_a_stopped_leg_stays_stopped_on_resume_until_resumed(tmp_path):
     assert "stays stopped" in r.stderr and "incomplete: a: leg stopped" in r.stdout
     r = subprocess.run([TANDEM, "leg", "resume", folder_of(tmp), "a", "--catalog", os.path.join(tmp, "tandem.db")],
                        capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and "all cross-checks passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode == 0 and verdict_of(r.stdout).startswith("equivalent: "), r.stdout[-2000:] + r.stderr[-2000:]
     s = h5_series(folder_of(tmp))
     assert s["a"]["loss"] == s["b"]["loss"]
 
@@ -176,7 +176,7 @@ def test_the_gate_flags_a_slow_update_and_stops_a_leg_at_a_non_finite_loss(tmp_p
         flags = json.loads(v.decode() if isinstance(v, bytes) else v)
     assert [(x["kind"], x["update"], x["action"]) for x in flags] == [("non-finite", 4, "warn"), ("step-time", 5, "warn")]
     assert "Live gate flags" in p.stdout
-    assert p.returncode == 3 and "cross-checks FAILED: fake: non-finite loss at update 4" in p.stdout
+    assert p.returncode == 3 and verdict_of(p.stdout).startswith("not comparable: fake: non-finite loss at update 4"), p.stdout[-2000:]
 
     tmp2 = str(tmp_path / "stop")
     os.makedirs(tmp2)

@@ -1,5 +1,5 @@
 """Shared pieces of the runner fault tests: a small two-leg experiment, run.h5 series via h5py,
-reading a runner's output until a marker line."""
+reading a runner's output until a marker line, the verdict line of a report."""
 import json
 import os
 import select
@@ -70,3 +70,13 @@ def read_progress_until(proc, marker, timeout):
             return True
         buf = buf[-4096:]
     return False
+
+
+VERDICTS = ("equivalent: ", "numerically different but within the seed envelope: ", "outside the envelope: ",
+            "not comparable: ", "incomplete: ", "complete; one leg")
+
+
+def verdict_of(text):
+    """The verdict line `tandem run` / `tandem report` print last (docs/report.md "The verdict"); "" when none."""
+    lines = [l for l in text.splitlines() if l.startswith(VERDICTS)]
+    return lines[-1] if lines else ""

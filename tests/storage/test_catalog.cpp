@@ -17,6 +17,7 @@
 #include <thread>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -110,7 +111,7 @@ TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
     const fs::path file = tandem::test::fresh_dir("catalog-new") / "tandem.db";
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
-    EXPECT_EQ(ex::kCatalogSchemaVersion, 4);
+    EXPECT_EQ(ex::kCatalogSchemaVersion, 6);
     EXPECT_EQ(pragma(c.handle(), "journal_mode"), "wal");
     EXPECT_EQ(pragma(c.handle(), "synchronous"), "2");  // FULL
     EXPECT_EQ(pragma(c.handle(), "foreign_keys"), "1");
@@ -128,7 +129,7 @@ TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
     const fs::path file = tandem::test::fresh_dir("catalog-empty") / "tandem.db";
     { std::ofstream touch(file); }
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 4);
+    EXPECT_EQ(c.schema_version(), 6);
 }
 
 TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
@@ -138,7 +139,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
                    "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
     {
         ex::Catalog c(file);
-        EXPECT_EQ(c.schema_version(), 4);
+        EXPECT_EQ(c.schema_version(), 6);
         const auto probes = c.probes();
         ASSERT_EQ(probes.size(), 1u);
         EXPECT_EQ(probes[0].device_name, "Old CPU");
@@ -146,7 +147,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
         EXPECT_EQ(probes[0].hostname, "old-host");
         // The version-2 tables are there and usable.
         c.upsert_run({"r1", "exp", "", "/runs/r1", "/runs/r1/run.h5", "2026-11-29T09:00:00Z", std::nullopt, "running",
-                      "0.1.0", "h", std::nullopt, ""});
+                      "0.1.0", "h", std::nullopt, "", ""});
         EXPECT_EQ(c.runs().size(), 1u);
     }
     // Opening again is a no-op (already current).
@@ -164,7 +165,7 @@ TEST(Catalog, MigratesAVersion2FileKeepingLegRowsAndAcceptsPausedAndStoppedLegs)
     raw_exec(file, "INSERT INTO legs (run_id, name, implementation, status, updates_done, final_loss) VALUES "
                    "('r1', 'engine', 'engine', 'finished', 30, 11.5)");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 4);
+    EXPECT_EQ(c.schema_version(), 6);
     auto legs = c.legs("r1");
     ASSERT_EQ(legs.size(), 1u);
     EXPECT_EQ(legs[0].status, "finished");
@@ -221,10 +222,10 @@ TEST(Catalog, RunsAndLegsUpsertListAndDeleteTogether) {
     const fs::path file = tandem::test::fresh_dir("catalog-runs") / "tandem.db";
     ex::Catalog c(file);
     ex::RunRecord run{"clinical-tiny-20261129-090000", "clinical-tiny", "abc", "/r", "/r/run.h5",
-                      "2026-11-29T09:00:00Z", std::nullopt, "running", "0.1.0", "host", 4242, ""};
+                      "2026-11-29T09:00:00Z", std::nullopt, "running", "0.1.0", "host", 4242, "", ""};
     c.upsert_run(run);
     c.upsert_run({"older", "clinical-tiny", "abc", "/o", "/o/run.h5", "2026-11-28T09:00:00Z", "2026-11-28T10:00:00Z",
-                  "finished", "0.1.0", "host", std::nullopt, ""});
+                  "finished", "0.1.0", "host", std::nullopt, "", ""});
     ex::LegRecord leg;
     leg.run_id = run.id;
     leg.name = "engine-cpu";
@@ -341,7 +342,7 @@ TEST(Catalog, MigratesAVersion2FileToTagsAndNotesKeepingRuns) {
     raw_exec(file, "INSERT INTO runs (id, experiment, folder, started_at, status, note) VALUES "
                    "('old-run', 'clinical-tiny', '/runs/old-run', '2026-11-28T10:00:00Z', 'finished', 'all cross-checks passed')");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 4);
+    EXPECT_EQ(c.schema_version(), 6);
     ASSERT_EQ(c.runs().size(), 1u);
     EXPECT_EQ(c.runs()[0].note, "all cross-checks passed");  // the runner's note is untouched
     EXPECT_TRUE(c.annotation("old-run").tags.empty());
@@ -366,3 +367,40 @@ TEST(Catalog, MigratesAVersion2FileToTagsAndNotesKeepingRuns) {
     EXPECT_TRUE(c.annotations().empty());
 }
 
+TEST(Catalog, EnvelopesRoundTripWithTheirPointsNewestFirst) {
+    const fs::path file = tandem::test::fresh_dir("catalog-envelopes") / "tandem.db";
+    ex::Catalog c(file);
+    ex::EnvelopeRecord e;
+    e.spec_key = std::string(64, 'a');
+    e.experiment = "tiny";
+    e.implementation = "reference";
+    e.members = 8;
+    e.vary = "dropout,plan";
+    e.member_mean_ce = "[2.5,2.6]";
+    e.run_file = "/runs/env/run.h5";
+    e.created_at = "2026-12-01T10:00:00Z";
+    ex::EnvelopePoint p{10, 8, 1.0, 2.0, 1.5, 0.25, 1.05, 1.25, 1.5, 1.75, 1.95};
+    ex::EnvelopePoint empty{0, 0, std::nan(""), std::nan(""), std::nan(""), std::nan(""), std::nan(""), std::nan(""),
+                            std::nan(""), std::nan(""), std::nan("")};
+    e.points = {{"heldout_ce", p}, {"loss", empty}};
+    const auto first = c.add_envelope(e);
+    e.created_at = "2026-12-01T11:00:00Z";
+    e.members = 4;
+    const auto second = c.add_envelope(e);
+    EXPECT_NE(first, second);
+    const auto got = c.envelopes(e.spec_key);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].id, second);  // newest first
+    EXPECT_EQ(got[0].members, 4);
+    EXPECT_EQ(got[1].vary, "dropout,plan");
+    ASSERT_EQ(got[1].points.size(), 2u);
+    EXPECT_EQ(got[1].points[0].first, "heldout_ce");
+    EXPECT_EQ(got[1].points[0].second.update, 10);
+    EXPECT_EQ(got[1].points[0].second.q95, 1.95);
+    EXPECT_TRUE(std::isnan(got[1].points[1].second.mean));  // NULL, not a made-up 0
+    EXPECT_TRUE(c.envelopes(std::string(64, 'b')).empty());
+    // A point of an unknown series is refused and the whole envelope with it (one transaction).
+    e.points = {{"heldout_ce", p}, {"perplexity", p}};
+    EXPECT_THROW(c.add_envelope(e), tandem::Error);
+    EXPECT_EQ(c.envelopes(e.spec_key).size(), 2u);
+}

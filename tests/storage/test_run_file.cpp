@@ -289,3 +289,76 @@ TEST(RunFile, FileLeftByAWriterKilledMidAppendStillOpensWithEveryFlushedRow) {
         EXPECT_EQ(ex::RunFileReader(file).steps("engine").size(), rows.size() + 1);
     }
 }
+
+// Double buffering (docs/hdf5-layout.md "Commit cost"): a long-lived writer starts each session from
+// the version before the last commit and replays the last session's writes onto it, instead of
+// copying the whole file; whenever that could be wrong it copies, and the published file is the same.
+TEST(RunFile, ALongLivedWritersSessionsCopyNothingAndPublishEveryRow) {
+    const fs::path dir = tandem::test::fresh_dir("runfile-double-buffer");
+    const fs::path file = dir / "run.h5";
+    auto rows = [](std::int64_t first, std::int64_t n) {
+        std::vector<ex::StepRow> r;
+        for (std::int64_t i = first; i < first + n; ++i) r.push_back({i, 0.5 * static_cast<double>(i), 1.0, 1e-4, i, 0.1});
+        return r;
+    };
+    ex::RunFileWriter w(file);
+    w.append_steps("engine", rows(0, 5000));
+    w.commit();
+    EXPECT_EQ(w.last_copied_bytes(), 0);  // created
+    w.append_steps("engine", rows(5000, 10));
+    w.commit();
+    EXPECT_GT(w.last_copied_bytes(), 100000);  // no previous version yet: a full copy
+    std::int64_t next = 5010;
+    for (int session = 0; session < 20; ++session, next += 10) {
+        w.append_steps("engine", rows(next, 10));
+        w.set_leg_attributes("engine", {{"updates_done", next + 10}});
+        w.commit();
+        EXPECT_EQ(w.last_copied_bytes(), 0) << "session " << session;
+        ex::RunFileReader r(file, 0.0);
+        const auto steps = r.steps("engine");
+        ASSERT_EQ(static_cast<std::int64_t>(steps.size()), next + 10);
+        for (std::int64_t i = 0; i < next + 10; ++i) ASSERT_EQ(steps[static_cast<size_t>(i)].update, i);
+        ASSERT_EQ(std::get<std::int64_t>(r.leg_attributes("engine").at("updates_done")), next + 10);
+    }
+    // A reader holding the published version open across a commit keeps it unchanged: the next
+    // session copies instead of reusing that version.
+    {
+        ex::RunFileReader held(file, 0.0);
+        const auto before = held.steps("engine").size();
+        w.append_steps("engine", rows(next, 10));
+        w.commit();  // the version `held` reads is now the previous one
+        next += 10;
+        w.append_steps("engine", rows(next, 10));
+        w.commit();
+        next += 10;
+        EXPECT_GT(w.last_copied_bytes(), 0);
+        EXPECT_EQ(held.steps("engine").size(), before);
+    }
+    // Another writer committed in between: this writer's previous version is stale, so it copies.
+    {
+        ex::RunFileWriter other(file);
+        other.set_leg_attributes("engine", {{"note", std::string("written by another writer")}});
+        other.commit();
+    }
+    w.append_steps("engine", rows(next, 10));
+    w.commit();
+    next += 10;
+    EXPECT_GT(w.last_copied_bytes(), 0);
+    ex::RunFileReader r(file, 0.0);
+    EXPECT_EQ(std::get<std::string>(r.leg_attributes("engine").at("note")), "written by another writer");
+    EXPECT_EQ(static_cast<std::int64_t>(r.steps("engine").size()), next);
+}
+
+TEST(RunFile, NoPreviousVersionIsLeftBehind) {
+    const fs::path dir = tandem::test::fresh_dir("runfile-no-leftovers");
+    {
+        ex::RunFileWriter w(dir / "run.h5");
+        for (int i = 0; i < 3; ++i) {
+            w.append_eval("engine", {{i, 1.0}});
+            w.commit();
+        }
+    }
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    EXPECT_EQ(names, std::vector<std::string>{"run.h5"});
+}

@@ -2,6 +2,9 @@
 // experiments' RunFileWriter (the runner's own writer), the catalog through its Catalog; the test
 // checks what the views then show against what was written.
 #include "tandem/experiments/catalog.h"
+#include "tandem/experiments/distance.h"
+#include "tandem/experiments/envelope.h"
+#include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
@@ -28,7 +31,10 @@
 #include <QXYSeries>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
+
+#include <nlohmann/json.hpp>
 
 namespace ex = tandem::experiments;
 using namespace tandem::views;
@@ -98,6 +104,70 @@ void write_run(const std::filesystem::path& file) {
     }
 }
 
+// A finished two-leg run (engine, reference; 6 updates, evaluations every 2) holding a reference
+// seed envelope of four members and one gate flag of the engine at update 4 — what the runner
+// writes when the catalog has an envelope for the experiment.
+const char* const kEnvSpec = R"({"name":"views-env","model":{"config":"tiny"},"sequence":{"max_len":128},"eval":{"interval":2}})";
+double env_ce(double offset, int u) { return 3.0 - 0.05 * u + (u > 0 ? offset : 0.0); }
+
+ex::SeedEnvelope write_envelope_run(const std::filesystem::path& file) {
+    const ex::ExperimentSpec spec = ex::parse_experiment(nlohmann::json::parse(kEnvSpec), "test");
+    std::vector<ex::EnvelopeMember> members;
+    for (double offset : {-0.03, -0.01, 0.01, 0.03}) {
+        ex::EnvelopeMember m;
+        m.name = "m" + std::to_string(members.size());
+        for (int u = 0; u < 6; ++u) m.steps.push_back({u, 3.2 - 0.04 * u + offset, 1.0 + offset, 1e-4, 10, 0.5});
+        for (int u = 0; u <= 6; u += 2) m.evals.push_back({u, env_ce(offset, u)});
+        members.push_back(std::move(m));
+    }
+    ex::SeedEnvelope e = ex::compute_envelope(members);
+    e.key = spec.sha256_without_seeds();
+    e.implementation = "reference";
+    e.experiment = spec.name;
+    ex::RunFileWriter w(file);
+    ex::ExperimentInfo info;
+    info.name = spec.name;
+    info.run_id = "views-env-20261201-120000";
+    info.spec_json = spec.to_json().dump();
+    info.total_updates = 6;
+    w.write_experiment(info);
+    for (const auto& [leg, offset] : {std::pair<std::string, double>{"engine", 0.2}, {"reference", 0.0}}) {
+        w.create_leg(leg, {{"implementation", leg}, {"device", std::string("cpu")}, {"status", std::string("finished")}});
+        std::vector<ex::StepRow> steps;
+        for (int u = 0; u < 6; ++u) steps.push_back({u, 3.2 - 0.04 * u + offset, 1.0, 1e-4, 10, 0.5});
+        w.append_steps(leg, steps);
+        std::vector<ex::EvalRow> evals;
+        for (int u = 0; u <= 6; u += 2) evals.push_back({u, env_ce(offset, u)});
+        w.append_eval(leg, evals);
+        // L1-L3 agree: only the trajectories differ.
+        ex::LegTrace trace;
+        trace.l1_ce = env_ce(0, 0);
+        trace.l1_tokens = 100;
+        trace.has_l2 = true;
+        trace.l2.push_back({"model.norm.weight", "base", {4}, 4.0, 4.0, 1.0, std::string(64, 'a')});
+        trace.has_l3 = true;
+        trace.l3_template = "qwen3";
+        trace.l3_max_len = 128;
+        trace.l3 = l3_records(false);
+        w.write_check(leg, ex::CheckLevel::L1, ex::l1_to_json(trace).dump());
+        w.write_check(leg, ex::CheckLevel::L2, ex::l2_to_json(trace).dump());
+        w.write_check(leg, ex::CheckLevel::L3, ex::l3_to_json(trace).dump());
+    }
+    ex::GateFlag f;
+    f.leg = "engine";
+    f.kind = "envelope";
+    f.update = 4;
+    f.value = env_ce(0.2, 4);
+    f.threshold = 2.9;
+    f.action = ex::GateAction::Stop;
+    f.message = "engine: held-out CE 3 at update 4 is above the reference seed envelope band";
+    f.series = "heldout_ce";
+    w.write_flags("engine", ex::flags_to_json({f}).dump());
+    ex::write_envelope(w, e, nullptr);
+    w.commit();
+    return e;
+}
+
 }  // namespace
 
 class TestViewsRun : public QObject {
@@ -107,6 +177,64 @@ private Q_SLOTS:
         QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
         QCoreApplication::setApplicationName(QStringLiteral("test_views_run"));
         QStandardPaths::setTestModeEnabled(true);  // QSettings go to a throw-away location
+    }
+
+    void the_envelope_band_flags_verdict_and_z_come_from_experiments() {
+        QTemporaryDir dir;
+        const std::filesystem::path file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+        const ex::SeedEnvelope e = write_envelope_run(file);
+        const RunSnapshot snap = load_run_snapshot(file);
+        // The verdict is experiments' own (the engine is shifted far above the envelope).
+        const std::string verdict = ex::compare_run_file(file).verdict();
+        QCOMPARE(snap.verdict, verdict);
+        QVERIFY2(verdict.rfind("outside the envelope: ", 0) == 0, verdict.c_str());
+        // The band: min/max and mean -/+ 2 std of every point, as experiments' envelope_band_points.
+        QCOMPARE(snap.bands.size(), std::size_t(3));
+        const auto& band = snap.bands[0];
+        QCOMPARE(band.metric, Metric::HeldoutCe);
+        const auto expected = ex::envelope_band_points(e, "heldout_ce");
+        QCOMPARE(band.min.size(), expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            QCOMPARE(band.min[i].value, expected[i].min);
+            QCOMPARE(band.max[i].value, expected[i].max);
+            QCOMPARE(band.hi[i].value, expected[i].hi);
+        }
+        // The flag, on the engine's held-out curve at update 4.
+        QCOMPARE(snap.flags.size(), std::size_t(1));
+        QCOMPARE(snap.flags[0].metric, Metric::HeldoutCe);
+        QCOMPARE(snap.flags[0].y, env_ce(0.2, 4));
+        // z per evaluation with a spread (not update 0: the members start identical).
+        const auto model = ex::error_model_for(ex::parse_experiment(nlohmann::json::parse(kEnvSpec), "test"));
+        const auto z = ex::envelope_z_points({{0, env_ce(0.2, 0)}, {2, env_ce(0.2, 2)}, {4, env_ce(0.2, 4)}, {6, env_ce(0.2, 6)}}, e, model);
+        const auto engine_z = std::find_if(snap.z_scores.begin(), snap.z_scores.end(), [](const ZTrajectory& t) { return t.leg == "engine"; });
+        QVERIFY(engine_z != snap.z_scores.end());
+        QCOMPARE(engine_z->z.size(), std::size_t(3));
+        for (std::size_t i = 0; i < z.size(); ++i) QCOMPARE(engine_z->z[i].value, z[i].distance);
+
+        TrajectoryView view;
+        view.resize(900, 1200);
+        view.set_snapshot(snap);
+        view.redraw_now();
+        QVERIFY(view.verdict_text().contains(QStringLiteral("outside the envelope")));
+        QStringList names;
+        for (const auto& c : view.panel_curves(TrajectoryView::HeldoutPanel)) names << c.name;
+        for (const char* n : {envelope_min_name, envelope_max_name, envelope_lo_name, envelope_hi_name, flags_curve_name})
+            QVERIFY2(names.contains(QString::fromUtf8(n)), qPrintable(names.join(QStringLiteral(", "))));
+        QCOMPARE(names.indexOf(QString::fromUtf8(envelope_min_name)), 0);  // drawn first: behind the legs
+        QCOMPARE(view.panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(QString::fromUtf8(flags_curve_name)), 1);
+        view.hover_at(4);
+        QVERIFY2(view.hover_text().contains(QStringLiteral("gate flag")) &&
+                     view.hover_text().contains(QStringLiteral("above the reference seed envelope band")),
+                 qPrintable(view.hover_text()));
+        view.hover_at(2);
+        QVERIFY(!view.hover_text().contains(QStringLiteral("gate flag")));
+        view.set_residual_z(true);
+        view.redraw_now();
+        const auto curves = view.panel_curves(TrajectoryView::ResidualPanel);
+        QCOMPARE(curves.size(), std::size_t(2));
+        QCOMPARE(curves[0].name, QStringLiteral("engine"));
+        QCOMPARE(curves[0].series->size(), std::size_t(3));
+        QCOMPARE(view.panel_chart(TrajectoryView::ResidualPanel).chart()->title(), z_chart_title(snap));
     }
 
     void opening_a_run_fills_every_chart_with_every_point_of_every_leg() {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -304,10 +305,55 @@ TimingRow timing_row(const LegData& l) {
     return r;
 }
 
-bool masks_line_up(const ExperimentSpec& spec, const std::string& a, const std::string& b) {
-    bool dropout_matches = spec.lora_dropout == 0.0 ||
-                           (spec.leg_setting(a, "dropout_masks") == "shared" && spec.leg_setting(b, "dropout_masks") == "shared");
-    return dropout_matches && spec.leg_setting(a, "plan") == "shared" && spec.leg_setting(b, "plan") == "shared";
+std::string g3(double x) {
+    if (!std::isfinite(x)) return "n/a";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", x);
+    return b;
+}
+
+// The pair's verdict from its levels and its two distances (docs/thresholds.md "The verdict").
+void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, const std::string& envelope_hint) {
+    const std::string pair = l4.leg_a + "~" + l4.leg_b + ": ";
+    if (!level_failures.empty()) {
+        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict_reason = level_failures.front();
+        return;
+    }
+    const PairedDistance& n = l4.numerics;
+    if (n.applies && n.within()) {
+        l4.verdict = PairVerdict::Equivalent;
+        l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
+                            " paired evaluations (largest " + g3(n.max_ratio) + " of the bound, update " +
+                            std::to_string(n.max_ratio_update) + ")";
+        return;
+    }
+    std::string numerics;
+    if (!n.applies) numerics = "not paired (native dropout masks or plan)";
+    else if (n.points.empty()) numerics = "no paired evaluation";
+    else numerics = "held-out CE " + g3(n.max_ratio) + "x the float32 error-model bound at update " + std::to_string(n.max_ratio_update);
+    const EnvelopeDistance& e = l4.envelope;
+    if (!e.available) {
+        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict_reason = pair + numerics + ", and " + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable);
+        return;
+    }
+    const std::string seeds = "the " + e.stack + " seed envelope (" + std::to_string(e.members) + " runs";
+    if (e.within()) {
+        l4.verdict = PairVerdict::WithinEnvelope;
+        l4.verdict_reason = pair + numerics + "; " + e.leg + " within " + seeds + ": largest |z| " + g3(e.max_abs_z) +
+                            ", one-sided p " + g3(e.p) + ")";
+    } else {
+        l4.verdict = PairVerdict::OutsideEnvelope;
+        std::string why;
+        if (e.test_rejects())
+            why = "mean held-out CE " + g3(e.leg_mean) + " above the members' " + g3(e.members_mean) + " (t " + g3(e.t) +
+                  ", one-sided p " + g3(e.p) + " < " + g3(e.alpha) + ")";
+        if (!e.outside_band.empty())
+            why += (why.empty() ? "" : "; ") + std::string("outside the band at update ") + std::to_string(e.outside_band.front()) +
+                   (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "");
+        l4.verdict_reason = pair + e.leg + " outside " + seeds + "): " + why;
+    }
 }
 
 }  // namespace
@@ -333,14 +379,29 @@ std::vector<std::pair<size_t, size_t>> pairs_of(const std::vector<LegData>& legs
 
 }  // namespace
 
-Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t) {
-    return compare_legs_against(legs, spec, "", t);
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t,
+                        const std::optional<ErrorModel>& model, const std::vector<SeedEnvelope>& envelopes) {
+    return compare_legs_against(legs, spec, "", t, model, envelopes);
 }
 
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
-                                const Thresholds& t) {
+                                const Thresholds& t, const std::optional<ErrorModel>& model,
+                                const std::vector<SeedEnvelope>& envelopes) {
     Comparison c;
     std::vector<std::pair<std::string, std::string>> faulty;
+    std::string model_error;
+    if (model) c.error_model = *model;
+    else {
+        try {
+            c.error_model = error_model_for(spec);
+        } catch (const std::exception& e) {
+            model_error = e.what();
+        }
+    }
+    c.error_model.k = t.error_model_k;
+    const std::string key = spec.sha256_without_seeds();
+    for (const auto& e : envelopes)
+        if (e.key == key) c.envelopes.push_back(e);
     for (const auto& l : legs) {
         c.legs.push_back(l.name);
         c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
@@ -352,6 +413,7 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
         const LegData& b = legs[j];
+        const size_t failures_before = c.failures.size();
         L1Entry l1 = compare_l1(a, b, t);
         if (!l1.pass) {
             std::ostringstream w;
@@ -388,16 +450,26 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         l4.grad_percent = residual_percent(l4.grad_points, ref_first);
         if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
         if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-        l4.gated = masks_line_up(spec, a.name, b.name);
-        if (l4.gated) {
-            l4.pass = l4.eval.n > 0 && std::isfinite(l4.eval.mean_abs_rel) && l4.eval.mean_abs_rel <= t.l4_mean_abs_rel;
-            if (!l4.pass)
-                c.failures.push_back("L4 " + a.name + "~" + b.name + ": mean |difference| of held-out CE " +
-                                     std::to_string(l4.eval.mean_abs_rel) + " relative over " + std::to_string(l4.eval.n) +
-                                     " paired evaluations > " + std::to_string(t.l4_mean_abs_rel));
-        } else {
-            l4.note = "native dropout masks or plan: reported, not gated (compare with a same-stack seed envelope)";
+        l4.gated = legs_are_paired(spec, a.name, b.name) && model_error.empty();
+        if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
+        else if (!model_error.empty()) l4.note = "no error model: " + model_error;
+        else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
+        // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
+        const LegData& judged = ref_first ? b : a;
+        const LegData& reference_side = ref_first ? a : b;
+        const SeedEnvelope* env = pick_envelope(c.envelopes, reference_side.implementation);
+        if (!env) env = pick_envelope(c.envelopes, judged.implementation);
+        if (env) {
+            l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, c.error_model);
+            l4.envelope.alpha = t.envelope_alpha;
         }
+        const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
+                                                      c.failures.end());
+        judge_pair(l4, level_failures,
+                   "no seed envelope of this experiment (key " + key.substr(0, 12) + ") for " + reference_side.implementation +
+                       " or " + judged.implementation + ": build one with `tandem envelope EXPERIMENT --legs " +
+                       reference_side.implementation + "`");
+        l4.pass = verdict_passes(l4.verdict);
         c.l4.push_back(std::move(l4));
     }
     return c;
@@ -426,15 +498,39 @@ TimingRow timing_of(const LegTrace& t) {
     return r;
 }
 
+bool Comparison::passed() const {
+    if (!completeness_judged || !incomplete.empty() || !failures.empty()) return false;
+    for (const auto& e : l4)
+        if (!verdict_passes(e.verdict)) return false;
+    return true;
+}
+
 std::string Comparison::verdict() const {
     auto first_of = [](const std::vector<std::string>& v) {
         return v.front() + (v.size() > 1 ? " (+" + std::to_string(v.size() - 1) + " more)" : "");
     };
     if (!completeness_judged) return "incomplete: completeness not judged";
     if (!incomplete.empty()) return "incomplete: " + first_of(incomplete);
-    if (!failures.empty()) return "cross-checks FAILED: " + first_of(failures);
+    if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::NotComparable)) + ": " + first_of(failures);
     if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
-    return "all cross-checks passed";
+    if (l4.empty()) return "incomplete: no pair of legs compared";
+    // The worst pair speaks for the run: not comparable, then outside, then within, then equivalent.
+    auto severity = [](PairVerdict v) {
+        switch (v) {
+            case PairVerdict::NotComparable: return 3;
+            case PairVerdict::OutsideEnvelope: return 2;
+            case PairVerdict::WithinEnvelope: return 1;
+            case PairVerdict::Equivalent: return 0;
+        }
+        return 3;
+    };
+    const L4Entry* worst = &l4.front();
+    for (const auto& e : l4)
+        if (severity(e.verdict) > severity(worst->verdict)) worst = &e;
+    size_t others = 0;
+    for (const auto& e : l4) others += &e != worst && severity(e.verdict) == severity(worst->verdict);
+    return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
+           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "");
 }
 
 std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {
@@ -618,8 +714,34 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
                      {"l2_pass", int64_t{c.l2[i].pass}}, {"l2_mismatches", static_cast<int64_t>(c.l2[i].mismatches.size())},
                      {"l3_pass", int64_t{c.l3[i].pass}}, {"l3_compared", c.l3[i].compared},
                      {"l3_identical", c.l3[i].identical}, {"l4_gated", int64_t{c.l4[i].gated}},
-                     {"l4_pass", int64_t{c.l4[i].pass}}};
+                     {"l4_pass", int64_t{c.l4[i].pass}}, {"verdict", std::string(pair_verdict_name(c.l4[i].verdict))},
+                     {"verdict_reason", c.l4[i].verdict_reason}};
         writer.set_comparison_attributes(l1.leg_a, l1.leg_b, a);
+    }
+    // The two distances, side by side (docs/hdf5-layout.md /distances).
+    for (const auto& e : c.l4) {
+        const PairedDistance& n = e.numerics;
+        const EnvelopeDistance& v = e.envelope;
+        Attributes g{{"verdict", std::string(pair_verdict_name(e.verdict))}, {"verdict_reason", e.verdict_reason},
+                     {"leg", e.residual_leg}, {"reference", e.residual_reference}, {"paired", int64_t{n.applies}},
+                     {"error_model", c.error_model.describe()}, {"error_model_k", c.error_model.k},
+                     {"error_model_c", c.error_model.c}, {"error_model_layers", c.error_model.layers},
+                     {"error_model_seq_len", c.error_model.seq_len}, {"envelope_available", int64_t{v.available}}};
+        writer.set_distance_attributes(e.leg_a, e.leg_b, g);
+        if (n.applies)
+            writer.write_distance(e.leg_a, e.leg_b, "numerics", n.points,
+                                  {{"max_ratio", n.max_ratio}, {"max_ratio_update", n.max_ratio_update},
+                                   {"within", int64_t{n.within()}}});
+        if (v.available) {
+            std::string outside;
+            for (int64_t u : v.outside_band) outside += (outside.empty() ? "" : ",") + std::to_string(u);
+            writer.write_distance(e.leg_a, e.leg_b, "envelope", v.points,
+                                  {{"stack", v.stack}, {"leg", v.leg}, {"members", v.members}, {"max_abs_z", v.max_abs_z},
+                                   {"max_abs_z_update", v.max_abs_z_update}, {"outside_band", outside},
+                                   {"leg_mean_ce", v.leg_mean}, {"members_mean_ce", v.members_mean},
+                                   {"members_std_ce", v.members_std}, {"t", v.t}, {"df", v.df}, {"p", v.p},
+                                   {"alpha", v.alpha}, {"within", int64_t{v.within()}}});
+        }
     }
 }
 
@@ -656,6 +778,8 @@ struct OpenedRun {
     ExperimentSpec spec;
     ExpectedSeries expected;  // what a complete leg of this run holds
     LegData leg;
+    std::filesystem::path folder;
+    std::vector<SeedEnvelope> envelopes;  // what the run file holds (/envelope)
 };
 
 OpenedRun open_run_leg(const RunLegRef& ref) {
@@ -677,6 +801,8 @@ OpenedRun open_run_leg(const RunLegRef& ref) {
     }
     for (auto& l : read_legs(reader))
         if (l.name == ref.leg) r.leg = std::move(l);
+    r.folder = file.parent_path();
+    r.envelopes = read_envelopes(reader);
     return r;
 }
 
@@ -705,7 +831,10 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     if (auto it = b.spec.overrides.find(b_ref.leg); it != b.spec.overrides.end()) spec.overrides[r.label_b] = it->second;
     a.leg.name = r.label_a;
     b.leg.name = r.label_b;
-    r.comparison = compare_legs({a.leg, b.leg}, spec, t);
+    // The seed envelopes either run file holds (compare_legs keeps those of this experiment).
+    std::vector<SeedEnvelope> envelopes = a.envelopes;
+    envelopes.insert(envelopes.end(), b.envelopes.begin(), b.envelopes.end());
+    r.comparison = compare_legs({a.leg, b.leg}, spec, t, error_model_or_none(spec, a.folder), envelopes);
     // Completeness, each leg against its own run's plan (as compare_run_file judges a run): a pair
     // with an incomplete leg never passes.
     Comparison& c = r.comparison;
@@ -716,14 +845,23 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     }
     c.completeness_judged = true;
     if (!r.config.empty()) {
-        // Different experiments: the trajectories are not expected to agree; report, do not gate.
-        for (auto& e : r.comparison.l4) {
+        // Different experiments: the trajectories are not expected to agree. Reported; the verdict
+        // says they cannot be judged against each other (unless a level already failed).
+        const Comparison& cc = r.comparison;
+        for (size_t i = 0; i < cc.l4.size(); ++i) {
+            L4Entry& e = r.comparison.l4[i];
+            const bool levels_pass = cc.l1[i].pass && cc.l2[i].pass && cc.l3[i].pass;
             e.gated = false;
-            e.pass = true;
-            e.note = "the runs' experiment specs differ (" + std::to_string(r.config.size()) + " setting(s)): reported, not gated";
+            e.numerics = PairedDistance{};
+            e.envelope = EnvelopeDistance{};
+            e.note = "the runs' experiment specs differ (" + std::to_string(r.config.size()) + " setting(s)): reported, not judged";
+            if (levels_pass) {
+                e.verdict = PairVerdict::NotComparable;
+                e.verdict_reason = e.leg_a + "~" + e.leg_b + ": the runs' experiment specs differ (" + std::to_string(r.config.size()) +
+                                   " setting(s), first " + r.config.front().key + ")";
+            }
+            e.pass = false;
         }
-        auto& f = r.comparison.failures;
-        f.erase(std::remove_if(f.begin(), f.end(), [](const std::string& x) { return x.rfind("L4 ", 0) == 0; }), f.end());
     }
     return r;
 }

@@ -27,8 +27,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <sstream>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -109,6 +112,100 @@ engine::TrainerState from_checkpoint(const engine::Checkpoint& c) {
     return st;
 }
 
+// ---- test-only numerical faults (docs/thresholds.md "Injected faults") ----------------------------
+// TANDEM_TEST_ENGINE_FAULT="[LEG:]KIND[=VALUE][@UPDATE],..." perturbs this leg's training so the
+// tests can check that the error-model bound and the live gate catch a numerical difference. It is a
+// test switch, read only here (not by the engine, which stays fault-free); a leg running with one says
+// so in its hello event (`test_fault`), so such a run can never pass for a clean one unnoticed.
+//   lr_scale=M@K      the parameter change of every update >= K multiplied by M (lr x M, AdamW
+//                     decoupled weight decay included)
+//   adapter_noise=R@K after every update >= K, each adapter element x (1 + R s), s = +-1 from a hash
+//   bf16_adapter@K    after every update >= K, the adapter rounded to bfloat16 (nearest even)
+//   warmup_shift=N    the schedule's warmup N updates longer (an off-by-N schedule)
+struct TestFault {
+    std::string kind;
+    double value = 0;
+    int64_t from_update = 0;
+};
+
+std::vector<TestFault> test_faults_for(const std::string& leg) {
+    const char* env = std::getenv("TANDEM_TEST_ENGINE_FAULT");
+    std::vector<TestFault> out;
+    if (!env || !*env) return out;
+    std::stringstream in(env);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const std::string whole = item;
+        if (auto colon = item.find(':'); colon != std::string::npos) {
+            if (item.substr(0, colon) != leg) continue;
+            item = item.substr(colon + 1);
+        }
+        TestFault f;
+        try {
+            if (auto at = item.find('@'); at != std::string::npos) {
+                f.from_update = std::stoll(item.substr(at + 1));
+                item = item.substr(0, at);
+            }
+            if (auto eq = item.find('='); eq != std::string::npos) {
+                f.value = std::stod(item.substr(eq + 1));
+                item = item.substr(0, eq);
+            }
+        } catch (const std::exception&) {
+            throw Error("TANDEM_TEST_ENGINE_FAULT: '" + whole + "': not KIND[=VALUE][@UPDATE]");
+        }
+        f.kind = item;
+        if (f.kind != "lr_scale" && f.kind != "adapter_noise" && f.kind != "bf16_adapter" && f.kind != "warmup_shift")
+            throw Error("TANDEM_TEST_ENGINE_FAULT: '" + whole +
+                        "': unknown fault (lr_scale, adapter_noise, bf16_adapter, warmup_shift)");
+        out.push_back(f);
+    }
+    return out;
+}
+
+float round_to_bf16(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) == 0x7f800000u) return x;  // inf / NaN unchanged
+    b += 0x7fffu + ((b >> 16) & 1u);                  // round to nearest even on the upper 16 bits
+    b &= 0xffff0000u;
+    std::memcpy(&x, &b, 4);
+    return x;
+}
+
+// Applies the state faults of update `u`: `before` is the trainer state before the update (lr_scale).
+void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& faults, int64_t u,
+                       const std::optional<engine::TrainerState>& before) {
+    bool touched = false;
+    engine::TrainerState st;
+    for (const auto& f : faults) {
+        if (u < f.from_update || f.kind == "warmup_shift") continue;
+        if (!touched) st = trainer.state();
+        touched = true;
+        uint64_t tensor_index = 0;
+        for (auto& [name, t] : st.adapter) {
+            ++tensor_index;
+            float* x = t.ptr();
+            const size_t n = t.data.size();
+            if (f.kind == "lr_scale" && before) {
+                const float* x0 = before->adapter.at(name).ptr();
+                for (size_t i = 0; i < n; ++i) x[i] = x0[i] + static_cast<float>(f.value) * (x[i] - x0[i]);
+            } else if (f.kind == "adapter_noise") {
+                for (size_t i = 0; i < n; ++i) {
+                    uint64_t h = (static_cast<uint64_t>(u) * 0x9E3779B97F4A7C15ull) ^ (tensor_index << 40) ^ i;
+                    h ^= h >> 33;
+                    h *= 0xff51afd7ed558ccdull;
+                    h ^= h >> 33;
+                    x[i] *= static_cast<float>(1.0 + f.value * ((h & 1) ? 1.0 : -1.0));
+                }
+            } else if (f.kind == "bf16_adapter") {
+                for (size_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
+            }
+        }
+    }
+    if (touched) trainer.restore(st);
+}
+
 int run(const EngineLegOptions& opt, EventWriter& out) {
     const auto t_start = std::chrono::steady_clock::now();
     const fs::path run_dir = fs::absolute(opt.run);
@@ -121,6 +218,8 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     const std::vector<FaultSwitch> fault_list = parse_fault_list(opt.faults, "--faults");
     const LegFaults faults = leg_faults(fault_list);
 
+    // TANDEM_TEST_ENGINE_FAULT (tests only; below) and the catalogue's fault switches (docs/faults.md)
+    const std::vector<TestFault> test_faults = test_faults_for(opt.leg);
     json hello{{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
                {"stack", backend->stack()},
                {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend->device()},
@@ -129,6 +228,10 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     if (!fault_list.empty()) {
         hello["faults"] = faults_text(fault_list);
         std::fprintf(stderr, "engine leg: %s\n", fault_banner({{opt.leg, faults_text(fault_list)}}).c_str());
+    }
+    if (!test_faults.empty()) {
+        hello["test_fault"] = std::getenv("TANDEM_TEST_ENGINE_FAULT");
+        std::fprintf(stderr, "engine leg: TEST FAULT injected (TANDEM_TEST_ENGINE_FAULT=%s)\n", std::getenv("TANDEM_TEST_ENGINE_FAULT"));
     }
     out.emit("hello", hello);
 
@@ -192,7 +295,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         std::vector<size_t> lengths;
         for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
         data::PlanOptions po;
-        po.seed = spec.seed;
+        po.seed = spec.seeds.plan;
         po.micro_batch = static_cast<size_t>(spec.micro_batch);
         po.accumulation = static_cast<size_t>(spec.accumulation);
         po.max_len = static_cast<size_t>(spec.max_len);
@@ -217,10 +320,14 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.adamw.weight_decay = spec.weight_decay;
     to.total_updates = total_updates;
     to.warmup_ratio = spec.warmup_fraction;
+    for (const auto& f : test_faults)
+        if (f.kind == "warmup_shift")
+            to.warmup_updates = static_cast<int64_t>(std::ceil(spec.warmup_fraction * static_cast<double>(total_updates))) +
+                                static_cast<int64_t>(f.value);
     to.max_grad_norm = spec.clip;
     to.dropout_mode = spec.leg_setting(opt.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
                                                                               : engine::DropoutMode::Native;
-    to.seed = spec.seed;
+    to.seed = spec.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
     to.threads = opt.threads;
     to.model.faults = faults.engine;
     const engine::Qwen3Config config = base.config;
@@ -281,7 +388,11 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             mbs.push_back(make_micro_batch(seqs, pad_id));
         }
         auto tu = std::chrono::steady_clock::now();
+        std::optional<engine::TrainerState> before;
+        for (const auto& f : test_faults)
+            if (f.kind == "lr_scale" && u >= f.from_update) before = trainer.state();
         engine::UpdateMetrics m = trainer.train_update(mbs);
+        if (!test_faults.empty()) apply_test_faults(trainer, test_faults, u, before);
         double wall = seconds_since(tu);
         train_s += wall;
         out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},

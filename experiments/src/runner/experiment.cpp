@@ -130,6 +130,28 @@ const std::vector<std::string>& leg_implementations() {
     return k;
 }
 
+const std::vector<std::string>& ExperimentSpec::seed_names() {
+    static const std::vector<std::string> k = {"split", "base", "adapter", "plan", "dropout"};
+    return k;
+}
+
+uint64_t& ExperimentSpec::seed_of(const std::string& n) {
+    if (n == "split") return seeds.split;
+    if (n == "base") return seeds.base;
+    if (n == "adapter") return seeds.adapter;
+    if (n == "plan") return seeds.plan;
+    if (n == "dropout") return seeds.dropout;
+    throw Error("unknown seed '" + n + "' (known: split, base, adapter, plan, dropout)");
+}
+
+uint64_t ExperimentSpec::seed_of(const std::string& n) const { return const_cast<ExperimentSpec*>(this)->seed_of(n); }
+
+bool ExperimentSpec::seeds_differ() const {
+    for (const auto& n : seed_names())
+        if (seed_of(n) != seed) return true;
+    return false;
+}
+
 const ExperimentSpec::LegDefinition* ExperimentSpec::leg_definition(const std::string& leg) const {
     for (const auto& d : legs)
         if (d.name == leg) return &d;
@@ -162,6 +184,12 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         top.fail("name", "must be non-empty and use only letters, digits, '-', '_' and '.'");
     s.description = top.str("description", std::string());
     s.seed = static_cast<uint64_t>(top.integer("seed", 1234, 0, "must be a non-negative integer"));
+    {
+        Fields f(section(top, "seeds"), source, "seeds");
+        for (const auto& n : ExperimentSpec::seed_names())
+            s.seed_of(n) = static_cast<uint64_t>(f.integer(n, static_cast<int64_t>(s.seed), 0, "must be a non-negative integer"));
+        f.reject_unknown();
+    }
 
     {
         Fields f(section(top, "model"), source, "model");
@@ -361,11 +389,34 @@ json ExperimentSpec::to_json() const {
         j["legs"] = lj;
     }
     if (!gate.is_default()) j["gate"] = gate.to_json();
+    if (seeds_differ()) {
+        json sj = json::object();
+        for (const auto& n : seed_names()) sj[n] = seed_of(n);
+        j["seeds"] = sj;
+    }
     if (!faults.empty()) j["faults"] = faults_to_json(faults);  // only when used: clean specs keep their hash
     return j;
 }
 
 std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }
+
+std::string ExperimentSpec::sha256_without_seeds() const {
+    // Only what decides the distribution of a stack's numbers (docs/envelope.md "Reuse: the key"):
+    // not the name, seeds, the legs section, the gate, checkpoints (a resume is bit-identical) or
+    // l3_records, and not how dropout masks are drawn (shared or a leg's native RNG: both Bernoulli
+    // masks of the same rate). The plan stays: a native plan batches differently.
+    const json full = to_json();
+    json j = json::object();
+    for (const char* k : {"model", "lora", "optimizer", "schedule", "clip", "batch", "sequence", "corpus", "eval", "plan",
+                          "template", "overrides"})
+        j[k] = full.at(k);
+    for (auto& [leg, fields] : j["overrides"].items()) fields.erase("dropout_masks");
+    for (auto it = j["overrides"].begin(); it != j["overrides"].end();) {
+        if (it.value().empty()) it = j["overrides"].erase(it);
+        else ++it;
+    }
+    return sha256_hex(j.dump());
+}
 
 ExperimentSpec load_experiment(const std::filesystem::path& path) {
     std::error_code ec;

@@ -30,22 +30,6 @@ namespace {
 
 constexpr size_t kL1 = 0, kL2 = 1, kL3 = 2, kL4 = 3, kGate = 4;
 
-// Whether L4 fails for the pair (a, b) as compare_legs judges it (gated and not passing).
-bool l4_fails(const LegData& a, const LegData& b, const ExperimentSpec& spec, const Thresholds& t) {
-    const Comparison c = compare_legs_against({a, b}, spec, b.name, t);
-    return !c.l4.empty() && c.l4[0].gated && !c.l4[0].pass;
-}
-
-// The legs with their series cut after update u (evaluations <= u, steps < u).
-LegData prefix(const LegData& l, int64_t u) {
-    LegData p = l;
-    auto& ev = p.trace.evals;
-    ev.erase(std::remove_if(ev.begin(), ev.end(), [&](const EvalRow& e) { return e.update > u; }), ev.end());
-    auto& st = p.trace.steps;
-    st.erase(std::remove_if(st.begin(), st.end(), [&](const StepRow& s) { return s.update >= u; }), st.end());
-    return p;
-}
-
 }  // namespace
 
 FaultRow fault_row_of(const LegData& leg, const LegData& reference, const ExperimentSpec& spec, const Thresholds& t,
@@ -60,11 +44,12 @@ FaultRow fault_row_of(const LegData& leg, const LegData& reference, const Experi
     if (!c.l1[0].pass) r.first_update[kL1] = 0;
     if (!c.l2[0].pass) r.first_update[kL2] = 0;
     if (!c.l3[0].pass) r.first_update[kL3] = 0;
+    // L4: the paired numerics distance (docs/thresholds.md): the first paired evaluation whose held-out
+    // CE difference exceeds the float32 error-model bound (or is not finite).
     const L4Entry& l4 = c.l4[0];
-    if (l4.gated && !l4.pass) {
-        // the first paired evaluation at which the evaluations so far fail L4
-        for (const auto& p : l4.eval_points)
-            if (l4_fails(prefix(leg, p.update), prefix(reference, p.update), spec, t)) {
+    if (l4.numerics.applies && !l4.numerics.within()) {
+        for (const auto& p : l4.numerics.points)
+            if (!(std::isfinite(p.distance) && p.distance <= 1)) {
                 r.first_update[kL4] = p.update;
                 break;
             }
@@ -99,7 +84,7 @@ FaultMatrix fault_matrix_of(const std::vector<LegData>& legs, const ExperimentSp
     m.reference_leg = reference;
     m.clean_leg = clean;
     m.l1_threshold = t.l1_rel;
-    m.l4_threshold = t.l4_mean_abs_rel;
+    m.l4_threshold = t.error_model_k;  // L4: k of the float32 error-model bound (docs/thresholds.md)
     m.eval_interval = spec.eval_interval;
     const LegData& ref = find(reference);
     m.updates = static_cast<int64_t>(ref.trace.steps.size());
@@ -359,7 +344,7 @@ FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
                           const std::function<void(const std::string&)>& say) {
     FaultsOutcome out;
     Table tb{"clean-seeds", "Clean pair on " + std::to_string(opt.clean_seeds) + " seeds: which levels fire",
-             {"seed", "run", "L1 rel diff", "L2", "L3", "L4 mean abs rel", "gate flags", "largest step time / median",
+             {"seed", "run", "L1 rel diff", "L2", "L3", "L4 largest x bound", "gate flags", "largest step time / median",
               "fired"},
              {}, {}};
     std::map<std::string, int> fired_count;
@@ -400,7 +385,7 @@ FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
         if (std::isfinite(ratio)) worst_ratio = std::max(worst_ratio, ratio);
         for (const auto& l : row.caught_by()) ++fired_count[l];
         tb.rows.push_back({std::to_string(seed), r.run_id, fmt(c.l1[0].rel_diff, "%.3e"), c.l2[0].pass ? "pass" : "FAIL",
-                           c.l3[0].pass ? "pass" : "FAIL", fmt(c.l4[0].eval.mean_abs_rel, "%.3e"), flags.empty() ? "-" : flags,
+                           c.l3[0].pass ? "pass" : "FAIL", fmt(c.l4[0].numerics.max_ratio, "%.3g"), flags.empty() ? "-" : flags,
                            fmt(ratio, "%.2f"), row.caught_by().empty() ? "none" : joined(row.caught_by())});
     }
     for (const auto& l : fault_matrix_levels())

@@ -68,13 +68,16 @@ GateConfig GateConfig::from_json(const json& j, const std::string& source) {
         else if (k == "loss_spike_sigma") c.loss_spike_sigma = positive(v, source, field);
         else if (k == "loss_spike_window") c.loss_spike_window = count(v, source, field);
         else if (k == "loss_spike_min_history") c.loss_spike_min_history = count(v, source, field);
+        else if (k == "envelope") c.envelope = action_of(v, source, field);
+        else if (k == "envelope_band_sigma") c.envelope_band_sigma = positive(v, source, field);
+        else if (k == "paired_bound") c.paired_bound = action_of(v, source, field);
         else throw Error(source + ": field " + field + ": unknown field");
     }
     return c;
 }
 
 json GateConfig::to_json() const {
-    return json{{"non_finite", gate_action_name(non_finite)},
+    json j{{"non_finite", gate_action_name(non_finite)},
                 {"step_time", gate_action_name(step_time)},
                 {"step_time_factor", step_time_factor},
                 {"step_time_min_excess_s", step_time_min_excess_s},
@@ -84,6 +87,13 @@ json GateConfig::to_json() const {
                 {"loss_spike_sigma", loss_spike_sigma},
                 {"loss_spike_window", loss_spike_window},
                 {"loss_spike_min_history", loss_spike_min_history}};
+    // Fields added later are written only when set, so the spec hash of an experiment whose `gate`
+    // object predates them stays the same (a run folder prepared before still resumes).
+    const GateConfig d;
+    if (envelope != d.envelope) j["envelope"] = gate_action_name(envelope);
+    if (envelope_band_sigma != d.envelope_band_sigma) j["envelope_band_sigma"] = envelope_band_sigma;
+    if (paired_bound != d.paired_bound) j["paired_bound"] = gate_action_name(paired_bound);
+    return j;
 }
 
 bool GateConfig::is_default() const { return to_json() == GateConfig{}.to_json(); }
@@ -93,6 +103,7 @@ json flags_to_json(const std::vector<GateFlag>& flags) {
     for (const auto& f : flags) {
         json x{{"leg", f.leg}, {"kind", f.kind}, {"update", f.update}, {"action", gate_action_name(f.action)},
                {"message", f.message}};
+        if (!f.series.empty()) x["series"] = f.series;
         x["value"] = std::isfinite(f.value) ? json(f.value) : json(nullptr);
         x["threshold"] = std::isfinite(f.threshold) ? json(f.threshold) : json(nullptr);
         a.push_back(std::move(x));
@@ -113,6 +124,7 @@ std::vector<GateFlag> flags_from_json(const json& j) {
         const std::string a = x.value("action", "warn");
         f.action = a == "stop" ? GateAction::Stop : a == "pause" ? GateAction::Pause : GateAction::Warn;
         f.message = x.value("message", "");
+        f.series = x.value("series", "");
         out.push_back(std::move(f));
     }
     return out;
@@ -153,7 +165,8 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
         if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
             const bool loss = !std::isfinite(s.loss);
             out.push_back({leg, "non-finite", s.update, loss ? s.loss : s.grad_norm, std::nan(""), config_.non_finite,
-                           leg + ": non-finite " + (loss ? "loss" : "grad norm") + " at update " + std::to_string(s.update)});
+                           leg + ": non-finite " + (loss ? "loss" : "grad norm") + " at update " + std::to_string(s.update),
+                           loss ? "loss" : "grad_norm"});
             continue;
         }
         // Step time against this attempt's last `window` updates before this one.
@@ -164,8 +177,10 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             if (s.wall_s > limit)
                 out.push_back({leg, "step-time", s.update, s.wall_s, limit, config_.step_time,
                                leg + ": update " + std::to_string(s.update) + " took " + fmt("%.3g", s.wall_s) + " s, " +
-                                   fmt("%.1f", s.wall_s / median) + "x its running median " + fmt("%.3g", median) + " s"});
+                                   fmt("%.1f", s.wall_s / median) + "x its running median " + fmt("%.3g", median) + " s",
+                               "wall_s"});
         }
+        check_envelope(leg, "loss", s.update, s.loss, out);
         // Loss spike against the last `window` finite losses before this update.
         std::vector<double> losses;
         for (size_t k = i; k-- > 0 && static_cast<int64_t>(losses.size()) < config_.loss_spike_window;)
@@ -177,15 +192,81 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
                 out.push_back({leg, "loss-spike", s.update, s.loss, limit, config_.loss_spike,
                                leg + ": loss " + fmt("%.6g", s.loss) + " at update " + std::to_string(s.update) + " is above mean + " +
                                    fmt("%g", config_.loss_spike_sigma) + " std of its last " + std::to_string(losses.size()) +
-                                   " updates (" + fmt("%.6g", limit) + ")"});
+                                   " updates (" + fmt("%.6g", limit) + ")",
+                               "loss"});
         }
     }
     for (const EvalRow& e : trace.evals) {
         if (e.update <= seen.last_eval) continue;
         seen.last_eval = e.update;
-        if (!std::isfinite(e.heldout_ce))
+        if (!std::isfinite(e.heldout_ce)) {
             out.push_back({leg, "non-finite", e.update, e.heldout_ce, std::nan(""), config_.non_finite,
-                           leg + ": non-finite held-out CE at update " + std::to_string(e.update)});
+                           leg + ": non-finite held-out CE at update " + std::to_string(e.update), "heldout_ce"});
+            continue;
+        }
+        check_envelope(leg, "heldout_ce", e.update, e.heldout_ce, out);
+    }
+    return out;
+}
+
+void TrajectoryGate::mark_seen(const std::string& leg, const LegTrace& trace) {
+    Seen& seen = seen_[leg];
+    for (const auto& s : trace.steps) seen.last_update = std::max(seen.last_update, s.update);
+    for (const auto& e : trace.evals) seen.last_eval = std::max(seen.last_eval, e.update);
+}
+
+void TrajectoryGate::mark_pairs_seen(const std::map<std::string, const LegTrace*>& traces) {
+    for (const auto& [a, b] : context_.paired) {
+        auto ta = traces.find(a), tb = traces.find(b);
+        if (ta == traces.end() || tb == traces.end() || !ta->second || !tb->second) continue;
+        int64_t& last = pair_seen_.try_emplace(a + "~" + b, -1).first->second;
+        for (const PairedPoint& p : pair_evals(ta->second->evals, tb->second->evals)) last = std::max(last, p.update);
+    }
+}
+
+void TrajectoryGate::check_envelope(const std::string& leg, const char* series, int64_t update, double value,
+                                    std::vector<GateFlag>& out) const {
+    auto impl = context_.implementation.find(leg);
+    const SeedEnvelope* env = pick_envelope(context_.envelopes, impl == context_.implementation.end() ? "" : impl->second);
+    if (!env) return;
+    const EnvelopePoint* p = env->at(series, update);
+    if (!p || p->n < 2) return;
+    const Band band = envelope_band(*p, config_.envelope_band_sigma, context_.model.bound(update));
+    if (value >= band.low && value <= band.high) return;
+    const bool above = value > band.high;
+    const std::string what = std::string(series) == "heldout_ce" ? "held-out CE" : "training loss";
+    out.push_back({leg, "envelope", update, value, above ? band.high : band.low, config_.envelope,
+                   leg + ": " + what + " " + fmt("%.7g", value) + " at update " + std::to_string(update) + " is " +
+                       (above ? "above" : "below") + " the " + env->implementation + " seed envelope band [" +
+                       fmt("%.7g", band.low) + ", " + fmt("%.7g", band.high) + "] (" + std::to_string(env->members) + " runs)",
+                   series});
+}
+
+std::vector<GateFlag> TrajectoryGate::check_pairs(const std::map<std::string, const LegTrace*>& traces) {
+    std::vector<GateFlag> out;
+    for (const auto& [a, b] : context_.paired) {
+        auto ta = traces.find(a), tb = traces.find(b);
+        if (ta == traces.end() || tb == traces.end() || !ta->second || !tb->second) continue;
+        auto ia = context_.implementation.find(a), ib = context_.implementation.find(b);
+        const bool ref_first = ia != context_.implementation.end() && ib != context_.implementation.end() &&
+                               reference_is_first(ia->second, ib->second);
+        const std::string& leg = ref_first ? b : a;
+        const std::string& ref = ref_first ? a : b;
+        auto [it, fresh] = pair_seen_.try_emplace(a + "~" + b, -1);
+        for (const PairedPoint& p : pair_evals(ta->second->evals, tb->second->evals)) {
+            if (p.update <= it->second) continue;
+            it->second = p.update;
+            const double value = ref_first ? p.b : p.a, reference = ref_first ? p.a : p.b;
+            if (!std::isfinite(value) || !std::isfinite(reference)) continue;  // the non-finite flag covers these
+            const double rel = reference != 0 ? std::fabs(value - reference) / std::fabs(reference) : std::fabs(value - reference);
+            const double bound = context_.model.bound(p.update);
+            if (rel > bound)
+                out.push_back({leg, "paired-bound", p.update, rel, bound, config_.paired_bound,
+                               leg + ": held-out CE at update " + std::to_string(p.update) + " differs from " + ref + "'s by " +
+                                   fmt("%.3g", rel) + " relative, " + fmt("%.3g", rel / bound) + "x the error-model bound " +
+                                   fmt("%.3g", bound),
+                               "heldout_ce"});
+        }
     }
     return out;
 }

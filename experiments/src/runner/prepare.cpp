@@ -76,7 +76,7 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     auto t0 = std::chrono::steady_clock::now();
     data::Tokenizer tokenizer = data::Tokenizer::load(tok_dir);
     data::CorpusOptions copt;
-    copt.seed = spec.seed;
+    copt.seed = spec.seeds.split;
     copt.heldout_fraction = spec.heldout_fraction;
     copt.max_len = static_cast<size_t>(spec.max_len);
     copt.template_kind = data::TemplateKind::Qwen3;
@@ -95,7 +95,7 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
         }
     }
     if (selected.empty()) throw Error("corpus: the experiment's selection (corpus.sources) holds no record");
-    build.split = data::split_records(selected, spec.seed, spec.heldout_fraction);
+    build.split = data::split_records(selected, spec.seeds.split, spec.heldout_fraction);
     for (size_t i : build.split.train) selected[i].split = "train";
     for (size_t i : build.split.heldout) selected[i].split = "heldout";
     build.records = std::move(selected);
@@ -118,7 +118,7 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     std::vector<size_t> lengths;
     for (size_t i : build.split.train) lengths.push_back(build.records[i].length);
     data::PlanOptions popt;
-    popt.seed = spec.seed;
+    popt.seed = spec.seeds.plan;
     popt.micro_batch = static_cast<size_t>(spec.micro_batch);
     popt.accumulation = static_cast<size_t>(spec.accumulation);
     popt.max_len = static_cast<size_t>(spec.max_len);
@@ -145,11 +145,11 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
         }
         base_source = fs::absolute(spec.model_base).string();
     } else {
-        engine::write_generated_base(base_dir, config, spec.seed);
-        base_source = std::string("generated (") + engine::kGeneratorName + ", seed " + std::to_string(spec.seed) + ")";
+        engine::write_generated_base(base_dir, config, spec.seeds.base);
+        base_source = std::string("generated (") + engine::kGeneratorName + ", seed " + std::to_string(spec.seeds.base) + ")";
     }
     // 6. The initial adapter, in peft's layout.
-    engine::write_initial_adapter(run.folder / "init", config, lora_config_of(spec), spec.seed, "");
+    engine::write_initial_adapter(run.folder / "init", config, lora_config_of(spec), spec.seeds.adapter, "");
     double weights_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     say(opt, "base: " + base_source + "; initial adapter written");
 

@@ -2,6 +2,7 @@
 #include "tandem/experiments/report.h"
 
 #include "tandem/error.h"
+#include "tandem/experiments/catalog.h"
 #include "tandem/experiments/host_info.h"
 
 #include <algorithm>
@@ -177,7 +178,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                                fmt(e.eval.mean_abs, "%.3e"), fmt(e.eval.std, "%.3e"),
                                fmt(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
                                std::to_string(e.eval.sign_changes), fmt(e.eval.mean_abs_rel, "%.3e"),
-                               e.gated ? yesno(e.pass) : "not gated"});
+                               pair_verdict_name(e.verdict)});
             tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), fmt(e.loss.mean_signed, "%.3e"),
                                fmt(e.loss.mean_abs, "%.3e"), fmt(e.loss.std, "%.3e"),
                                fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
@@ -187,8 +188,43 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                                percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
                                percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
         }
-        tb.notes.push_back("differences are a - b; dispersion = population std of the differences; pass (shared masks and plan): mean |diff| / mean |b| <= " +
-                           fmt(t.l4_mean_abs_rel, "%.0e"));
+        tb.notes.push_back("differences are a - b; dispersion = population std of the differences; check: the pair's verdict "
+                           "from the two distances below (docs/thresholds.md)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"distances", "Two distances: paired numerics (error-model bound) and seed envelope",
+                 {"legs", "paired", "largest rel diff (update)", "bound there", "ratio", "envelope", "largest |z| (update)",
+                  "one-sided t (df)", "p", "band exits", "verdict"},
+                 {}, {}};
+        for (const auto& e : c.l4) {
+            const PairedDistance& n = e.numerics;
+            const EnvelopeDistance& v = e.envelope;
+            std::string rel = "-", bound = "-", ratio = "-";
+            if (n.applies && n.max_ratio_update >= 0)
+                for (const auto& p : n.points)
+                    if (p.update == n.max_ratio_update) {
+                        rel = fmt(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
+                        bound = fmt(p.scale, "%.3e");
+                        ratio = fmt(p.distance, "%.3g");
+                    }
+            std::string env = "none", z = "-", tt = "-", pp = "-", exits = "-";
+            if (v.available) {
+                env = v.stack + ", " + std::to_string(v.members) + " runs";
+                z = v.max_abs_z_update < 0 ? "n/a" : fmt(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
+                tt = fmt(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
+                pp = fmt(v.p, "%.3g");
+                exits = std::to_string(v.outside_band.size());
+            }
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, n.applies ? "yes" : "no", rel, bound, ratio, env, z, tt, pp, exits,
+                               pair_verdict_name(e.verdict)});
+            tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
+        }
+        tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
+                           c.error_model.describe());
+        tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band [min - 2 std, max + 2 std] "
+                           "widened by the bound; one-sided prediction t-test of the leg's mean held-out CE after update 0 against the "
+                           "members' (alpha " + fmt(t.envelope_alpha, "%.2g") + ")");
         out.push_back(tb);
     }
     if (!c.flags.empty()) {
@@ -508,6 +544,9 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     std::vector<std::string> reasons;
     for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
     for (const auto& x : c.failures) reasons.push_back(x);
+    if (c.incomplete.empty() && c.failures.empty())
+        for (const auto& e : c.l4)
+            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     if (f == ReportFormat::Latex) {
         o << "% verdict: " << latex_escape(verdict) << "\n";
@@ -526,7 +565,7 @@ Table config_table(const RunsComparison& r) {
     Table tb{"config", "Experiment settings that differ", {"setting", r.run_id_a, r.run_id_b}, {}, {}};
     for (const auto& d : r.config) tb.rows.push_back({d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)"});
     tb.notes.push_back(r.config.empty() ? "the two runs have the same experiment spec"
-                                        : std::to_string(r.config.size()) + " setting(s) differ; L4 is reported, not gated");
+                                        : std::to_string(r.config.size()) + " setting(s) differ; L4 is reported, not judged");
     return tb;
 }
 
@@ -561,6 +600,9 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     std::vector<std::string> reasons;
     for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
     for (const auto& x : c.failures) reasons.push_back(x);
+    if (c.incomplete.empty() && c.failures.empty())
+        for (const auto& e : c.l4)
+            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
     if (reasons.size() == 1) reasons.clear();
     if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
         const char* lead = f == ReportFormat::Latex ? "% " : "# ";
@@ -573,7 +615,7 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     return o.str();
 }
 
-Comparison compare_run_file(const fs::path& run, std::string* title) {
+Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog) {
     fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
     if (!fs::exists(file)) throw Error(file.string() + ": no run file");
     RunFileReader reader(file);
@@ -581,10 +623,14 @@ Comparison compare_run_file(const fs::path& run, std::string* title) {
     if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
     ExperimentSpec spec = parse_experiment(nlohmann::json::parse(exp->spec_json), file.string() + " /experiment spec");
     const std::vector<LegData> legs = read_legs(reader);
+    // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
+    std::vector<SeedEnvelope> envelopes = read_envelopes(reader);
+    if (envelopes.empty() && !catalog.empty() && fs::exists(catalog)) envelopes = find_envelopes(Catalog(catalog), spec.sha256_without_seeds());
     // a faults run compares every leg with its reference only (docs/faults.md), as the runner did
     std::optional<FaultMatrix> matrix;
     if (auto j = reader.fault_matrix()) matrix = fault_matrix_from_json(nlohmann::json::parse(*j));
-    Comparison c = compare_legs_against(legs, spec, matrix ? matrix->reference_leg : std::string());
+    Comparison c = compare_legs_against(legs, spec, matrix ? matrix->reference_leg : std::string(), Thresholds{},
+                                        error_model_or_none(spec, file.parent_path()), envelopes);
     c.fault_matrix = matrix;
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();

@@ -5,6 +5,7 @@
 #include "leg_process.h"
 #include "tandem/experiments/catalog.h"
 #include "tandem/experiments/compare.h"
+#include "tandem/experiments/envelope.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/prepare.h"
@@ -111,6 +112,9 @@ public:
     // `against`: compare every leg with that leg only (compare_legs_against); "" = every pair.
     Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected, const std::string& against = "");
     void finish(const std::string& run_status, const std::string& verdict);
+    // The experiment's seed envelopes (docs/envelope.md): the catalog's newest per stack, found at
+    // register_run and copied into run.h5 (/envelope); on resume without one in the catalog, run.h5's.
+    const std::vector<SeedEnvelope>& envelopes() const { return envelopes_; }
     // After a fatal error: the catalog's run row failed with the reason, leg rows updated. Best effort
     // (the failure may be a full disk that the catalog shares); never throws.
     void fail(const std::string& reason, const std::vector<LegState>& legs) noexcept;
@@ -126,13 +130,16 @@ private:
         bool flags_dirty = false;
     };
     LegRecord leg_record(const LegState& leg) const;
+    RunFileWriter& writer();
 
     std::filesystem::path run_file_;
+    std::optional<RunFileWriter> writer_;
     Catalog catalog_;
     std::string hostname_;
     RunRecord run_;
     int64_t total_updates_ = 0;
     std::vector<Tracked> tracked_;
+    std::vector<SeedEnvelope> envelopes_;
 };
 
 }  // namespace tandem::experiments

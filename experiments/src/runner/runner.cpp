@@ -11,6 +11,7 @@
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
 #include "tandem/experiments/compare.h"
+#include "tandem/experiments/distance.h"
 #include "tandem/experiments/host_info.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/experiments/probe.h"
@@ -29,6 +30,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -508,7 +510,38 @@ void stop_all_legs_now(Run& run) {
 class Supervisor {
 public:
     Supervisor(Run& run, RunRecorder& rec, const RunnerOptions& opt, std::function<void(const std::string&)> say)
-        : run_(run), rec_(rec), opt_(opt), say_(std::move(say)), gate_(run.spec.gate) {}
+        : run_(run), rec_(rec), opt_(opt), say_(std::move(say)), gate_(run.spec.gate) {
+        // The envelope and paired-bound flags (docs/gate.md): legs, pairs, error model, envelopes.
+        TrajectoryGate::Context ctx;
+        for (const auto& l : run_.legs) ctx.implementation[l.plan.name] = l.plan.implementation;
+        bool model_known = true;
+        try {
+            ctx.model = error_model_for(run_.spec, run_.folder);
+        } catch (const std::exception& e) {
+            model_known = false;
+            say_("note: no paired-bound flags: " + std::string(e.what()));
+        }
+        for (size_t i = 0; model_known && i < run_.legs.size(); ++i)
+            for (size_t j = i + 1; j < run_.legs.size(); ++j)
+                if (legs_are_paired(run_.spec, run_.legs[i].plan.name, run_.legs[j].plan.name))
+                    ctx.paired.emplace_back(run_.legs[i].plan.name, run_.legs[j].plan.name);
+        ctx.envelopes = rec_.envelopes();
+        for (const auto& e : ctx.envelopes)
+            say_("seed envelope: " + e.implementation + ", " + std::to_string(e.members) + " runs varying " +
+                 (e.vary.empty() ? std::string("nothing") : [&] {
+                     std::string v;
+                     for (const auto& x : e.vary) v += (v.empty() ? "" : ",") + x;
+                     return v;
+                 }()) + " (" + e.source + ")");
+        gate_.set_context(std::move(ctx));
+        // What a resumed run's legs recorded before was judged by the runner that saw it.
+        std::map<std::string, const LegTrace*> traces;
+        for (const auto& l : run_.legs) {
+            gate_.mark_seen(l.plan.name, l.trace);
+            traces[l.plan.name] = &l.trace;
+        }
+        gate_.mark_pairs_seen(traces);
+    }
 
     // Runs until no leg runs or waits; returns true when interrupted (SIGINT / SIGTERM).
     bool run() {
@@ -645,20 +678,30 @@ private:
         }
     }
 
-    // The live gate over what each leg reported since the last poll.
+    // The live gate over what each leg reported since the last poll, then over paired evaluations.
     void check_gate() {
         for (auto& l : run_.legs) {
             if (l.status != LegStatus::Running) continue;
-            for (GateFlag& f : gate_.check(l.plan.name, l.trace, l.attempt_first_update < 0 ? 0 : l.attempt_first_update)) {
-                l.journal->log("[tandem run] gate: " + f.message + " -> " + gate_action_name(f.action));
-                if (opt_.on_flag) opt_.on_flag(f);
-                else say_("gate: " + f.message + " (" + gate_action_name(f.action) + ")");
-                l.flags.push_back(f);
-                rec_.set_flags(l.plan.name, l.flags);
-                if (f.action == GateAction::Pause && !l.stop_requested) act_on(l, LegAction::Pause, "gate: " + f.message);
-                if (f.action == GateAction::Stop && !l.stop_requested) act_on(l, LegAction::Stop, "gate: " + f.message);
-            }
+            for (GateFlag& f : gate_.check(l.plan.name, l.trace, l.attempt_first_update < 0 ? 0 : l.attempt_first_update))
+                raise(l, f);
         }
+        std::map<std::string, const LegTrace*> traces;
+        for (const auto& l : run_.legs) traces[l.plan.name] = &l.trace;
+        for (GateFlag& f : gate_.check_pairs(traces))
+            for (auto& l : run_.legs)
+                if (l.plan.name == f.leg) raise(l, f);
+    }
+
+    // Records a flag and acts on it (pause / stop act on a running leg only).
+    void raise(LiveLeg& l, const GateFlag& f) {
+        l.journal->log("[tandem run] gate: " + f.message + " -> " + gate_action_name(f.action));
+        if (opt_.on_flag) opt_.on_flag(f);
+        else say_("gate: " + f.message + " (" + gate_action_name(f.action) + ")");
+        l.flags.push_back(f);
+        rec_.set_flags(l.plan.name, l.flags);
+        if (l.status != LegStatus::Running) return;
+        if (f.action == GateAction::Pause && !l.stop_requested) act_on(l, LegAction::Pause, "gate: " + f.message);
+        if (f.action == GateAction::Stop && !l.stop_requested) act_on(l, LegAction::Stop, "gate: " + f.message);
     }
 
     void reap_ended_legs(int64_t total) {

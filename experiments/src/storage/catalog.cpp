@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -120,7 +121,30 @@ const std::vector<std::vector<const char*>>& migrations() {
               note       TEXT NOT NULL DEFAULT '',
               updated_at TEXT NOT NULL
             ))"},
-        // 4 -> 5: injected faults (docs/faults.md): what a run and a leg ran with, and the fault matrix
+        // 4 -> 5: seed envelopes (tandem envelope; docs/envelope.md), keyed by the experiment's hash
+        // without its seeds, one row per stack, and their statistics per series and update.
+        {R"(CREATE TABLE envelopes (
+              id             INTEGER PRIMARY KEY,
+              spec_key       TEXT NOT NULL,
+              experiment     TEXT NOT NULL,
+              implementation TEXT NOT NULL,
+              members        INTEGER NOT NULL CHECK (members >= 1),
+              vary           TEXT NOT NULL DEFAULT '',
+              member_mean_ce TEXT NOT NULL DEFAULT '[]',
+              run_file       TEXT NOT NULL DEFAULT '',
+              created_at     TEXT NOT NULL,
+              hostname       TEXT NOT NULL DEFAULT ''
+            ))",
+         "CREATE INDEX envelopes_by_key ON envelopes (spec_key, implementation, created_at)",
+         R"(CREATE TABLE envelope_points (
+              envelope_id  INTEGER NOT NULL REFERENCES envelopes (id) ON DELETE CASCADE,
+              series       TEXT NOT NULL CHECK (series IN ('heldout_ce','loss','grad_norm')),
+              update_index INTEGER NOT NULL,
+              n            INTEGER NOT NULL,
+              min REAL, max REAL, mean REAL, std REAL, q05 REAL, q25 REAL, q50 REAL, q75 REAL, q95 REAL,
+              PRIMARY KEY (envelope_id, series, update_index)
+            ))"},
+        // 5 -> 6: injected faults (docs/faults.md): what a run and a leg ran with, and the fault matrix
         {"ALTER TABLE runs ADD COLUMN faults TEXT NOT NULL DEFAULT ''",
          "ALTER TABLE legs ADD COLUMN faults TEXT NOT NULL DEFAULT ''",
          R"(CREATE TABLE fault_results (
@@ -195,6 +219,10 @@ public:
     void run() {
         while (step()) {
         }
+    }
+    void reset() {
+        sqlite3_reset(stmt_);
+        sqlite3_clear_bindings(stmt_);
     }
 
     std::string text(int col) const {
@@ -606,6 +634,83 @@ std::vector<std::string> Catalog::search_runs(const std::string& text) const {
             hay += "\n" + lower(it->second.note);
         }
         if (needle.empty() || hay.find(needle) != std::string::npos) out.push_back(r.id);
+    }
+    return out;
+}
+
+std::int64_t Catalog::add_envelope(const EnvelopeRecord& e) {
+    execute(db_, path_.string(), "BEGIN IMMEDIATE");
+    try {
+        Statement s(db_, path_.string(),
+                    "INSERT INTO envelopes (spec_key, experiment, implementation, members, vary, member_mean_ce, run_file, "
+                    "created_at, hostname) VALUES (?,?,?,?,?,?,?,?,?)");
+        s.bind(1, e.spec_key).bind(2, e.experiment).bind(3, e.implementation).bind(4, e.members).bind(5, e.vary);
+        s.bind(6, e.member_mean_ce).bind(7, e.run_file).bind(8, e.created_at.empty() ? utc_timestamp_now() : e.created_at);
+        s.bind(9, e.hostname);
+        s.run();
+        const std::int64_t id = sqlite3_last_insert_rowid(db_);
+        Statement p(db_, path_.string(),
+                    "INSERT INTO envelope_points (envelope_id, series, update_index, n, min, max, mean, std, q05, q25, q50, "
+                    "q75, q95) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        for (const auto& [series, x] : e.points) {
+            auto real = [](double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; };
+            p.bind(1, id).bind(2, series).bind(3, x.update).bind(4, x.n).bind(5, real(x.min)).bind(6, real(x.max));
+            p.bind(7, real(x.mean)).bind(8, real(x.std)).bind(9, real(x.q05)).bind(10, real(x.q25)).bind(11, real(x.q50));
+            p.bind(12, real(x.q75)).bind(13, real(x.q95));
+            p.run();
+            p.reset();
+        }
+        execute(db_, path_.string(), "COMMIT");
+        return id;
+    } catch (...) {
+        sqlite3_stmt* rollback = nullptr;
+        if (sqlite3_prepare_v2(db_, "ROLLBACK", -1, &rollback, nullptr) == SQLITE_OK) sqlite3_step(rollback);
+        sqlite3_finalize(rollback);
+        throw;
+    }
+}
+
+std::vector<EnvelopeRecord> Catalog::envelopes(const std::string& spec_key) const {
+    Statement s(db_, path_.string(),
+                "SELECT id, spec_key, experiment, implementation, members, vary, member_mean_ce, run_file, created_at, "
+                "hostname FROM envelopes WHERE spec_key = ? ORDER BY created_at DESC, id DESC");
+    s.bind(1, spec_key);
+    std::vector<EnvelopeRecord> out;
+    while (s.step()) {
+        EnvelopeRecord e;
+        e.id = s.int64(0);
+        e.spec_key = s.text(1);
+        e.experiment = s.text(2);
+        e.implementation = s.text(3);
+        e.members = s.int64(4);
+        e.vary = s.text(5);
+        e.member_mean_ce = s.text(6);
+        e.run_file = s.text(7);
+        e.created_at = s.text(8);
+        e.hostname = s.text(9);
+        out.push_back(std::move(e));
+    }
+    for (auto& e : out) {
+        Statement p(db_, path_.string(),
+                    "SELECT series, update_index, n, min, max, mean, std, q05, q25, q50, q75, q95 FROM envelope_points "
+                    "WHERE envelope_id = ? ORDER BY series, update_index");
+        p.bind(1, e.id);
+        while (p.step()) {
+            EnvelopePoint x;
+            x.update = p.int64(1);
+            x.n = p.int64(2);
+            auto real = [&](int col) { return p.is_null(col) ? std::nan("") : p.real(col); };
+            x.min = real(3);
+            x.max = real(4);
+            x.mean = real(5);
+            x.std = real(6);
+            x.q05 = real(7);
+            x.q25 = real(8);
+            x.q50 = real(9);
+            x.q75 = real(10);
+            x.q95 = real(11);
+            e.points.emplace_back(p.text(0), x);
+        }
     }
     return out;
 }

@@ -87,6 +87,39 @@ void validate_fault_name(const std::string& f, const std::string& fault) {
         throw Error(f + ": fault name '" + fault + "' is not lower case letters, digits and '-'");
 }
 
+Handle envelope_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 88 : sizeof(EnvelopePoint)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(EnvelopePoint, update), i64);
+    H5Tinsert(type, "n", file ? 8 : offsetof(EnvelopePoint, n), i64);
+    H5Tinsert(type, "min", file ? 16 : offsetof(EnvelopePoint, min), f64);
+    H5Tinsert(type, "max", file ? 24 : offsetof(EnvelopePoint, max), f64);
+    H5Tinsert(type, "mean", file ? 32 : offsetof(EnvelopePoint, mean), f64);
+    H5Tinsert(type, "std", file ? 40 : offsetof(EnvelopePoint, std), f64);
+    H5Tinsert(type, "q05", file ? 48 : offsetof(EnvelopePoint, q05), f64);
+    H5Tinsert(type, "q25", file ? 56 : offsetof(EnvelopePoint, q25), f64);
+    H5Tinsert(type, "q50", file ? 64 : offsetof(EnvelopePoint, q50), f64);
+    H5Tinsert(type, "q75", file ? 72 : offsetof(EnvelopePoint, q75), f64);
+    H5Tinsert(type, "q95", file ? 80 : offsetof(EnvelopePoint, q95), f64);
+    return type;
+}
+
+Handle distance_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 48 : sizeof(DistancePoint)), H5Tclose);
+    H5Tinsert(type, "update", file ? 0 : offsetof(DistancePoint, update), i64);
+    H5Tinsert(type, "value", file ? 8 : offsetof(DistancePoint, value), f64);
+    H5Tinsert(type, "reference", file ? 16 : offsetof(DistancePoint, reference), f64);
+    H5Tinsert(type, "difference", file ? 24 : offsetof(DistancePoint, difference), f64);
+    H5Tinsert(type, "scale", file ? 32 : offsetof(DistancePoint, scale), f64);
+    H5Tinsert(type, "distance", file ? 40 : offsetof(DistancePoint, distance), f64);
+    return type;
+}
+
+Handle f64_type(bool file) { return Handle(H5Tcopy(file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE), H5Tclose); }
+
 // --- attribute helpers ----------------------------------------------------------------------------
 
 std::string leg_path(const std::string& leg) { return "/legs/" + leg; }
@@ -97,6 +130,9 @@ void validate_comparison_pair(const std::string& a, const std::string& b) {
 }
 
 std::string comparison_path(const std::string& a, const std::string& b) { return "/comparisons/" + a + "~" + b; }
+std::string distance_path(const std::string& a, const std::string& b) { return "/distances/" + a + "~" + b; }
+// Stacks are implementation names and members run ids: both follow the leg-name rule (a path component).
+std::string envelope_path(const std::string& stack) { return "/envelope/" + stack; }
 
 void validate_series_name(const std::string& series) {
     if (series.empty() || series.size() > 64 || series.find_first_of("/~") != std::string::npos || series == "." ||
@@ -228,7 +264,9 @@ void validate_leg_name(const std::string& leg) {
 // Writer
 
 RunFileWriter::RunFileWriter(const std::filesystem::path& path)
-    : path_(path), temp_path_(path.parent_path() / ("." + path.filename().string() + ".writing")) {
+    : path_(path),
+      temp_path_(path.parent_path() / ("." + path.filename().string() + ".writing")),
+      spare_path_(path.parent_path() / ("." + path.filename().string() + ".previous")) {
     h5::silence_library_errors();
     const std::string name = path.string();
     std::error_code ec;
@@ -246,9 +284,64 @@ RunFileWriter::RunFileWriter(const std::filesystem::path& path)
     ensure_open();
 }
 
+// Starts a session from the previous version (the spare hard link made at the last commit) by
+// replaying the last session's writes onto it; false when that is not possible (first session, the
+// published file is not the one this writer committed, a reader still has the old version open, a
+// replay failed) — the caller then copies the published file.
+bool RunFileWriter::reopen_previous_version() {
+    if (spare_ino_ == 0 || published_ino_ == 0) return false;
+    struct stat pub {}, spare {};
+    if (::stat(path_.c_str(), &pub) != 0 || pub.st_ino != published_ino_) return false;
+    const int fd = ::open(spare_path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return false;
+    // A reader holding the old version open (HDF5's own locking: a shared flock) keeps it: we must not
+    // change a file someone reads.
+    if (::fstat(fd, &spare) != 0 || spare.st_ino != spare_ino_ || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        ::close(fd);
+        return false;
+    }
+    if (::rename(spare_path_.c_str(), temp_path_.c_str()) != 0) {
+        ::close(fd);
+        return false;
+    }
+    spare_ino_ = 0;
+    lock_fd_ = fd;
+    const std::string name = path_.string();
+    try {
+        reserve_room(lock_fd_, name);
+        Handle fapl = unlocked_file_access();
+        file_ = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
+        if (file_ < 0) h5::fail(name, "cannot open run file for writing");
+        replaying_ = true;
+        for (auto& w : last_session_writes_) w();
+        replaying_ = false;
+    } catch (...) {
+        replaying_ = false;
+        H5Eclear2(H5E_DEFAULT);
+        discard();  // unlinks the half-replayed copy; the caller starts over from a full copy
+        return false;
+    }
+    last_session_writes_.clear();
+    last_copied_bytes_ = 0;
+    return true;
+}
+
+void RunFileWriter::forget_previous_version() noexcept {
+    if (spare_ino_ != 0) {
+        struct stat st {};
+        if (::stat(spare_path_.c_str(), &st) == 0 && st.st_ino == spare_ino_) ::unlink(spare_path_.c_str());
+    }
+    spare_ino_ = 0;
+    last_session_writes_.clear();
+}
+
 // Opens a session: lock the hidden copy, fill it with the published file (or create a new file).
 void RunFileWriter::ensure_open() {
     if (file_ >= 0) return;
+    session_writes_.clear();
+    failed_ = false;
+    if (reopen_previous_version()) return;
+    forget_previous_version();
     const std::string name = path_.string();
     lock_fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock_fd_ < 0) throw Error(name + ": cannot write run file (" + temp_path_.string() + ": " + std::strerror(errno) + ")");
@@ -265,10 +358,12 @@ void RunFileWriter::ensure_open() {
         std::error_code ec;
         if (std::filesystem::exists(path_, ec)) {
             copy_bytes(path_, lock_fd_, name);
+            last_copied_bytes_ = static_cast<std::int64_t>(std::filesystem::file_size(temp_path_, ec));
             reserve_room(lock_fd_, name);
             file_ = H5Fopen(temp_path_.c_str(), H5F_ACC_RDWR, fapl);
             if (file_ < 0) h5::fail(name, "cannot open run file for writing");
         } else {
+            last_copied_bytes_ = 0;
             // Default (earliest) format bounds: readable by every HDF5 tool.
             file_ = H5Fcreate(temp_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
             if (file_ < 0) h5::fail(name, "cannot create run file");
@@ -292,6 +387,8 @@ void RunFileWriter::guarded(F&& write) {
         failed_ = true;  // the copy may hold half of this call: never publish it
         throw;
     }
+    // Kept for the next session, which may start from the version before this one (double buffering).
+    session_writes_.emplace_back(std::forward<F>(write));
 }
 
 void RunFileWriter::commit() {
@@ -311,12 +408,25 @@ void RunFileWriter::commit() {
         discard();
         throw Error(name + ": cannot fsync " + temp_path_.string() + " (" + std::strerror(error) + ")");
     }
+    // Keep the version being replaced as the next session's starting point (a hard link; where the
+    // file system has none, every session copies).
+    struct stat old_published {};
+    const bool had_published = ::stat(path_.c_str(), &old_published) == 0;
+    ::unlink(spare_path_.c_str());
+    const bool spare = had_published && ::link(path_.c_str(), spare_path_.c_str()) == 0;
     try {
         rename_durably(temp_path_, path_);  // rename + fsync of the folder
     } catch (...) {
+        if (spare) ::unlink(spare_path_.c_str());
         discard();
         throw;
     }
+    struct stat now_published {};
+    ::fstat(lock_fd_, &now_published);
+    published_ino_ = now_published.st_ino;
+    spare_ino_ = spare ? old_published.st_ino : 0;
+    last_session_writes_ = std::move(session_writes_);
+    session_writes_.clear();
     ::close(lock_fd_);  // releases the lock; the descriptor now names the published file
     lock_fd_ = -1;
 }
@@ -340,14 +450,21 @@ RunFileWriter::~RunFileWriter() {
     } catch (...) {
     }
     discard();
+    forget_previous_version();
 }
 
 RunFileWriter::RunFileWriter(RunFileWriter&& other) noexcept
     : path_(std::move(other.path_)),
       temp_path_(std::move(other.temp_path_)),
+      spare_path_(std::move(other.spare_path_)),
       file_(std::exchange(other.file_, -1)),
       lock_fd_(std::exchange(other.lock_fd_, -1)),
-      failed_(other.failed_) {}
+      failed_(other.failed_),
+      session_writes_(std::move(other.session_writes_)),
+      last_session_writes_(std::move(other.last_session_writes_)),
+      published_ino_(std::exchange(other.published_ino_, 0)),
+      spare_ino_(std::exchange(other.spare_ino_, 0)),
+      last_copied_bytes_(other.last_copied_bytes_) {}
 
 RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
     if (this != &other) {
@@ -356,17 +473,24 @@ RunFileWriter& RunFileWriter::operator=(RunFileWriter&& other) noexcept {
         } catch (...) {
         }
         discard();
+        forget_previous_version();
         path_ = std::move(other.path_);
         temp_path_ = std::move(other.temp_path_);
+        spare_path_ = std::move(other.spare_path_);
         file_ = std::exchange(other.file_, -1);
         lock_fd_ = std::exchange(other.lock_fd_, -1);
         failed_ = other.failed_;
+        session_writes_ = std::move(other.session_writes_);
+        last_session_writes_ = std::move(other.last_session_writes_);
+        published_ino_ = std::exchange(other.published_ino_, 0);
+        spare_ino_ = std::exchange(other.spare_ino_, 0);
+        last_copied_bytes_ = other.last_copied_bytes_;
     }
     return *this;
 }
 
 void RunFileWriter::write_host(const HostInfo& host) {
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, "/host");
         h5::write_attributes(f, group,
@@ -389,7 +513,7 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
     if (experiment.spec_json.size() > 60000)
         throw Error(path_.string() + ": experiment spec JSON is " + std::to_string(experiment.spec_json.size()) +
                     " bytes; /experiment holds at most 60000 as an attribute");
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, "/experiment");
         h5::write_attributes(f, group,
@@ -410,7 +534,7 @@ void RunFileWriter::write_probe(const ProbeResult& probe) {
         validate_direction(d.name);
         names += (names.empty() ? "" : ",") + d.name;
     }
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         // Replace a previous probe of the same device as a whole, so no stale direction survives.
         h5::require_group(f, file_, "/probes");
@@ -438,7 +562,7 @@ void RunFileWriter::write_probe(const ProbeResult& probe) {
 
 void RunFileWriter::create_leg(const std::string& leg, const Attributes& attributes) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
         h5::write_attributes(path_.string(), group, attributes);
     });
@@ -470,7 +594,7 @@ void write_table_rows(const std::string& f, hid_t file, const std::string& leg, 
 
 void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "steps", step_type(true), step_type(false), kStepChunkRows,
                          rows.data(), rows.size(), false);
     });
@@ -478,7 +602,7 @@ void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepR
 
 void RunFileWriter::replace_steps(const std::string& leg, const std::vector<StepRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "steps", step_type(true), step_type(false), kStepChunkRows,
                          rows.data(), rows.size(), true);
     });
@@ -486,7 +610,7 @@ void RunFileWriter::replace_steps(const std::string& leg, const std::vector<Step
 
 void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "eval", eval_type(true), eval_type(false), kEvalChunkRows,
                          rows.data(), rows.size(), false);
     });
@@ -494,7 +618,7 @@ void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRo
 
 void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalRow>& rows) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         write_table_rows(path_.string(), file_, leg, "eval", eval_type(true), eval_type(false), kEvalChunkRows,
                          rows.data(), rows.size(), true);
     });
@@ -502,7 +626,7 @@ void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalR
 
 void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/timing");
         Attributes attributes = timing.extra;
         attributes["model_load_s"] = timing.model_load_s;
@@ -518,7 +642,7 @@ void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing
 
 void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/memory");
         Attributes attributes = memory.extra;
         attributes["peak_device_bytes"] = memory.peak_device_bytes;
@@ -529,7 +653,7 @@ void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory
 
 void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const std::string& json) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/checks");
         h5::write_string_dataset(path_.string(), group, check_level_name(level), json);
     });
@@ -537,7 +661,7 @@ void RunFileWriter::write_check(const std::string& leg, CheckLevel level, const 
 
 void RunFileWriter::write_flags(const std::string& leg, const std::string& json) {
     validate_leg_name(leg);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg));
         h5::write_string_dataset(path_.string(), group, "flags", json);
     });
@@ -547,7 +671,7 @@ void RunFileWriter::write_comparison(const std::string& leg_a, const std::string
                                      const ComparisonSeries& series) {
     validate_comparison_pair(leg_a, leg_b);
     validate_series_name(series.series);
-    guarded([&] {
+    guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, comparison_path(leg_a, leg_b));
         h5::remove_link(f, group, series.series);
@@ -560,7 +684,7 @@ void RunFileWriter::write_comparison(const std::string& leg_a, const std::string
 void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const std::string& leg_b,
                                               const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
-    guarded([&] {
+    guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, comparison_path(leg_a, leg_b));
         h5::write_attributes(path_.string(), group, attributes);
     });
@@ -582,6 +706,86 @@ void RunFileWriter::write_faults(const Attributes& attributes, const std::string
             Handle dataset = h5::create_table(f, fg, "search", probe_row_type(true), 64);
             h5::append_rows(f, dataset, probe_row_type(false), g.probes.data(), g.probes.size());
         }
+    });
+}
+
+void RunFileWriter::remove_envelope(const std::string& stack) {
+    validate_leg_name(stack);
+    guarded([&] {
+        if (h5::exists(file_, envelope_path(stack))) h5::remove_link(path_.string(), file_, envelope_path(stack));
+    });
+}
+
+void RunFileWriter::set_envelope_attributes(const std::string& stack, const Attributes& attributes) {
+    validate_leg_name(stack);
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, envelope_path(stack));
+        h5::write_attributes(path_.string(), group, attributes);
+    });
+}
+
+void RunFileWriter::write_envelope_series(const std::string& stack, const std::string& series,
+                                          const std::vector<EnvelopePoint>& points) {
+    validate_leg_name(stack);
+    validate_series_name(series);
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, envelope_path(stack));
+        h5::remove_link(f, group, series);
+        Handle dataset = h5::create_table(f, group, series, envelope_type(true), 256);
+        h5::append_rows(f, dataset, envelope_type(false), points.data(), points.size());
+    });
+}
+
+void RunFileWriter::write_envelope_values(const std::string& stack, const std::string& name, const std::vector<double>& values) {
+    validate_leg_name(stack);
+    validate_series_name(name);
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, envelope_path(stack));
+        h5::remove_link(f, group, name);
+        Handle dataset = h5::create_table(f, group, name, f64_type(true), 64);
+        h5::append_rows(f, dataset, f64_type(false), values.data(), values.size());
+    });
+}
+
+void RunFileWriter::write_envelope_member(const std::string& stack, const std::string& member,
+                                          const std::vector<StepRow>& steps, const std::vector<EvalRow>& evals,
+                                          const Attributes& attributes) {
+    validate_leg_name(stack);
+    validate_leg_name(member);
+    guarded([&] {
+        const std::string f = path_.string();
+        const std::string path = envelope_path(stack) + "/members/" + member;
+        if (h5::exists(file_, path)) h5::remove_link(f, file_, path);
+        Handle group = h5::require_group(f, file_, path);
+        h5::write_attributes(f, group, attributes);
+        Handle st = h5::create_table(f, group, "steps", step_type(true), kStepChunkRows);
+        h5::append_rows(f, st, step_type(false), steps.data(), steps.size());
+        Handle ev = h5::create_table(f, group, "eval", eval_type(true), kEvalChunkRows);
+        h5::append_rows(f, ev, eval_type(false), evals.data(), evals.size());
+    });
+}
+
+void RunFileWriter::write_distance(const std::string& leg_a, const std::string& leg_b, const std::string& name,
+                                   const std::vector<DistancePoint>& points, const Attributes& attributes) {
+    validate_comparison_pair(leg_a, leg_b);
+    validate_series_name(name);
+    guarded([&] {
+        const std::string f = path_.string();
+        Handle group = h5::require_group(f, file_, distance_path(leg_a, leg_b));
+        h5::remove_link(f, group, name);
+        Handle dataset = h5::create_table(f, group, name, distance_type(true), 256);
+        h5::append_rows(f, dataset, distance_type(false), points.data(), points.size());
+        h5::write_attributes(f, dataset, attributes);
+    });
+}
+
+void RunFileWriter::set_distance_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes) {
+    validate_comparison_pair(leg_a, leg_b);
+    guarded([&] {
+        Handle group = h5::require_group(path_.string(), file_, distance_path(leg_a, leg_b));
+        h5::write_attributes(path_.string(), group, attributes);
     });
 }
 
@@ -849,6 +1053,62 @@ std::vector<ComparisonSeries> RunFileReader::comparison_series(const std::string
         out.push_back(std::move(series));
     }
     return out;
+}
+
+namespace {
+template <class Row>
+std::vector<Row> read_table(const std::string& file_name, hid_t file, const std::string& path, hid_t memory_type) {
+    if (!h5::exists(file, path)) return {};
+    Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(file_name, "cannot open " + path);
+    std::vector<Row> rows(h5::row_count(file_name, dataset));
+    h5::read_rows(file_name, dataset, memory_type, rows.data());
+    return rows;
+}
+}  // namespace
+
+std::vector<std::string> RunFileReader::envelope_stacks() const {
+    if (!h5::exists(file_, "/envelope")) return {};
+    Handle group = h5::open_group(path_.string(), file_, "/envelope");
+    return h5::child_names(path_.string(), group);
+}
+
+std::vector<EnvelopePoint> RunFileReader::envelope_series(const std::string& stack, const std::string& series) const {
+    validate_leg_name(stack);
+    validate_series_name(series);
+    return read_table<EnvelopePoint>(path_.string(), file_, envelope_path(stack) + "/" + series, envelope_type(false));
+}
+
+std::vector<double> RunFileReader::envelope_values(const std::string& stack, const std::string& name) const {
+    validate_leg_name(stack);
+    validate_series_name(name);
+    return read_table<double>(path_.string(), file_, envelope_path(stack) + "/" + name, f64_type(false));
+}
+
+std::vector<std::string> RunFileReader::envelope_members(const std::string& stack) const {
+    validate_leg_name(stack);
+    const std::string path = envelope_path(stack) + "/members";
+    if (!h5::exists(file_, path)) return {};
+    Handle group = h5::open_group(path_.string(), file_, path);
+    return h5::child_names(path_.string(), group);
+}
+
+std::vector<StepRow> RunFileReader::envelope_member_steps(const std::string& stack, const std::string& member) const {
+    validate_leg_name(stack);
+    validate_leg_name(member);
+    return read_table<StepRow>(path_.string(), file_, envelope_path(stack) + "/members/" + member + "/steps", step_type(false));
+}
+
+std::vector<EvalRow> RunFileReader::envelope_member_eval(const std::string& stack, const std::string& member) const {
+    validate_leg_name(stack);
+    validate_leg_name(member);
+    return read_table<EvalRow>(path_.string(), file_, envelope_path(stack) + "/members/" + member + "/eval", eval_type(false));
+}
+
+std::vector<DistancePoint> RunFileReader::distance(const std::string& leg_a, const std::string& leg_b, const std::string& name) const {
+    validate_comparison_pair(leg_a, leg_b);
+    validate_series_name(name);
+    return read_table<DistancePoint>(path_.string(), file_, distance_path(leg_a, leg_b) + "/" + name, distance_type(false));
 }
 
 }  // namespace tandem::experiments

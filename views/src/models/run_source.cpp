@@ -41,6 +41,49 @@ void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
         if (std::isfinite(p.percent)) out.push_back({static_cast<double>(p.update), p.percent});
 }
 
+// The panel a flag belongs on (what its value is of, as the gate recorded it).
+Metric flag_metric(const ex::GateFlag& f) {
+    if (f.series == "heldout_ce") return Metric::HeldoutCe;
+    if (f.series == "grad_norm") return Metric::GradNorm;
+    if (f.series == "wall_s") return Metric::Throughput;
+    if (f.series == "loss") return Metric::TrainLoss;
+    // Flags recorded before the gate named the series: what their kind is about.
+    if (f.kind == "paired-bound") return Metric::HeldoutCe;
+    if (f.kind == "step-time") return Metric::Throughput;
+    if (f.message.find("held-out") != std::string::npos) return Metric::HeldoutCe;
+    if (f.message.find("grad norm") != std::string::npos) return Metric::GradNorm;
+    return Metric::TrainLoss;
+}
+
+const char* series_name(Metric m) {
+    switch (m) {
+    case Metric::HeldoutCe: return "heldout_ce";
+    case Metric::TrainLoss: return "loss";
+    case Metric::GradNorm: return "grad_norm";
+    default: return nullptr;
+    }
+}
+
+bool leg_has_ended(const std::string& status) { return !status.empty() && status != "running" && status != "pending"; }
+
+}  // namespace
+
+void rebuild_flag_points(RunSnapshot& s) {
+    s.flag_points.clear();
+    for (const auto& f : s.flags) {
+        auto it = std::find_if(s.flag_points.begin(), s.flag_points.end(), [&](const auto& p) { return p.first == f.metric; });
+        if (it == s.flag_points.end()) {
+            s.flag_points.push_back({f.metric, {}});
+            it = std::prev(s.flag_points.end());
+        }
+        it->second.push_back({f.update, f.y});
+    }
+    for (auto& [m, points] : s.flag_points)
+        std::sort(points.begin(), points.end(), [](const SeriesPoint& a, const SeriesPoint& b) { return a.update < b.update; });
+}
+
+namespace {
+
 }  // namespace
 
 std::filesystem::path resolve_run_file(const std::filesystem::path& path) {
@@ -70,7 +113,9 @@ std::optional<std::string> run_path_problem(const std::filesystem::path& path, b
 }
 
 bool IncrementalRunReader::Delta::empty() const {
-    if (reset) return false;
+    if (reset || flags_changed || !added.verdict.empty()) return false;
+    for (const auto& z : added.z_scores)
+        if (!z.z.empty()) return false;
     for (const auto& leg : added.legs)
         for (Metric m : kAllMetrics)
             if (!leg.series(m).empty()) return false;
@@ -83,6 +128,10 @@ void IncrementalRunReader::clear() {
     run_id_.clear();
     legs_.clear();
     pairs_.clear();
+    envelope_.reset();
+    model_.reset();
+    flags_seen_ = 0;
+    verdict_statuses_.clear();
 }
 
 IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::path& path, double wait_s) {
@@ -102,6 +151,35 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
         if (reset) clear();
         delta.reset = reset;
         run_id_ = out.run_id;
+        if (reset && experiment) {
+            // The seed envelope that judges the run (copied into its file by the runner), and the
+            // error model that says where the envelope has a spread at all.
+            try {
+                const auto spec = ex::parse_experiment(nlohmann::json::parse(experiment->spec_json), file.string());
+                model_ = ex::error_model_or_none(spec, file.parent_path());
+                const auto envelopes = ex::read_envelopes(reader);
+                const std::string first_impl = names.empty() ? std::string() : attr_text(reader.leg_attributes(names.front()), "implementation");
+                if (const auto* e = ex::pick_envelope(envelopes, first_impl)) envelope_ = *e;
+                else if (!envelopes.empty()) envelope_ = envelopes.front();
+            } catch (const std::exception&) {
+                envelope_.reset();  // a run file without a readable spec or envelope draws no band
+            }
+            if (envelope_)
+                for (Metric m : {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm}) {
+                    EnvelopeBand band;
+                    band.stack = envelope_->implementation;
+                    band.members = envelope_->members;
+                    band.metric = m;
+                    for (const auto& p : ex::envelope_band_points(*envelope_, series_name(m))) {
+                        const auto u = static_cast<double>(p.update);
+                        band.min.push_back({u, p.min});
+                        band.max.push_back({u, p.max});
+                        band.lo.push_back({u, p.lo});
+                        band.hi.push_back({u, p.hi});
+                    }
+                    if (!band.min.empty()) out.bands.push_back(std::move(band));
+                }
+        }
         for (std::size_t i = 0; i < names.size(); ++i) {
             if (i == legs_.size()) legs_.push_back({names[i], {}, {}, {}});
             LegState& state = legs_[i];
@@ -138,11 +216,64 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
                 leg.tokens_per_s.push_back({u, ex::update_tokens_per_second(row)});
             }
             for (const auto& row : evals) leg.heldout_ce.push_back({static_cast<double>(row.update), row.heldout_ce});
+            if (envelope_ && model_ && !evals.empty()) {
+                ZTrajectory z{state.name, envelope_->implementation, {}};
+                for (const auto& q : ex::envelope_z_points(evals, *envelope_, *model_))
+                    z.z.push_back({static_cast<double>(q.update), q.distance});
+                out.z_scores.push_back(std::move(z));
+            }
             state.steps.insert(state.steps.end(), steps.begin(), steps.end());
             state.evals.insert(state.evals.end(), evals.begin(), evals.end());
             out.legs.push_back(std::move(leg));
         }
+        // Gate flags: a small JSON array per leg, taken whole when their number changed.
+        std::vector<FlagMarker> flags;
+        for (std::size_t i = 0; i < legs_.size(); ++i) {
+            const auto text = reader.flags(legs_[i].name);
+            if (!text) continue;
+            try {
+                for (const auto& f : ex::flags_from_json(nlohmann::json::parse(*text))) {
+                    FlagMarker m{f.leg, f.kind, ex::gate_action_name(f.action), f.message, flag_metric(f), static_cast<double>(f.update), f.value};
+                    // The marker sits on the leg's curve at that update.
+                    const auto& st = legs_[i];
+                    if (m.metric == Metric::HeldoutCe) {
+                        for (const auto& e : st.evals)
+                            if (e.update == f.update) m.y = e.heldout_ce;
+                    } else {
+                        for (const auto& r : st.steps)
+                            if (r.update == f.update)
+                                m.y = m.metric == Metric::GradNorm ? r.grad_norm
+                                      : m.metric == Metric::Throughput ? ex::update_tokens_per_second(r)
+                                                                       : r.loss;
+                    }
+                    if (!std::isfinite(m.y)) m.y = 0;  // a non-finite value has no place on the axis: at zero
+                    flags.push_back(std::move(m));
+                }
+            } catch (const std::exception&) {
+            }
+        }
+        if (flags.size() != flags_seen_ || delta.reset) {
+            flags_seen_ = flags.size();
+            delta.flags_changed = true;
+            out.flags = std::move(flags);
+            rebuild_flag_points(out);
+        }
     }  // the reader closes here: a live writer waits as little as possible
+    // The verdict once every leg has ended (the whole comparison, once per run).
+    bool ended = !out.legs.empty();
+    std::string statuses;
+    for (const auto& leg : out.legs) {
+        ended = ended && leg_has_ended(leg.status);
+        statuses += leg.leg + "=" + leg.status + ";";
+    }
+    if (ended && statuses != verdict_statuses_) {  // again when a resumed run ends anew
+        try {
+            out.verdict = ex::compare_run_file(file).verdict();
+        } catch (const std::exception& e) {
+            out.verdict = std::string("no verdict: ") + e.what();
+        }
+        verdict_statuses_ = statuses;
+    }
     // Residuals of every pair (compare_legs' order and sides), only at newly paired updates.
     std::size_t pair = 0;
     for (std::size_t i = 0; i < legs_.size(); ++i)
@@ -198,6 +329,17 @@ void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) 
         if (it == target.residuals.end()) target.residuals.push_back(r);
         else it->percent.insert(it->percent.end(), r.percent.begin(), r.percent.end());
     }
+    for (const auto& z : delta.added.z_scores) {
+        auto it = std::find_if(target.z_scores.begin(), target.z_scores.end(), [&](const ZTrajectory& t) { return t.leg == z.leg; });
+        if (it == target.z_scores.end()) target.z_scores.push_back(z);
+        else it->z.insert(it->z.end(), z.z.begin(), z.z.end());
+    }
+    if (!delta.added.bands.empty()) target.bands = delta.added.bands;
+    if (delta.flags_changed) {
+        target.flags = delta.added.flags;
+        target.flag_points = delta.added.flag_points;
+    }
+    if (!delta.added.verdict.empty()) target.verdict = delta.added.verdict;
 }
 
 RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s) {

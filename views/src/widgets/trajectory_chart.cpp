@@ -9,6 +9,7 @@
 #include <QGraphicsLayout>
 #include <QLegend>
 #include <QLineSeries>
+#include <QScatterSeries>
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +27,18 @@ QString residual_chart_title(Metric metric) {
 }
 
 std::string residual_name(const ResidualTrajectory& r) { return r.leg + " − " + r.reference; }
+
+const char* const envelope_min_name = "envelope min";
+const char* const envelope_max_name = "envelope max";
+const char* const envelope_lo_name = "envelope mean − 2σ";
+const char* const envelope_hi_name = "envelope mean + 2σ";
+const char* const flags_curve_name = "gate flags";
+
+QString z_chart_title(const RunSnapshot& snapshot) {
+    const std::string stack = snapshot.z_scores.empty() ? std::string() : snapshot.z_scores.front().stack;
+    return stack.empty() ? QStringLiteral("held-out CE: z in the seed envelope — this run has no envelope (tandem envelope)")
+                         : QStringLiteral("held-out CE: z = (leg − %1 envelope mean) / envelope std").arg(QString::fromStdString(stack));
+}
 
 QString metric_axis_title(Metric metric) {
     switch (metric) {
@@ -61,13 +74,29 @@ std::vector<Curve> run_curves(const RunSnapshot& snapshot, const ChartOptions& o
         c.width = index == 0 ? 2.6 : 1.4;
         return c;
     };
-    if (options.residual) {
+    if (options.residual && options.z) {
+        for (const auto& z : snapshot.z_scores)
+            curves.push_back(styled({QString::fromStdString(z.leg), {}, {}, 0, &z.z}, leg_index(z.leg)));
+    } else if (options.residual) {
         for (const auto& r : snapshot.residuals)
             if (r.metric == options.metric)
                 curves.push_back(styled({QString::fromStdString(residual_name(r)), {}, {}, 0, &r.percent}, leg_index(r.leg)));
     } else {
+        // The seed envelope behind the legs: min/max dotted, mean -/+ 2 std dashed, in grey.
+        if (options.envelope)
+            for (const auto& b : snapshot.bands) {
+                if (b.metric != options.metric) continue;
+                const QColor edge(150, 150, 150), sigma(190, 190, 190);
+                curves.push_back({QString::fromUtf8(envelope_min_name), edge, Qt::DotLine, 1.2, &b.min});
+                curves.push_back({QString::fromUtf8(envelope_max_name), edge, Qt::DotLine, 1.2, &b.max});
+                curves.push_back({QString::fromUtf8(envelope_lo_name), sigma, Qt::DashLine, 1.0, &b.lo});
+                curves.push_back({QString::fromUtf8(envelope_hi_name), sigma, Qt::DashLine, 1.0, &b.hi});
+            }
         for (std::size_t i = 0; i < snapshot.legs.size(); ++i)
             curves.push_back(styled({QString::fromStdString(snapshot.legs[i].leg), {}, {}, 0, &snapshot.legs[i].series(options.metric)}, i));
+        for (const auto& [metric, points] : snapshot.flag_points)
+            if (metric == options.metric && !points.empty())
+                curves.push_back({QString::fromUtf8(flags_curve_name), QColor(200, 30, 30), Qt::SolidLine, 1.0, &points, true});
     }
     return curves;
 }
@@ -101,10 +130,18 @@ TrajectoryChart::TrajectoryChart() : chart_(new QChart) {
 
 QValueAxis* TrajectoryChart::x_axis() const { return x_axis_; }
 
-QXYSeries* TrajectoryChart::series_for(const QString& name) {
+QXYSeries* TrajectoryChart::series_for(const QString& name, bool markers) {
     auto it = series_.find(name);
     if (it != series_.end()) return it->second;
-    auto* series = new QLineSeries;
+    QXYSeries* series = nullptr;
+    if (markers) {
+        auto* scatter = new QScatterSeries;
+        scatter->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
+        scatter->setMarkerSize(11);
+        series = scatter;
+    } else {
+        series = new QLineSeries;
+    }
     series->setName(name);
     chart_->addSeries(series);
     series->attachAxis(x_axis_);
@@ -163,7 +200,8 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         chart_->legend()->setAlignment(Qt::AlignTop);
         chart_->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
     }
-    y_axis_->setTitleText(options.residual ? QString::fromUtf8(residual_axis_title) : metric_axis_title(options.metric));
+    y_axis_->setTitleText(options.residual ? (options.z ? QStringLiteral("z") : QString::fromUtf8(residual_axis_title))
+                                           : metric_axis_title(options.metric));
 
     auto full = full_x_range(curves);
     const auto range = options.x_range ? options.x_range : full;
@@ -171,9 +209,9 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
     std::set<QString> wanted;
     // A series whose recorded points, range and display settings are as at the last update keeps
     // its drawn points: a live batch that appends to one run recomputes that run's curves only.
-    auto draw = [&](const QString& name, const Series& source, bool smoothed) {
+    auto draw = [&](const QString& name, const Series& source, bool smoothed, bool markers = false) {
         wanted.insert(name);
-        auto* series = series_for(name);
+        auto* series = series_for(name, markers);
         DrawnKey key{&source, source.size(), source.empty() ? 0.0 : source.back().update, source.empty() ? 0.0 : source.back().value,
                      range ? range->first : 0.0, range ? range->second : 0.0, options.columns, log, smoothed ? options.smoothing : 0.0};
         auto cached = drawn_.find(name);
@@ -200,7 +238,7 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         }
         y_lo = std::min(y_lo, lo);
         y_hi = std::max(y_hi, hi);
-        series->setPointsVisible(points.size() <= 60);
+        if (!markers) series->setPointsVisible(points.size() <= 60);
         series->replace(points);
         drawn_[name] = {key, lo, hi};
         return series;
@@ -220,6 +258,14 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
     };
     for (const auto& c : curves) {
         if (!c.series) continue;
+        if (c.markers) {
+            auto* series = draw(c.name, *c.series, false, true);
+            if (series->color() != c.color) {
+                series->setColor(c.color);
+                if (auto* scatter = qobject_cast<QScatterSeries*>(series)) scatter->setBorderColor(c.color);
+            }
+            continue;
+        }
         if (options.smoothing > 0 && !options.residual) {
             style(draw(c.name, *c.series, false), c, true);
             style(draw(c.name + QStringLiteral(" (smoothed)"), *c.series, true), c, false);
@@ -259,7 +305,9 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
     if (options.residual && range) zero_line_->replace(QList<QPointF>{QPointF(range->first, 0), QPointF(range->second, 0)});
     for (auto* marker : chart_->legend()->markers(zero_line_)) marker->setVisible(false);
 
-    if (options.residual && options.title)
+    if (options.residual && options.z && options.title)
+        chart_->setTitle(options.z_title.isEmpty() ? QStringLiteral("held-out CE: z in the seed envelope") : options.z_title);
+    else if (options.residual && options.title)
         chart_->setTitle(curves.empty() ? QStringLiteral("%1 — no paired points yet (experiments/ compares two legs once both have them)")
                                               .arg(residual_chart_title(options.metric))
                                         : residual_chart_title(options.metric));

@@ -122,6 +122,13 @@ private:
 
 TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     auto* layout = new QVBoxLayout(this);
+    verdict_label_ = new QLabel(this);
+    verdict_label_->setObjectName(QStringLiteral("verdict"));
+    verdict_label_->setTextFormat(Qt::RichText);
+    verdict_label_->setWordWrap(true);
+    verdict_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    verdict_label_->setVisible(false);
+    layout->addWidget(verdict_label_);
     auto* bar = new QHBoxLayout;
     log_box_ = new QCheckBox(tr("&Log y"), this);
     log_box_->setObjectName(QStringLiteral("logY"));
@@ -142,6 +149,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     residual_metric_->addItem(tr("held-out CE"), static_cast<int>(Metric::HeldoutCe));
     residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
     residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
+    residual_metric_->addItem(tr("held-out CE, z (seed envelope)"), kZScores);
     residual_metric_->setObjectName(QStringLiteral("residual_metric"));
     residual_metric_->setToolTip(tr("Residual panel: leg − reference in percent of |reference|, as experiments/ computed it"));
     bar->addWidget(residual_metric_);
@@ -263,7 +271,10 @@ ChartOptions TrajectoryView::panel_options(int panel) const {
     o.columns = std::max(50, view->width());
     o.rows = std::max(60, view->height());
     if (panel == ResidualPanel) {
-        o.metric = static_cast<Metric>(residual_metric_->currentData().toInt());
+        const int choice = residual_metric_->currentData().toInt();
+        o.z = choice == kZScores;
+        o.metric = o.z ? Metric::HeldoutCe : static_cast<Metric>(choice);
+        if (o.z && !runs_.empty()) o.z_title = z_chart_title(runs_.front());
         o.residual = true;
         o.smoothing = 0;
     } else {
@@ -279,8 +290,11 @@ std::vector<Curve> TrajectoryView::panel_curves(int panel) const {
         auto curves = run_curves(runs_.front(), options);
         if (!shown_legs_.empty())
             curves.erase(std::remove_if(curves.begin(), curves.end(), [&](const Curve& c) {
-                             if (options.residual) return false;
-                             return !shown(0, c.name.toStdString());
+                             if (options.residual || c.markers) return false;
+                             const std::string name = c.name.toStdString();
+                             for (const char* keep : {envelope_min_name, envelope_max_name, envelope_lo_name, envelope_hi_name})
+                                 if (name == keep) return false;
+                             return !shown(0, name);
                          }),
                          curves.end());
         return curves;
@@ -292,6 +306,12 @@ std::vector<Curve> TrajectoryView::panel_curves(int panel) const {
     for (std::size_t r = 0; r < runs_.size(); ++r) {
         const auto& run = runs_[r];
         const QColor color = self->run_color(run.run_id);
+        if (options.residual && options.z) {
+            for (const auto& z : run.z_scores)
+                if (shown(r, z.leg))
+                    curves.push_back({QString::fromStdString(run.run_id + ": " + z.leg), color, Qt::SolidLine, 1.6, &z.z});
+            continue;
+        }
         if (options.residual) {
             for (const auto& res : run.residuals) {
                 if (res.metric != options.metric || !shown(r, res.leg)) continue;
@@ -317,7 +337,35 @@ void TrajectoryView::set_residual_metric(Metric metric) {
     if (index >= 0) residual_metric_->setCurrentIndex(index);  // the combo box schedules the redraw
 }
 
-Metric TrajectoryView::residual_metric() const { return static_cast<Metric>(residual_metric_->currentData().toInt()); }
+Metric TrajectoryView::residual_metric() const {
+    const int choice = residual_metric_->currentData().toInt();
+    return choice == kZScores ? Metric::HeldoutCe : static_cast<Metric>(choice);
+}
+
+void TrajectoryView::set_residual_z(bool on) {
+    if (on) residual_metric_->setCurrentIndex(residual_metric_->findData(kZScores));
+    else if (residual_z()) residual_metric_->setCurrentIndex(residual_metric_->findData(static_cast<int>(Metric::HeldoutCe)));
+}
+
+bool TrajectoryView::residual_z() const { return residual_metric_->currentData().toInt() == kZScores; }
+
+QString TrajectoryView::verdict_text() const { return verdict_label_->text(); }
+
+void TrajectoryView::update_verdict() {
+    // One run: its verdict at the top (experiments' Comparison::verdict once every leg has ended).
+    if (runs_.size() != 1) {
+        verdict_label_->setVisible(false);
+        return;
+    }
+    const std::string& v = runs_.front().verdict;
+    const bool passes = v.rfind("equivalent", 0) == 0 || v.rfind("numerically different but within", 0) == 0 ||
+                        v.rfind("complete; one leg", 0) == 0;
+    const QString color = v.empty() ? QStringLiteral("#555555") : passes ? QStringLiteral("#007a4d") : QStringLiteral("#b00020");
+    verdict_label_->setText(QStringLiteral("<b>Verdict:</b> <span style='color:%1'>%2</span>")
+                                .arg(color, v.empty() ? tr("no verdict yet (a leg is still running)")
+                                                      : QString::fromStdString(v).toHtmlEscaped()));
+    verdict_label_->setVisible(true);
+}
 
 void TrajectoryView::set_panel_visible(Panel panel, bool visible) {
     auto* box = panel_boxes_.at(static_cast<std::size_t>(panel));
@@ -376,6 +424,7 @@ void TrajectoryView::schedule_redraw() {
 
 void TrajectoryView::redraw_now() {
     redraw_timer_->stop();
+    update_verdict();
     // Every panel shows the same updates: the union of the ranges of every curve drawn.
     std::optional<std::pair<double, double>> all = x_range_;
     if (!all) {
@@ -440,7 +489,9 @@ void TrajectoryView::hover_at(double update) {
     // panel; every curve is then read at exactly that update ("–" where it has no point there).
     hovered_ = update;
     QStringList lines;
-    auto line_for = [&](const QString& title, const std::vector<Curve>& curves, const QString& unit, int digits) {
+    auto line_for = [&](const QString& title, std::vector<Curve> curves, const QString& unit, int digits) {
+        // Flag markers are listed on their own lines below, with their reason.
+        curves.erase(std::remove_if(curves.begin(), curves.end(), [](const Curve& c) { return c.markers; }), curves.end());
         std::vector<const Series*> series;
         for (const auto& c : curves) series.push_back(c.series);
         const auto at = nearest_update(series, update);
@@ -455,13 +506,26 @@ void TrajectoryView::hover_at(double update) {
     };
     for (int p = 0; p < PanelCount; ++p) {
         if (!panel_visible(static_cast<Panel>(p))) continue;
-        if (p == ResidualPanel) {
+        if (p == ResidualPanel && residual_z()) {
+            line_for(QStringLiteral("z in the seed envelope, held-out CE"), panel_curves(p), QString(), 4);
+        } else if (p == ResidualPanel) {
             const Metric m = residual_metric();
             line_for(QStringLiteral("residual (%), %1").arg(QString::fromLatin1(metric_label(m))),
                      panel_curves(p), QStringLiteral("%"), 6);
         } else {
             line_for(QString::fromLatin1(metric_label(panel_metric(static_cast<Panel>(p)))), panel_curves(p), QString(), 8);
         }
+    }
+    // The gate's flags at the hovered update, with their reason.
+    if (runs_.size() == 1) {
+        const double span = x_range_ ? x_range_->second - x_range_->first : 0.0;
+        const double tolerance = std::max(0.5, span / 200.0);
+        for (const auto& f : runs_.front().flags)
+            if (std::fabs(f.update - update) <= tolerance)
+                lines << QStringLiteral("<span style='color:#c81e1e'>&#9650;</span> <b>gate flag</b> %1 @ update %2 (%3, %4): %5")
+                             .arg(QString::fromStdString(f.leg).toHtmlEscaped(), QString::number(f.update, 'f', 0),
+                                  QString::fromStdString(f.kind), QString::fromStdString(f.action),
+                                  QString::fromStdString(f.message).toHtmlEscaped());
     }
     hover_label_->setText(lines.join(QStringLiteral("<br>")));
 }

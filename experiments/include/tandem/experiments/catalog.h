@@ -26,8 +26,9 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 5;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
-                                                 // 5: injected faults (runs.faults, legs.faults, fault_results)
+inline constexpr int kCatalogSchemaVersion = 6;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
+                                                 // 5: seed envelopes
+                                                 // 6: injected faults (runs.faults, legs.faults, fault_results)
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -60,7 +61,7 @@ struct RunRecord {
     std::string hostname;
     std::optional<std::int64_t> runner_pid;  // to tell a live run from an interrupted one
     std::string note;
-    std::string faults;           // schema 5: "FAULT INJECTED: <leg>: <faults>; ..." when a leg has a fault, else ""
+    std::string faults;           // schema 6: "FAULT INJECTED: <leg>: <faults>; ..." when a leg has a fault, else ""
 };
 
 // What a user wrote about a run (schema 4): tags and a free-text note, kept apart from the runner's
@@ -87,10 +88,10 @@ struct LegRecord {
     std::optional<std::int64_t> last_eval_update;
     std::optional<double> last_eval_ce;
     std::string error;            // one-line error when failed
-    std::string faults;           // schema 5: the leg's injected faults ("rope-theta=100, ..."), "" = clean
+    std::string faults;           // schema 6: the leg's injected faults ("rope-theta=100, ..."), "" = clean
 };
 
-// One row of `fault_results` (schema 5): one fault of a `tandem faults` run (docs/faults.md).
+// One row of `fault_results` (schema 6): one fault of a `tandem faults` run (docs/faults.md).
 struct FaultResultRecord {
     std::string run_id;
     std::string fault;            // catalogue name
@@ -101,6 +102,21 @@ struct FaultResultRecord {
     std::optional<std::int64_t> first_update_l4;
     std::optional<double> ce_diff_abs, ce_diff_rel, ce_diff_clean_units;  // held-out CE at the end vs the reference
     std::string smallest_sizes;   // JSON {level: smallest size detected} from --size-search, "" when not searched
+};
+
+// One row of `envelopes` with its `envelope_points` (docs/envelope.md): a stack's seed envelope.
+struct EnvelopeRecord {
+    std::int64_t id = 0;             // assigned by the catalog
+    std::string spec_key;            // ExperimentSpec::sha256_without_seeds()
+    std::string experiment;
+    std::string implementation;      // the stack
+    std::int64_t members = 0;
+    std::string vary;                // the seeds varied, comma-separated
+    std::string member_mean_ce;      // JSON array: each member's mean held-out CE after update 0
+    std::string run_file;            // the envelope's run.h5
+    std::string created_at;          // ISO-8601 UTC (now when empty)
+    std::string hostname;
+    std::vector<std::pair<std::string, EnvelopePoint>> points;  // (series, statistics at one update)
 };
 
 class Catalog {
@@ -140,7 +156,10 @@ public:
     // Ids of the runs (newest first) whose tags, note, id or experiment contain `text` (case-insensitive).
     std::vector<std::string> search_runs(const std::string& text) const;
 
-    // Fault-matrix rows (schema 5), replaced per (run, fault); listed in catalogue order of insertion.
+    // Envelopes (schema 5): added with their points in one transaction; listed newest first for a key.
+    std::int64_t add_envelope(const EnvelopeRecord& envelope);
+    std::vector<EnvelopeRecord> envelopes(const std::string& spec_key) const;
+    // Fault-matrix rows (schema 6), replaced per (run, fault); listed in catalogue order of insertion.
     void upsert_fault_result(const FaultResultRecord& row);
     std::vector<FaultResultRecord> fault_results(const std::string& run_id) const;
 

@@ -12,6 +12,8 @@
 // (run order, as the differences), except when a is a reference-implementation leg and b is not:
 // then a is the reference and the percent is 100 * (b - a) / |a|. A reference value of 0 (or a
 // non-finite value) gives NaN, never a made-up number.
+#include "tandem/experiments/distance.h"
+#include "tandem/experiments/envelope.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/fault_matrix.h"
 #include "tandem/experiments/gate.h"
@@ -37,7 +39,10 @@ struct LegData {
 
 struct Thresholds {
     double l1_rel = 1e-5;           // SPEC §4 L1
-    double l4_mean_abs_rel = 1e-4;  // L4 with shared masks and a shared plan: mean |a-b| / mean |b|
+    // L4 is judged by two distances (docs/thresholds.md): the paired numerics distance against the
+    // error model (k: kErrorModelK, calibrated) and the envelope distance (band, one-sided test).
+    double error_model_k = kErrorModelK;
+    double envelope_alpha = 0.05;   // the one-sided test's level (MLPerf's)
 };
 
 // ---- plain statistics (exposed for tests) --------------------------------------------------------
@@ -135,9 +140,14 @@ struct L4Entry {
     std::string residual_leg, residual_reference;
     PercentSeries eval_percent, loss_percent, grad_percent;
     std::optional<double> final_loss_a, final_loss_b;
-    bool gated = false;  // a pass/fail applies (shared masks + shared plan in both legs)
-    bool pass = true;
+    bool gated = false;  // the legs are paired (same seeds, shared masks + shared plan): the numerics distance applies
+    bool pass = true;    // the pair's verdict passes (equivalent, or within the seed envelope)
     std::string note;
+    // The two distances (docs/thresholds.md) and the pair's verdict with its one-line reason.
+    PairedDistance numerics;
+    EnvelopeDistance envelope;
+    PairVerdict verdict = PairVerdict::NotComparable;
+    std::string verdict_reason;
 };
 
 struct TimingRow {
@@ -169,14 +179,20 @@ struct Comparison {
     std::string fault_banner;
     // The fault matrix of a `tandem faults` run (run.h5 /faults), shown first by the report.
     std::optional<FaultMatrix> fault_matrix;
-    std::vector<std::string> failures;  // one line per level that failed its threshold
+    std::vector<std::string> failures;  // one line per level L1-L3 that failed, and per non-finite value
+    ErrorModel error_model;             // the bound the paired numerics distances used
+    std::vector<SeedEnvelope> envelopes;  // the seed envelopes that judged the pairs (may be empty)
     // What the legs lack (judge_completeness): a leg that did not finish, missing or repeated updates,
     // missing evaluations. A comparison over incomplete legs never passes.
     std::vector<std::string> incomplete;
     bool completeness_judged = false;
-    bool passed() const { return completeness_judged && incomplete.empty() && failures.empty(); }
-    // One line: "all cross-checks passed", "incomplete: <first reason> (+N more)", "cross-checks FAILED:
-    // <first failure> (+N more)", or for one leg "complete; one leg, nothing to cross-check".
+    // Complete, no level failed, and every pair equivalent or within the seed envelope.
+    bool passed() const;
+    // One line (docs/report.md "The verdict"): "incomplete: <first reason> (+N more)"; "not comparable:
+    // <first failure> (+N more)" (a level L1-L3 failed or a value is non-finite); else the worst pair's
+    // verdict with its reason: "equivalent: ...", "numerically different but within the seed envelope:
+    // ...", "outside the envelope: ...", "not comparable: ..." (+N more pairs not passing); for one leg
+    // "complete; one leg, nothing to cross-check".
     std::string verdict() const;
 };
 
@@ -199,12 +215,16 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
 // enough, else [n/5, n-1] (0-based, inclusive).
 std::pair<int64_t, int64_t> timing_window(int64_t updates);
 
-Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {});
+// `model`: the error model of the run (error_model_for); `envelopes`: the seed envelopes of the
+// experiment (same sha256_without_seeds), any stacks.
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {},
+                        const std::optional<ErrorModel>& model = std::nullopt, const std::vector<SeedEnvelope>& envelopes = {});
 // The same, pairing every leg with `against` only, as (leg, against) — `tandem faults` compares each
 // faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
 // has that name.
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
-                                const Thresholds& t = {});
+                                const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
+                                const std::vector<SeedEnvelope>& envelopes = {});
 
 // Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
 std::vector<LegData> read_legs(const RunFileReader& reader);
@@ -232,12 +252,14 @@ struct RunsComparison {
     std::vector<ConfigDifference> config;  // the experiment files' differences (spec A vs spec B)
     Comparison comparison;                 // L1–L4 of the two legs, as compare_legs computes them
 };
-// L1–L4 between a leg of one run file and a leg of another (or the same) run file. L4 is gated only
-// when both runs have the same experiment spec (no config difference) and the legs' settings line
-// up, as within one run; otherwise it is reported with a note saying why it is not gated.
+// L1–L4 between a leg of one run file and a leg of another (or the same) run file. With the same
+// experiment spec the pair is judged as within one run (paired numerics distance when the legs'
+// settings line up, the seed envelope either run file holds); with different specs L4 is reported
+// and the pair is not comparable (the first differing setting is the reason).
 RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {});
 
-// Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes).
+// Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes,
+// the pair's verdict) and /distances/<a>~<b>/{numerics,envelope} (docs/hdf5-layout.md).
 void write_comparisons(RunFileWriter& writer, const Comparison& c);
 
 }  // namespace tandem::experiments

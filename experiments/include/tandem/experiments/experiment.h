@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/experiments/faults.h"
-#include "tandem/experiments/gate.h"
+#include "tandem/experiments/gate_config.h"
 
 namespace tandem::experiments {
 
@@ -20,6 +20,22 @@ struct ExperimentSpec {
     std::string name;
     std::string description;
     uint64_t seed = 1234;
+
+    // What each seed decides (docs/experiment-format.md "seeds"): the held-out split, the generated
+    // base weights, the initial adapter, the shared batch plan (and a leg's native plan), and the
+    // dropout masks / a leg's native RNG. Each defaults to `seed`; `tandem envelope` varies some of
+    // them while the experiment stays the same. Written into the resolved spec only when one differs
+    // from `seed`, so specs (and their hashes) without a `seeds` object stay the same.
+    struct Seeds {
+        uint64_t split = 1234, base = 1234, adapter = 1234, plan = 1234, dropout = 1234;
+        bool operator==(const Seeds&) const = default;
+    };
+    Seeds seeds;
+    // The names of the seeds, in the spec's order: split, base, adapter, plan, dropout.
+    static const std::vector<std::string>& seed_names();
+    uint64_t& seed_of(const std::string& name);  // throws tandem::Error for an unknown name
+    uint64_t seed_of(const std::string& name) const;
+    bool seeds_differ() const;  // some seed differs from `seed`
 
     // model: exactly one of config_name / inline config / base_path.
     std::string model_config;            // a Qwen3Config::named name ("tiny", "qwen3-0.6b") or "inline"
@@ -88,6 +104,12 @@ struct ExperimentSpec {
     nlohmann::json to_json() const;
     // SHA-256 of to_json().dump() (keys sorted, no spaces): docs/run-folder.md.
     std::string sha256() const;
+    // The experiment without its seeds and without what does not change the distribution of the
+    // numbers: SHA-256 of the resolved spec's model, lora, optimizer, schedule, clip, batch, sequence,
+    // corpus, eval, plan, template and overrides (less their dropout_masks). Runs of one experiment with
+    // other seeds, another name, gate, legs section or mask generator share it; it keys the seed
+    // envelope (docs/envelope.md "Reuse: the key").
+    std::string sha256_without_seeds() const;
 };
 
 // What may run a leg: the implementations the runner knows how to start.

@@ -9,8 +9,17 @@
 //                median by at least min_excess_s)                             default: warn
 //   loss-spike   a training loss above mean + sigma × std of the leg's last `window` updates
 //                (OLMo's stability monitor)                                   default: warn
+//   envelope     a held-out CE or training loss outside the seed envelope's band (min - sigma std,
+//                max + sigma std, widened by the error-model bound), when the
+//                experiment has an envelope (docs/envelope.md)               default: warn
+//   paired-bound a paired evaluation whose relative difference from the other leg exceeds the
+//                float32 error-model bound (paired legs only; the flag goes to
+//                the non-reference leg of the pair)                           default: warn
 //
 // The gate is pure: it sees traces and returns flags; the runner acts on them.
+#include "tandem/experiments/distance.h"
+#include "tandem/experiments/gate_config.h"
+#include "tandem/experiments/envelope.h"
 #include "tandem/experiments/leg_protocol.h"
 
 #include <cstdint>
@@ -23,35 +32,15 @@
 
 namespace tandem::experiments {
 
-enum class GateAction { Warn, Pause, Stop };
-const char* gate_action_name(GateAction a);  // "warn", "pause", "stop"
-
-struct GateConfig {
-    GateAction non_finite = GateAction::Stop;
-    GateAction step_time = GateAction::Warn;
-    double step_time_factor = 4.0;        // × running median of the leg's update wall times
-    double step_time_min_excess_s = 0.05; // and at least this much above it (timer noise on short updates)
-    int64_t step_time_window = 32;        // updates in the running median
-    int64_t step_time_min_history = 5;    // no flag before this many updates of the attempt
-    GateAction loss_spike = GateAction::Warn;
-    double loss_spike_sigma = 6.0;
-    int64_t loss_spike_window = 128;
-    int64_t loss_spike_min_history = 16;
-
-    // Parses the experiment's `gate` object (docs/gate.md); `source` names the file in errors.
-    static GateConfig from_json(const nlohmann::json& j, const std::string& source);
-    nlohmann::json to_json() const;
-    bool is_default() const;
-};
-
 struct GateFlag {
     std::string leg;
-    std::string kind;      // non-finite | step-time | loss-spike
+    std::string kind;      // non-finite | step-time | loss-spike | envelope | paired-bound
     int64_t update = -1;   // the update (step) or evaluation point the flag is about
     double value = 0;      // what was observed (seconds, loss; NaN for non-finite)
     double threshold = 0;  // what it was compared with
     GateAction action = GateAction::Warn;
     std::string message;   // one line, e.g. "engine: update 14 took 2.41 s, 6.0x its running median 0.40 s"
+    std::string series;    // what the value is of: heldout_ce | loss | grad_norm | wall_s (where the workbench marks it)
 };
 
 nlohmann::json flags_to_json(const std::vector<GateFlag>& flags);
@@ -74,13 +63,34 @@ public:
     std::vector<GateFlag> check(const std::string& leg, const LegTrace& trace, int64_t attempt_first_update);
     const GateConfig& config() const { return config_; }
 
+    // What the envelope and paired-bound flags need: the run's legs (name -> implementation), which
+    // pairs are paired (legs_are_paired), the error model and the experiment's seed envelopes.
+    struct Context {
+        std::map<std::string, std::string> implementation;
+        std::vector<std::pair<std::string, std::string>> paired;  // (a, b) in run order
+        ErrorModel model;
+        std::vector<SeedEnvelope> envelopes;
+    };
+    void set_context(Context context) { context_ = std::move(context); }
+    // Rows a leg recorded before this gate existed (an earlier runner judged them, and its flags are
+    // in run.h5): not checked again, so a resumed run does not raise — and act on — old flags anew.
+    void mark_seen(const std::string& leg, const LegTrace& trace);
+    void mark_pairs_seen(const std::map<std::string, const LegTrace*>& traces);
+    const Context& context() const { return context_; }
+    // Paired evaluations both legs have reported since the last call, against the error-model bound.
+    // The flag names the pair's non-reference leg (the reference is the yardstick).
+    std::vector<GateFlag> check_pairs(const std::map<std::string, const LegTrace*>& traces);
+
 private:
     struct Seen {
         size_t steps = 0, evals = 0;
         int64_t last_update = -1, last_eval = -1;
     };
+    void check_envelope(const std::string& leg, const char* series, int64_t update, double value, std::vector<GateFlag>& out) const;
     GateConfig config_;
+    Context context_;
     std::map<std::string, Seen> seen_;
+    std::map<std::string, int64_t> pair_seen_;  // "a~b" -> last paired evaluation checked
 };
 
 }  // namespace tandem::experiments

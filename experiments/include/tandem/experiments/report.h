@@ -10,7 +10,7 @@
 namespace tandem::experiments {
 
 struct Table {
-    std::string id;       // "faults", "fault-effects", "fault-sizes", "l1", "l2", "l3", "l4", "grad-norm", "timing", "probes"
+    std::string id;       // "faults", "fault-effects", "fault-sizes", "l1", "l2", "l3", "l4", "distances", "gate", "grad-norm", "timing", "probes"
     std::string title;
     std::vector<std::string> columns;
     std::vector<std::vector<std::string>> rows;
@@ -32,7 +32,7 @@ enum class ReportFormat { Text, Markdown, Csv, Latex };
 ReportFormat parse_report_format(const std::string& name);  // text|md|csv|tex; throws naming the value
 
 std::string render_table(const Table& t, ReportFormat f);
-// The whole report: a header, every table, and the verdict (failures, or "all checks passed").
+// The whole report: a header, every table, and the verdict line (Comparison::verdict()) with its reasons.
 std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t = {});
 
 // `tandem compare`: the experiment files' differences as a table ("config"), then the report's
@@ -44,7 +44,10 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
 std::string latex_escape(const std::string& s);
 std::string csv_escape(const std::string& s);
 
-// Reads run.h5 of a run folder (or a run.h5 path) and compares its legs with the spec stored there.
-Comparison compare_run_file(const std::filesystem::path& run, std::string* title = nullptr);
+// Reads run.h5 of a run folder (or a run.h5 path) and compares its legs with the spec stored there,
+// judged against the seed envelopes the file holds (/envelope), else those of `catalog` (when given
+// and present) for the experiment.
+Comparison compare_run_file(const std::filesystem::path& run, std::string* title = nullptr,
+                            const std::filesystem::path& catalog = {});
 
 }  // namespace tandem::experiments

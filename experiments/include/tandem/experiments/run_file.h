@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -116,6 +117,25 @@ struct ComparisonSeries {
     Attributes summary;           // mean_signed_diff, mean_abs_diff, max_abs_diff, sign_changes, ...
 };
 
+// /envelope/<stack>/<series>: a seed envelope's statistics at one update (docs/hdf5-layout.md,
+// docs/envelope.md). `std` is the sample standard deviation (ddof 1); quantiles are numpy's linear.
+struct EnvelopePoint {
+    std::int64_t update = 0;
+    std::int64_t n = 0;          // members with a finite value here
+    double min = 0, max = 0, mean = 0, std = 0;
+    double q05 = 0, q25 = 0, q50 = 0, q75 = 0, q95 = 0;
+};
+
+// /distances/<legA>~<legB>/<name>: one distance of a pair at one evaluation (docs/thresholds.md).
+// numerics: value = the leg's held-out CE, reference = the reference side's, difference = relative
+// difference, scale = the error-model bound, distance = difference / scale.
+// envelope: value = the leg's held-out CE, reference = the envelope's mean, difference = value - mean,
+// scale = the envelope's std, distance = z.
+struct DistancePoint {
+    std::int64_t update = 0;
+    double value = 0, reference = 0, difference = 0, scale = 0, distance = 0;
+};
+
 // /faults/<fault>/search: one probe of a fault's size search (docs/faults.md); 1 = the level caught it.
 struct FaultProbeRow {
     std::int64_t step = 0;   // 0-based probe number of this fault
@@ -178,6 +198,20 @@ public:
     void write_comparison(const std::string& leg_a, const std::string& leg_b, const ComparisonSeries& series);
     void set_comparison_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes);
 
+    // /envelope/<stack>: a seed envelope (replaced as a whole when written again): the group's
+    // attributes, and per series (heldout_ce, loss, grad_norm) its statistics per update.
+    void remove_envelope(const std::string& stack);
+    void set_envelope_attributes(const std::string& stack, const Attributes& attributes);
+    void write_envelope_series(const std::string& stack, const std::string& series, const std::vector<EnvelopePoint>& points);
+    // /envelope/<stack>/member_mean_ce: per member, its mean held-out CE over the evaluations after update 0.
+    void write_envelope_values(const std::string& stack, const std::string& name, const std::vector<double>& values);
+    // /envelope/<stack>/members/<member>/{steps,eval}: a member run's series, as /legs/<leg>/ holds them.
+    void write_envelope_member(const std::string& stack, const std::string& member, const std::vector<StepRow>& steps,
+                               const std::vector<EvalRow>& evals, const Attributes& attributes);
+    // /distances/<legA>~<legB>/<name> (replaced when written again) and the group's attributes.
+    void write_distance(const std::string& leg_a, const std::string& leg_b, const std::string& name,
+                        const std::vector<DistancePoint>& points, const Attributes& attributes);
+    void set_distance_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes);
     // /faults (replaced when written again): the group's attributes, the whole matrix as JSON text
     // (/faults/matrix, what the report reads) and one group per fault (what h5py users read).
     void write_faults(const Attributes& attributes, const std::string& matrix_json, const std::vector<FaultGroup>& faults);
@@ -187,16 +221,30 @@ public:
     void commit();
     void flush() { commit(); }
 
+    // Bytes the last session copied from the published file to start its working copy: 0 when it
+    // started from the previous version instead (docs/hdf5-layout.md "Commit cost"). For tests.
+    std::int64_t last_copied_bytes() const { return last_copied_bytes_; }
+
 private:
     void ensure_open();
+    bool reopen_previous_version();
     void discard() noexcept;
+    void forget_previous_version() noexcept;
     template <class F>
     void guarded(F&& write);
     std::filesystem::path path_;
     std::filesystem::path temp_path_;
+    std::filesystem::path spare_path_;  // the version published before the last commit (hard link)
     std::int64_t file_ = -1;  // hid_t of the hidden copy, -1 between sessions
     int lock_fd_ = -1;        // flock on the hidden copy while a session is open
     bool failed_ = false;     // a write threw: the session must not be committed
+    // Double buffering: the writes of the last committed session, replayed onto the previous version
+    // (spare_path_) to bring it up to the published one, so a session costs O(its rows), not a copy of
+    // the whole file. Valid only while the published file is the one this writer committed.
+    std::vector<std::function<void()>> session_writes_, last_session_writes_;
+    std::uint64_t published_ino_ = 0, spare_ino_ = 0;
+    std::int64_t last_copied_bytes_ = 0;
+    bool replaying_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -236,6 +284,16 @@ public:
     std::vector<std::pair<std::string, std::string>> comparisons() const;  // (legA, legB) pairs
     Attributes comparison_attributes(const std::string& leg_a, const std::string& leg_b) const;
     std::vector<ComparisonSeries> comparison_series(const std::string& leg_a, const std::string& leg_b) const;
+
+    // Seed envelopes stored in the file (/envelope/<stack>), sorted; their series and members.
+    std::vector<std::string> envelope_stacks() const;
+    std::vector<EnvelopePoint> envelope_series(const std::string& stack, const std::string& series) const;
+    std::vector<double> envelope_values(const std::string& stack, const std::string& name) const;
+    std::vector<std::string> envelope_members(const std::string& stack) const;
+    std::vector<StepRow> envelope_member_steps(const std::string& stack, const std::string& member) const;
+    std::vector<EvalRow> envelope_member_eval(const std::string& stack, const std::string& member) const;
+    // /distances/<legA>~<legB>/<name>; empty when absent.
+    std::vector<DistancePoint> distance(const std::string& leg_a, const std::string& leg_b, const std::string& name) const;
 
     // Any object's attributes by HDF5 path ("/host", "/legs/engine/timing"); empty when absent.
     Attributes attributes(const std::string& object_path) const;

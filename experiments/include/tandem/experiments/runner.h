@@ -114,7 +114,7 @@ struct RunOutcome {
     RunStatus status = RunStatus::Failed;
     std::vector<LegOutcome> legs;
     bool checks_passed = false;  // complete, and every cross-check level within its threshold
-    std::string verdict;         // one line: "all cross-checks passed", "incomplete: ...", "L1 ...: ..."
+    std::string verdict;         // one line: Comparison::verdict() ("equivalent: ...", "incomplete: ...", ...)
 };
 
 // Runs (or resumes) a whole experiment. Throws tandem::Error for bad input before any leg starts

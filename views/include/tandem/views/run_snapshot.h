@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::views {
@@ -46,12 +47,42 @@ struct ResidualTrajectory {
     Series percent;
 };
 
+// The seed envelope behind one metric (experiments' envelope_band_points of the envelope the run
+// file holds, /envelope/<stack>): min and max, and mean -/+ 2 std, per update.
+struct EnvelopeBand {
+    std::string stack;   // the envelope's implementation ("reference", ...)
+    std::int64_t members = 0;
+    Metric metric = Metric::HeldoutCe;
+    Series min, max, lo, hi;
+};
+
+// A live gate flag (the run file's /legs/<leg>/flags), placed on the panel of what it is about.
+struct FlagMarker {
+    std::string leg, kind, action, message;
+    Metric metric = Metric::TrainLoss;
+    double update = 0;
+    double y = 0;  // where the marker sits: the leg's value at that update (the flag's value when it has none)
+};
+
+// A leg's held-out CE in units of the envelope's spread, as experiments/ computed it
+// (envelope_z_points: z = (x - mean) / std per evaluation with a spread).
+struct ZTrajectory {
+    std::string leg;
+    std::string stack;
+    Series z;
+};
+
 struct RunSnapshot {
     std::string path;        // the run.h5 file (or its folder)
     std::string run_id;      // the run's id (/experiment run_id; the folder name when absent)
     std::string experiment;  // experiment name
     std::vector<LegTrajectory> legs;
     std::vector<ResidualTrajectory> residuals;  // empty when experiments/ exposed none
+    std::string verdict;                        // Comparison::verdict() once every leg has ended; "" before
+    std::vector<EnvelopeBand> bands;            // empty without a seed envelope
+    std::vector<FlagMarker> flags;              // every leg's gate flags
+    std::vector<ZTrajectory> z_scores;          // per leg, when there is an envelope
+    std::vector<std::pair<Metric, Series>> flag_points;  // the markers per metric (from `flags`, for drawing)
     std::size_t point_count() const;            // all points of all legs (for change detection)
 };
 

@@ -2,6 +2,8 @@
 // Where the views' data comes from: the run file (experiments' RunFileReader) and the catalog
 // (experiments' Catalog). Copies values out; computes nothing. Widget-free, callable off the GUI
 // thread (every function opens its own reader/connection).
+#include "tandem/experiments/distance.h"
+#include "tandem/experiments/envelope.h"
 #include "tandem/experiments/run_file.h"
 #include "tandem/views/run_snapshot.h"
 
@@ -30,7 +32,8 @@ class IncrementalRunReader {
 public:
     struct Delta {
         bool reset = false;  // `added` replaces everything (first read, or the file was replaced)
-        RunSnapshot added;   // every leg (statuses current), holding only the new points
+        RunSnapshot added;   // every leg (statuses current), holding only the new points (and z values)
+        bool flags_changed = false;  // added.flags holds every flag now (they replace the old ones)
         bool empty() const;
     };
     Delta read(const std::filesystem::path& file, double wait_s = 5.0);
@@ -50,11 +53,18 @@ private:
     std::vector<LegState> legs_;
     std::vector<PairState> pairs_;  // i < j, in compare_legs' order
     std::size_t rows_read_ = 0;
+    // The seed envelope the run file holds (read once per run) and the bound that sets where z is defined.
+    std::optional<experiments::SeedEnvelope> envelope_;
+    std::optional<experiments::ErrorModel> model_;
+    std::size_t flags_seen_ = 0;
+    std::string verdict_statuses_;  // the legs' statuses when the verdict was last computed
 };
 
-// Appends a delta's points to `target` (or replaces it on reset): legs and residual series matched
-// by name, statuses taken from the delta.
+// Appends a delta's points to `target` (or replaces it on reset): legs, residual and z series matched
+// by name, statuses taken from the delta; flags, bands and the verdict replaced when the delta has them.
 void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta);
+// snapshot.flag_points from snapshot.flags (the markers of each panel, sorted by update).
+void rebuild_flag_points(RunSnapshot& snapshot);
 
 // Every run of the catalog with its legs (one row per leg; a run without legs yet gets one row).
 std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalog);

@@ -26,6 +26,9 @@ namespace tandem::views {
 struct ChartOptions {
     Metric metric = Metric::HeldoutCe;
     bool residual = false;     // draw the residuals of `metric` instead of the legs' values
+    bool z = false;            // with `residual`: the legs' held-out CE in envelope std (z) instead of percent
+    QString z_title;           // the z panel's title (z_chart_title of the run)
+    bool envelope = true;      // the seed envelope's band behind the legs (when the run has one)
     bool log_y = false;        // ignored for residuals (they change sign)
     double smoothing = 0;      // display EMA weight; the raw curve stays drawn underneath
     std::optional<std::pair<double, double>> x_range;  // nullopt: everything
@@ -48,6 +51,7 @@ struct Curve {
     Qt::PenStyle style = Qt::SolidLine;
     double width = 1.4;
     const Series* series = nullptr;
+    bool markers = false;  // drawn as markers, not a line (the gate's flags)
 };
 
 // The curves of one run's legs (colour per leg; the first leg wide and solid, the others dashed on
@@ -57,6 +61,13 @@ std::vector<Curve> run_curves(const RunSnapshot& snapshot, const ChartOptions& o
 // The residual panel's y-axis title, its chart title for a metric, and one residual curve's name.
 extern const char* const residual_axis_title;
 QString residual_chart_title(Metric metric);
+QString z_chart_title(const RunSnapshot& snapshot);  // the z panel's title (names the envelope)
+// The names of the envelope band's curves and of the flag markers (legend, hover, tests).
+extern const char* const envelope_min_name;
+extern const char* const envelope_max_name;
+extern const char* const envelope_lo_name;
+extern const char* const envelope_hi_name;
+extern const char* const flags_curve_name;
 std::string residual_name(const ResidualTrajectory& r);
 // Each panel's y-axis title ("held-out CE", "learning rate", ...).
 QString metric_axis_title(Metric metric);
@@ -85,7 +96,7 @@ public:
     const std::vector<double>& y_ticks() const { return y_ticks_; }
 
 private:
-    QXYSeries* series_for(const QString& name);
+    QXYSeries* series_for(const QString& name, bool markers = false);
     void set_ticks(QCategoryAxis* axis, double lo, double hi, const std::vector<double>& values,
                    const std::vector<std::string>& labels, bool log);
 

@@ -72,6 +72,12 @@ public:
     // What the residual panel shows: held-out CE, training loss or grad norm (percent, leg − reference).
     void set_residual_metric(Metric metric);
     Metric residual_metric() const;
+    // The residual panel in units of the seed envelope's spread (z per evaluation, experiments'
+    // envelope_z_points) instead of percent.
+    void set_residual_z(bool on);
+    bool residual_z() const;
+    // The verdict line shown at the top (one run), as drawn.
+    QString verdict_text() const;
     void set_panel_visible(Panel panel, bool visible);
     bool panel_visible(Panel panel) const;
 
@@ -93,6 +99,8 @@ Q_SIGNALS:
     void x_range_changed(double lo, double hi);
 
 private:
+    static constexpr int kZScores = 1000;  // the residual choice "z" (not a Metric)
+    void update_verdict();
     void on_panel_zoom(double lo, double hi);
     void schedule_redraw();
     QString curve_name(std::size_t run, const std::string& leg) const;
@@ -113,6 +121,7 @@ private:
     QSlider* smoothing_slider_ = nullptr;
     QComboBox* residual_metric_ = nullptr;
     QLabel* hover_label_ = nullptr;
+    QLabel* verdict_label_ = nullptr;
 };
 
 }  // namespace tandem::views

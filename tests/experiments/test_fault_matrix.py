@@ -18,9 +18,9 @@ from runner_fixture import TANDEM, h5_series, small_experiment  # noqa: E402
 EXPECTED = {
     "rope-theta": {"L1", "L4"},
     "qk-norm-skipped": {"L1", "L4"},
-    "template-chatml": {"L1", "L3"},
-    "boundary-late": {"L1", "L3"},
-    "bf16-truncation": {"L1", "L2"},
+    "template-chatml": {"L1", "L3", "L4"},
+    "boundary-late": {"L1", "L3", "L4"},
+    "bf16-truncation": {"L2", "L4"},
     "lora-b-grad-transposed": {"L4"},
     "eval-without-adapter": {"L4"},
     "adamw-no-bias-correction": {"L4"},
@@ -62,7 +62,10 @@ def matrix(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("faults"))
     spec = experiment(tmp, "faults-small")
     out, db = os.path.join(tmp, "runs"), os.path.join(tmp, "tandem.db")
-    p = subprocess.run([TANDEM, "faults", spec, "--faults", ",".join(EXPECTED), "--jobs", "2", "--threads", "2",
+    # slow-after-eval at 15x: the small experiment's updates are short, so the leg's per-update overhead
+    # (batching, events) dilutes the trainer's slowdown; clinical-tiny uses the catalogue's 7x
+    faults = ",".join(f + "=15" if f == "slow-after-eval" else f for f in EXPECTED)
+    p = subprocess.run([TANDEM, "faults", spec, "--faults", faults, "--jobs", "2", "--threads", "2",
                         "--no-probe", "--out", out, "--catalog", db, "--format", "csv"],
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -81,7 +84,7 @@ def row(m, fault):
 
 
 def fired(r):
-    return {LEVELS[i] for i, u in enumerate(r["first_update"]) if u is not None}
+    return {level for level, u in r["first_update"].items() if u is not None}
 
 
 def test_each_fault_is_caught_by_the_levels_docs_say(matrix):
@@ -93,7 +96,7 @@ def test_each_fault_is_caught_by_the_levels_docs_say(matrix):
         assert r["status"] == "finished", r
         assert fired(r) == levels, (fault, r)
         for lv in {"L1", "L2", "L3"} & levels:
-            assert r["first_update"][LEVELS.index(lv)] == 0
+            assert r["first_update"][lv] == 0
     assert row(m, "slow-after-eval")["flags"] == ["step-time"]
 
 
@@ -113,10 +116,15 @@ def test_rows_agree_with_the_recorded_series(matrix):
         # L1 from the series: the initial held-out CE's relative difference against 1e-5
         l1_rel = abs(leg["heldout_ce"][0] - ref["heldout_ce"][0]) / abs(ref["heldout_ce"][0])
         assert (l1_rel > 1e-5) == ("L1" in fired(r)), (r["fault"], l1_rel)
-        # L4: mean |a - b| / mean |b| over the paired evaluations against 1e-4
-        diffs = [abs(a - b) for a, b in zip(leg["heldout_ce"], ref["heldout_ce"])]
-        l4 = (sum(diffs) / len(diffs)) / (sum(abs(b) for b in ref["heldout_ce"]) / len(diffs))
-        assert (l4 > 1e-4) == ("L4" in fired(r)), (r["fault"], l4)
+        # L4: the first evaluation whose relative difference exceeds the float32 error-model bound
+        # k eps32 C^(L+1) sqrt(S) sqrt(1+u) (docs/thresholds.md; k 0.1, C 1.03, L 2 layers, S = max_len 128)
+        first = None
+        for u, a, b in zip(ref["eval_update"], leg["heldout_ce"], ref["heldout_ce"]):
+            bound = 0.1 * 2.0 ** -23 * 1.03 ** 3 * 128 ** 0.5 * (1 + u) ** 0.5
+            if abs(a - b) / abs(b) > bound:
+                first = u
+                break
+        assert first == r["first_update"]["L4"], (r["fault"], first, r["first_update"])
     # the adapter faults move nothing at update 0 (B = 0): the first evaluation equals the clean engine's
     for fault in ("lora-b-grad-transposed", "adamw-no-bias-correction", "warmup-off-by-one", "eval-without-adapter"):
         assert s["fault-" + fault]["heldout_ce"][0] == s["engine"]["heldout_ce"][0], fault

@@ -55,9 +55,13 @@ FaultRow fault_row_of(const LegData& leg, const LegData& reference, const Experi
             }
         if (!r.first_update[kL4] && !l4.eval_points.empty()) r.first_update[kL4] = l4.eval_points.back().update;
     }
+    // The gate column: the live anomaly flags of the leg itself (step-time, non-finite, loss-spike;
+    // docs/gate.md). The live forms of L4 (paired-bound, envelope) are listed in `flags` but are L4.
     for (const auto& f : leg.flags) {
-        if (!r.first_update[kGate] || f.update < *r.first_update[kGate]) r.first_update[kGate] = std::max<int64_t>(0, f.update);
+        if (f.leg != leg.name) continue;
         if (std::find(r.flags.begin(), r.flags.end(), f.kind) == r.flags.end()) r.flags.push_back(f.kind);
+        if (f.kind == "paired-bound" || f.kind == "envelope") continue;
+        if (!r.first_update[kGate] || f.update < *r.first_update[kGate]) r.first_update[kGate] = std::max<int64_t>(0, f.update);
     }
     if (!l4.eval_points.empty()) {
         const PairedPoint& end = l4.eval_points.back();  // a = the leg, b = the reference

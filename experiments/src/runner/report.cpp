@@ -49,8 +49,9 @@ std::string level_cell(const FaultRow& r, size_t level) {
     std::string cell = std::to_string(*r.first_update[level]);
     if (fault_matrix_levels()[level] == "gate" && !r.flags.empty()) {
         std::string kinds;
-        for (const auto& k : r.flags) kinds += (kinds.empty() ? "" : ", ") + k;
-        cell += " (" + kinds + ")";
+        for (const auto& k : r.flags)  // the live L4 flags (paired-bound, envelope) are L4's, not the gate column's
+            if (k != "paired-bound" && k != "envelope") kinds += (kinds.empty() ? "" : ", ") + k;
+        if (!kinds.empty()) cell += " (" + kinds + ")";
     }
     return cell;
 }

@@ -523,7 +523,9 @@ public:
         }
         for (size_t i = 0; model_known && i < run_.legs.size(); ++i)
             for (size_t j = i + 1; j < run_.legs.size(); ++j)
-                if (legs_are_paired(run_.spec, run_.legs[i].plan.name, run_.legs[j].plan.name))
+                if (legs_are_paired(run_.spec, run_.legs[i].plan.name, run_.legs[j].plan.name) &&
+                    (opt_.compare_against.empty() || run_.legs[i].plan.name == opt_.compare_against ||
+                     run_.legs[j].plan.name == opt_.compare_against))  // `tandem faults`: (leg, reference) only
                     ctx.paired.emplace_back(run_.legs[i].plan.name, run_.legs[j].plan.name);
         ctx.envelopes = rec_.envelopes();
         for (const auto& e : ctx.envelopes)

@@ -18,6 +18,7 @@ QT_END_NAMESPACE
 namespace tandem::views {
 
 class CompareView;
+class FaultHeatmapView;
 class LauncherView;
 class RunFollower;
 class RunsBrowser;
@@ -28,7 +29,7 @@ class TrajectoryView;
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage };
+    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage, FaultsPage };
 
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
@@ -57,6 +58,11 @@ public:
     TokenDiffView* token_diff() const { return token_diff_; }
     TablesView* tables() const { return tables_; }
     CompareView* compare() const { return compare_; }
+    FaultHeatmapView* faults() const { return faults_; }
+    // "FAULT INJECTED: ..." shown above every page while a run with an injected fault is open ("" = none).
+    QString fault_banner_text() const;
+    // The open run's fault matrix as a heatmap figure (PNG/SVG/PDF by suffix); false without one.
+    bool export_fault_heatmap(const QString& path);
 
 Q_SIGNALS:
     // Emitted after a snapshot of the current run reached the views (tests wait on it).
@@ -85,6 +91,8 @@ private:
     TokenDiffView* token_diff_ = nullptr;
     TablesView* tables_ = nullptr;
     CompareView* compare_ = nullptr;
+    FaultHeatmapView* faults_ = nullptr;
+    QLabel* fault_banner_ = nullptr;
     RunFollower* follower_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QLabel* status_ = nullptr;

@@ -166,20 +166,39 @@ def test_matrix_run_is_marked_and_catalogued(matrix):
         assert "passed" not in p.stdout.split("\n")[0]
 
 
-def test_no_faults_gives_the_numbers_of_a_plain_run(tmp_path):
-    tmp = str(tmp_path)
-    spec = experiment(tmp, "faults-none")
-    runs = {}
-    for kind, cmd in (("faults", [TANDEM, "faults", spec, "--faults", "none", "--jobs", "2"]),
-                      ("run", [TANDEM, "run", spec, "--legs", "engine,reference"])):
-        out = os.path.join(tmp, kind)
-        p = subprocess.run(cmd + ["--threads", "2", "--no-probe", "--out", out, "--catalog",
-                                  os.path.join(tmp, kind + ".db")], capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, (kind, p.stdout[-2000:], p.stderr[-2000:])
-        assert "FAULT INJECTED" not in p.stdout + p.stderr
-        runs[kind] = h5_series(only_folder(out))
+def test_workbench_draws_the_heatmap(matrix):
+    """tandem-workbench opens the faults run: the Faults page and the heatmap export (SVG, by suffix)."""
+    workbench = os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "workbench", "tandem-workbench")
+    if not os.path.exists(workbench):
+        pytest.skip("built without the GUI (TANDEM_BUILD_GUI=OFF)")
+    shots = os.path.join(matrix["tmp"], "shots")
+    svg = os.path.join(shots, "heatmap.svg")
+    p = subprocess.run([workbench, matrix["folder"], "--screenshot-dir", shots, "--export-heatmap", svg],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert os.path.exists(os.path.join(shots, "faults.png"))
+    with open(svg) as f:
+        text = f.read()
+    for fault in EXPECTED:
+        assert fault in text, fault
+
+
+def test_clean_rows_give_the_numbers_of_a_plain_run(matrix):
+    """The matrix's clean pair (reference and clean engine legs, run beside ten faulty legs) computes
+    exactly what a plain `tandem run` of the same experiment computes: every series, bit for bit."""
+    tmp = matrix["tmp"]
+    out = os.path.join(tmp, "plain")
+    p = subprocess.run([TANDEM, "run", matrix["spec"], "--legs", "engine,reference", "--threads", "2", "--no-probe",
+                        "--out", out, "--catalog", os.path.join(tmp, "plain.db")], capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert "FAULT INJECTED" not in p.stdout + p.stderr
+    plain = h5_series(only_folder(out))
     for leg in ("engine", "reference"):
-        assert runs["faults"][leg] == runs["run"][leg], leg
+        assert matrix["series"][leg] == plain[leg], leg
+    # and the clean row's numbers are the plain run's
+    clean = matrix["matrix"]["clean"]
+    assert clean["ce_diff_abs"] == plain["engine"]["heldout_ce"][-1] - plain["reference"]["heldout_ce"][-1]
 
 
 def test_experiment_file_faults_are_recorded_and_bannered(tmp_path):

@@ -1,7 +1,10 @@
 // The fault matrix heatmap (docs/faults.md): exported as PNG (QImage: size and the cells' colours),
 // SVG (XML with the fault names and levels) and PDF (%PDF header) through the one figure writer, and
 // the Faults page drawing what experiments computed (a caught cell dark, a missed expected level framed).
+#include "tandem/experiments/catalog.h"
 #include "tandem/views/fault_heatmap.h"
+#include "tandem/views/run_source.h"
+#include "tandem/views/runs_model.h"
 
 #include <QImage>
 #include <QTemporaryDir>
@@ -72,6 +75,41 @@ private Q_SLOTS:
         QVERIFY(svg.find("clip-skipped") != std::string::npos);
         QVERIFY(svg.find("gate") != std::string::npos);
         QVERIFY(slurp(dir.path() + "/h.pdf").rfind("%PDF", 0) == 0);
+    }
+
+    void runs_browser_lists_a_faulty_leg_as_such() {
+        // the catalog's legs.faults column (schema 6) reaches the Runs page's Faults column
+        QTemporaryDir dir;
+        const std::filesystem::path db = (dir.path() + "/tandem.db").toStdString();
+        {
+            ex::Catalog c(db);
+            ex::RunRecord run;
+            run.id = "clinical-tiny-20261201-120000";
+            run.experiment = "clinical-tiny";
+            run.folder = "/runs/x";
+            run.run_file = "/runs/x/run.h5";
+            run.started_at = "2026-12-01T12:00:00Z";
+            run.faults = "FAULT INJECTED: faulty: rope-theta=100";
+            c.upsert_run(run);
+            for (const char* leg : {"clean", "faulty"}) {
+                ex::LegRecord l;
+                l.run_id = run.id;
+                l.name = leg;
+                l.implementation = "engine";
+                l.device = "cpu";
+                l.status = "finished";
+                if (std::string(leg) == "faulty") l.faults = "rope-theta=100";
+                c.upsert_leg(l);
+            }
+        }
+        RunsModel model;
+        model.set_rows(load_catalog_rows(db));
+        QCOMPARE(model.rowCount(), 2);
+        QStringList cells;
+        for (int r = 0; r < 2; ++r) cells << model.index(r, RunsModel::Faults).data().toString();
+        cells.sort();
+        QCOMPARE(cells, (QStringList{QString(), QStringLiteral("FAULT INJECTED: rope-theta=100")}));
+        QCOMPARE(model.headerData(RunsModel::Faults, Qt::Horizontal, Qt::DisplayRole).toString(), QStringLiteral("Faults"));
     }
 
     void page_draws_the_matrix_or_says_why_not() {

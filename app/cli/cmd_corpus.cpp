@@ -15,6 +15,7 @@
 #include "tandem/data/token_diff.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -260,12 +261,7 @@ td::TokenSequence reference_sequence(const td::Record& r, const fs::path& tokeni
 
 // --ids-b FILE: a JSON list of ids, or an object with "ids" and optionally "supervised" / "pieces".
 td::TokenSequence sequence_from_file(const fs::path& path) {
-    json j;
-    try {
-        j = json::parse(read_file(path));
-    } catch (const json::parse_error& e) {
-        throw Error(path.string() + ": malformed JSON: " + e.what());
-    }
+    const json j = parse_json_strict(read_file(path), path.string());
     td::TokenSequence s;
     s.label = path.filename().string();
     const json* ids = &j;
@@ -274,15 +270,25 @@ td::TokenSequence sequence_from_file(const fs::path& path) {
         ids = &j["ids"];
         if (j.contains("supervised")) {
             if (!j["supervised"].is_array()) throw Error(path.string() + ": field \"supervised\": expected a list");
-            for (const auto& v : j["supervised"]) s.supervised.push_back(v.is_boolean() ? v.get<bool>() : v.get<int>() != 0);
+            for (const auto& v : j["supervised"]) {
+                if (!v.is_boolean() && !v.is_number_integer())
+                    throw Error(path.string() + ": field \"supervised\": expected a list of booleans or 0/1");
+                s.supervised.push_back(v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0);
+            }
         }
-        if (j.contains("pieces") && j["pieces"].is_array()) s.pieces = j["pieces"].get<std::vector<std::string>>();
+        if (j.contains("pieces") && j["pieces"].is_array())
+            for (const auto& v : j["pieces"]) {
+                if (!v.is_string()) throw Error(path.string() + ": field \"pieces\": expected a list of strings");
+                s.pieces.push_back(v.get<std::string>());
+            }
     }
     if (!ids->is_array()) throw Error(path.string() + ": field \"ids\": expected a list of integers");
     for (size_t i = 0; i < ids->size(); ++i) {
-        if (!(*ids)[i].is_number_integer())
-            throw Error(path.string() + ": field \"ids[" + std::to_string(i) + "]\": expected an integer");
-        s.ids.push_back((*ids)[i].get<int32_t>());
+        const json& v = (*ids)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX ||
+            (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX))
+            throw Error(path.string() + ": field \"ids[" + std::to_string(i) + "]\": expected a token id (an integer in [0, 2^31))");
+        s.ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
     }
     return s;
 }

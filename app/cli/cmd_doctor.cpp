@@ -3,7 +3,11 @@
 #include "commands.h"
 
 #include "tandem/assets.h"
+#include "tandem/atomic_file.h"
+#include "tandem/data/corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 #include "tandem/experiments/host_info.h"
 #include "tandem/experiments/probe.h"
 #include "tandem/version.h"
@@ -34,6 +38,8 @@ struct Report {
     bool missing = false;
     void ok(const std::string& what, const std::string& detail) { line("  OK  ", what, detail); }
     void info(const std::string& what, const std::string& detail) { line(" INFO ", what, detail); }
+    // Usable, but not what tandem ships (does not change the exit status).
+    void warn(const std::string& what, const std::string& detail) { line(" WARN ", what, detail); }
     void miss(const std::string& what, const std::string& detail) {
         missing = true;
         line("MISSING", what, detail);
@@ -201,21 +207,54 @@ void check_assets(Report& r, const std::optional<fs::path>& flag) {
         r.miss("corpora", "not found (no asset folder)");
         return;
     }
+    // Parse what is checked: a tokenizer.json that exists but is empty, truncated or not a Qwen3
+    // tokenizer is as missing as no file at all.
     const fs::path tokenizer = tokenizer_dir(*root);
-    std::error_code ec;
-    const bool has_config = fs::exists(tokenizer / "tokenizer_config.json", ec);
-    if (has_config)
-        r.ok("tokenizer", tokenizer.string() + " (via " + root->found_via + ")");
-    else
-        r.miss("tokenizer", tokenizer.string() + " has tokenizer.json but no tokenizer_config.json (chat template)");
+    std::optional<data::Tokenizer> tok;
+    try {
+        tok = data::Tokenizer::load(tokenizer);
+        const fs::path config = tokenizer / "tokenizer_config.json";
+        std::error_code ec;
+        if (!fs::exists(config, ec)) throw Error(config.string() + ": missing (it holds the chat template)");
+        const nlohmann::json c = parse_json_strict(read_file(config), config.string());
+        if (!c.is_object() || !c.contains("chat_template") || !c["chat_template"].is_string())
+            throw Error(config.string() + ": field chat_template missing or not a string");
+        r.ok("tokenizer", tokenizer.string() + " (via " + root->found_via + "; " + std::to_string(tok->vocab_size()) +
+                              " ids, chat template " + std::to_string(c["chat_template"].get<std::string>().size()) +
+                              " bytes)");
+    } catch (const Error& e) {
+        r.miss("tokenizer", e.what());
+        tok.reset();
+    }
+    if (tok) {
+        const auto differences = tokenizer_differences(tokenizer);
+        std::string text;
+        for (const auto& d : differences) text += (text.empty() ? "" : "; ") + d;
+        if (differences.empty())
+            r.ok("tokenizer digest", "identical to the shipped Qwen3 tokenizer");
+        else
+            r.warn("tokenizer digest", "NOT the shipped Qwen3 tokenizer (" + text +
+                                           "); L3 cannot detect a changed vocabulary, runs will warn");
+    }
     const fs::path corpora = corpora_dir(*root);
+    std::error_code ec;
     std::size_t files = 0;
     for (const auto& entry : fs::recursive_directory_iterator(corpora, ec))
         if (entry.is_regular_file()) ++files;
-    if (files > 0)
-        r.ok("corpora", corpora.string() + " (" + std::to_string(files) + " files)");
-    else
+    if (files == 0) {
         r.miss("corpora", corpora.string() + " is missing or empty; copy the corpora there or pass --assets DIR");
+    } else if (!tok) {
+        r.info("corpora", corpora.string() + " (" + std::to_string(files) + " files) not checked: the tokenizer did not load");
+    } else {
+        try {
+            const data::CorpusBuild build = data::build_corpus(corpora, *tok, data::CorpusOptions{});
+            r.ok("corpora", corpora.string() + " (" + std::to_string(files) + " files; " +
+                                std::to_string(build.records.size()) + " records converted from " +
+                                std::to_string(build.input_total()) + " source rows)");
+        } catch (const Error& e) {
+            r.miss("corpora", e.what());
+        }
+    }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "tandem/engine/io.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -83,7 +84,7 @@ void run_inspect(const InspectOptions& o) {
     std::optional<eng::LoraConfig> lora;
     if (!o.adapter_dir.empty()) {
         const auto path = std::filesystem::path(o.adapter_dir) / "adapter_config.json";
-        lora = eng::LoraConfig::from_peft_json(nlohmann::json::parse(tandem::read_file(path)), path.string());
+        lora = eng::LoraConfig::from_peft_json(tandem::parse_json_strict(tandem::read_file(path), path.string()), path.string());
     } else if (o.lora_rank) {
         eng::LoraConfig l;
         l.rank = *o.lora_rank;

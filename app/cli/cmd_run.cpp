@@ -116,7 +116,8 @@ void add_run_commands(CLI::App& app, int& exit_code) {
     run->add_option("--out", run_args->out, "folder for run folders")->capture_default_str();
     run->add_option("--catalog", run_args->catalog, "SQLite catalog")->capture_default_str();
     run->add_option("--assets", run_args->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
-    run->add_option("--threads", run_args->threads, "CPU threads shared by the CPU legs (0: all cores)");
+    run->add_option("--threads", run_args->threads, "CPU threads shared by the CPU legs (0: all cores)")
+        ->check(CLI::NonNegativeNumber);
     run->add_option("--format", run_args->format, "report format printed at the end: text, md, csv, tex")->capture_default_str();
     run->add_flag("--no-probe", run_args->no_probe, "skip the bandwidth probes");
     run->add_flag("--quiet", run_args->quiet, "no progress lines");

@@ -55,6 +55,12 @@ const ordered_json& field(const ordered_json& obj, const std::string& name, bool
     return *it;
 }
 
+std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n' || c == '\r') c = ' ';
+    return s;
+}
+
 // Runs `handle` on every stdin line; returns the exit status.
 int process_jsonl(bool keep_going, const std::function<ordered_json(const ordered_json&)>& handle) {
     std::ios::sync_with_stdio(false);
@@ -81,13 +87,17 @@ int process_jsonl(bool keep_going, const std::function<ordered_json(const ordere
         }
         if (error) {
             failed = true;
-            std::fprintf(stderr, "tandem: error: stdin line %zu: field '%s': %s\n", line_no, error->field.c_str(),
-                         error->message.c_str());
+            // The message may quote the offending bytes (invalid UTF-8 among them): written with
+            // U+FFFD in their place, so the error line and the {"error"} output stay valid UTF-8.
+            const std::string message = "line " + std::to_string(line_no) + ": field '" + error->field + "': " + error->message;
+            const std::string as_json = ordered_json(message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+            const std::string printable = ordered_json::parse(as_json).get<std::string>();
+            std::fprintf(stderr, "tandem: error: stdin %s\n", one_line(printable).c_str());
             if (!keep_going) {
                 std::fflush(stdout);
                 return kError;
             }
-            out = ordered_json{{"error", "line " + std::to_string(line_no) + ": field '" + error->field + "': " + error->message}}.dump();
+            out = "{\"error\":" + as_json + "}";
         }
         out += '\n';
         std::fwrite(out.data(), 1, out.size(), stdout);

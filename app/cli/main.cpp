@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 
 int main(int argc, char** argv) {
     using namespace tandem::cli;
@@ -40,7 +42,17 @@ int main(int argc, char** argv) {
     } catch (const tandem::Error& e) {
         std::fprintf(stderr, "tandem: error: %s\n", e.what());
         return kError;
+    } catch (const std::filesystem::filesystem_error& e) {
+        // A path the user gave cannot be used (a file where a folder is needed, no space, no
+        // permission): the library's message names the operation, the reason and the path(s).
+        std::fprintf(stderr, "tandem: error: %s\n", e.what());
+        return kError;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "tandem: error: out of memory (an input asks for more memory than this machine has)\n");
+        return kError;
     } catch (const std::exception& e) {
+        // Reaching this is a bug in tandem (an input path without its own error message): the
+        // bad-input suite (tests/faults_io) keeps the known paths away from here.
         std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
         return kError;
     }

@@ -1,6 +1,7 @@
 #include "tandem/assets.h"
 
 #include "tandem/error.h"
+#include "tandem/sha256.h"
 #include "tandem/version.h"
 
 #include <cstdlib>
@@ -41,6 +42,38 @@ AssetRoot require_asset_root(const std::optional<std::filesystem::path>& flag) {
     for (const auto& c : asset_root_candidates(flag)) looked += " " + c.root.string();
     throw Error("cannot find the shared assets (tokenizer and corpora); looked in:" + looked +
                 "; pass --assets DIR or set TANDEM_ASSETS");
+}
+
+std::vector<std::string> tokenizer_differences(const std::filesystem::path& dir, std::map<std::string, std::string>* digests) {
+    std::vector<std::string> out;
+    for (const auto& known : kQwen3TokenizerDigests) {
+        const std::filesystem::path file = dir / known.file;
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(file, ec)) {
+            out.push_back(std::string(known.file) + ": missing (the shipped Qwen3 tokenizer has it)");
+            continue;
+        }
+        const std::string sha = sha256_file_hex(file);
+        if (digests) (*digests)[known.file] = sha;
+        if (sha != known.sha256)
+            out.push_back(std::string(known.file) + ": sha256 " + sha.substr(0, 12) + "... is not the shipped Qwen3 tokenizer's " +
+                          std::string(known.sha256).substr(0, 12) + "...");
+    }
+    return out;
+}
+
+std::map<std::string, std::string> folder_digests(const std::filesystem::path& dir) {
+    std::map<std::string, std::string> out;
+    std::error_code ec;
+    std::filesystem::recursive_directory_iterator it(dir, std::filesystem::directory_options::follow_directory_symlink, ec);
+    if (ec) throw Error("cannot list " + dir.string() + ": " + ec.message());
+    for (; it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (ec) throw Error("cannot list " + dir.string() + ": " + ec.message());
+        if (!it->is_regular_file(ec)) continue;
+        out[std::filesystem::relative(it->path(), dir).generic_string()] = sha256_file_hex(it->path());
+    }
+    if (ec) throw Error("cannot list " + dir.string() + ": " + ec.message());
+    return out;
 }
 
 }  // namespace tandem

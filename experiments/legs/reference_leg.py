@@ -29,13 +29,83 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from leg_protocol import emit, finite_or_none, tensor_digest  # noqa: E402
+from leg_protocol import emit, emit_together, tensor_digest  # noqa: E402
 from run_folder import RunFolder, encode_record, load_tokenizer  # noqa: E402
 import leg_checkpoint  # noqa: E402
 
 
 def log(msg):
     print(f"reference_leg: {msg}", file=sys.stderr, flush=True)
+
+
+class LegFailure(Exception):
+    """A failure this leg reports as its one-line error message, as the engine leg words it."""
+
+
+class ReportedFailure(LegFailure):
+    """A failure whose error event is already written."""
+
+
+def emit_or_stop(events, failure):
+    """Writes the events; with a failure, the events and the error in one write, then stops (the
+    runner's live gate may stop this leg the moment it reads a NaN: the error must be there)."""
+    if not failure:
+        for event, fields in events:
+            emit(event, **fields)
+        return
+    log(f"error: {failure}")
+    emit_together(*events, ("error", {"message": failure}))
+    raise ReportedFailure(failure)
+
+
+def number_text(x):
+    """nan, inf, -inf or 9 significant digits (the engine leg's number_text)."""
+    return f"{float(x):.9g}"
+
+
+def non_finite_step(leg, update, loss, grad_norm):
+    """The failure of a non-finite loss or grad norm (issue 10 item 5), worded as the engine leg's;
+    "" when both are finite."""
+    what = "loss" if not math.isfinite(loss) else "grad norm" if not math.isfinite(grad_norm) else None
+    if not what:
+        return ""
+    return f"leg {leg}: non-finite {what} at update {update} (loss {number_text(loss)}, grad norm {number_text(grad_norm)})"
+
+
+def non_finite_eval(leg, update, heldout_ce):
+    if math.isfinite(heldout_ce):
+        return ""
+    return f"leg {leg}: non-finite held-out loss at update {update} (held-out CE {number_text(heldout_ce)})"
+
+
+def check_finite(torch, path):
+    """Names the first tensor (in name order) of a safetensors file holding a NaN or an infinity,
+    worded as the engine's loader does (engine/include/tandem/engine/io.h check_finite). One tensor
+    in memory at a time."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        for name in sorted(f.keys()):
+            _check_tensor_finite(torch, name, f.get_tensor(name), path)
+
+
+def _check_tensor_finite(torch, name, t, source):
+    t = t.detach()
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        flat = bad.reshape(-1)
+        nan = int(torch.isnan(t).sum().item())
+        raise LegFailure(f"{source}: tensor '{name}' holds non-finite values ({nan} NaN, {int(flat.sum().item()) - nan} "
+                         f"infinite of {t.numel()}; first at flat index {int(flat.nonzero()[0].item())})")
+
+
+def base_safetensors_files(base_dir):
+    """model.safetensors, or the shards a model.safetensors.index.json names (sorted)."""
+    single = os.path.join(base_dir, "model.safetensors")
+    if os.path.exists(single):
+        return [single]
+    with open(os.path.join(base_dir, "model.safetensors.index.json")) as f:
+        return [os.path.join(base_dir, s) for s in sorted(set(json.load(f)["weight_map"].values()))]
 
 
 def peak_host_rss_bytes():
@@ -237,6 +307,11 @@ def run_leg(args):
     t0 = time.perf_counter()
     base = AutoModelForCausalLM.from_pretrained(run.file("base"), dtype=torch.float32,
                                                 attn_implementation="eager", local_files_only=True)
+    # Weights as stored (the engine's loader checks the same files): a NaN is named here, not
+    # found later as a NaN loss.
+    for shard in base_safetensors_files(run.file("base")):
+        check_finite(torch, shard)
+    check_finite(torch, run.file("init", "adapter_model.safetensors"))
     model = PeftModel.from_pretrained(base, run.file("init"), is_trainable=True)
     model.to(device)
     if device.type == "cuda":
@@ -329,13 +404,15 @@ def run_leg(args):
     model.train()
     if start_update == 0:
         ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
-        emit("l1", heldout_ce=finite_or_none(ce), tokens=n, examples=len(eval_set))
-        emit("eval", update=0, heldout_ce=finite_or_none(ce), tokens=n)
+        emit_or_stop([("l1", dict(heldout_ce=ce, tokens=n, examples=len(eval_set))),
+                      ("eval", dict(update=0, heldout_ce=ce, tokens=n))], non_finite_eval(leg, 0, ce))
 
     setup_s = time.perf_counter() - t_start
     emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s, setup_s=setup_s)
 
     train_s = 0.0
+    inject = os.environ.get("TANDEM_TEST_NONFINITE_LOSS_AT", "")
+    inject_at = int(inject) if inject.isdigit() else -1
     for u in range(start_update, total_updates):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -360,13 +437,16 @@ def run_leg(args):
             torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
         train_s += wall
-        emit("step", update=u, loss=finite_or_none(loss_total / max(1, n_update)),
-             grad_norm=finite_or_none(grad_norm.item()), lr=lr, tokens=n_update,
-             input_tokens=input_tokens, wall_s=wall)
+        loss = loss_total / max(1, n_update)
+        if u == inject_at:  # test-only fault injection, as in the engine leg (docs/leg-protocol.md)
+            loss = float("nan")
+        gn = float(grad_norm.item())
+        emit_or_stop([("step", dict(update=u, loss=loss, grad_norm=gn, lr=lr, tokens=n_update,
+                                    input_tokens=input_tokens, wall_s=wall))], non_finite_step(leg, u, loss, gn))
         done = u + 1
         if done % eval_interval == 0 or done == total_updates:
             ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
-            emit("eval", update=done, heldout_ce=finite_or_none(ce), tokens=n)
+            emit_or_stop([("eval", dict(update=done, heldout_ce=ce, tokens=n))], non_finite_eval(leg, done, ce))
         if ckpt_interval and done % ckpt_interval == 0 and done < total_updates:
             def write(tmp, _done=done):
                 save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
@@ -400,6 +480,12 @@ def main(argv=None):
     except KeyboardInterrupt:
         emit("error", message="interrupted")
         return 130
+    except ReportedFailure:
+        return 1
+    except LegFailure as e:  # worded for the user: no traceback, no exception type
+        log(f"error: {e}")
+        emit("error", message=str(e))
+        return 1
     except Exception as e:  # the runner records the message; the traceback goes to stderr.log
         traceback.print_exc()
         emit("error", message=f"{type(e).__name__}: {e}")

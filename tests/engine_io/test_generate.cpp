@@ -2,11 +2,14 @@
 // and the distributions' moments.
 #include "tandem/engine/generate.h"
 #include "tandem/engine/io.h"
+#include "tandem/error.h"
+#include "test_support.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 using namespace tandem::engine;
 
@@ -79,4 +82,53 @@ TEST(Generator, BaseAndAdapterAreDeterministicAndSeedDependent) {
         }
     }
     EXPECT_EQ(ad.at(peft_lora_name(1, "down_proj", 'A')).data, generate_initial_adapter(c, l, 9).at(peft_lora_name(1, "down_proj", 'A')).data);
+}
+
+// Issue 10 item 5: a NaN or an infinity in a base or adapter file is named at load, with the file
+// and the tensor, instead of turning into a NaN loss (or an L2 digest no parser reads).
+TEST(Generator, NonFiniteWeightsAreNamedAtLoad) {
+    Qwen3Config c = Qwen3Config::named("tiny");
+    c.vocab_size = 512;
+    auto base = generate_base_weights(c, 1);
+    base.at("model.layers.1.mlp.up_proj.weight").data[17] = std::nanf("");
+    base.at("model.layers.1.mlp.up_proj.weight").data[40] = std::nanf("");
+    base.at("model.norm.weight").data[3] = -std::numeric_limits<float>::infinity();
+    const auto dir = tandem::test::fresh_dir("nonfinite-base");
+    save_hf_checkpoint(dir / "base", c, base);
+    try {
+        load_hf_checkpoint(dir / "base");
+        FAIL() << "a base holding NaN loaded";
+    } catch (const tandem::Error& e) {
+        // The first offending tensor in name order (the order both legs check in).
+        EXPECT_EQ(std::string(e.what()), (dir / "base" / "model.safetensors").string() +
+                                             ": tensor 'model.layers.1.mlp.up_proj.weight' holds non-finite values "
+                                             "(2 NaN, 0 infinite of " +
+                                             std::to_string(c.intermediate_size * c.hidden_size) + "; first at flat index 17)");
+    }
+    base.at("model.layers.1.mlp.up_proj.weight").data[17] = 0.5f;
+    base.at("model.layers.1.mlp.up_proj.weight").data[40] = 0.5f;
+    save_hf_checkpoint(dir / "base", c, base);
+    try {
+        load_hf_checkpoint(dir / "base");
+        FAIL() << "a base holding -inf loaded";
+    } catch (const tandem::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor 'model.norm.weight' holds non-finite values (0 NaN, 1 infinite of 128; "
+                                             "first at flat index 3)"),
+                  std::string::npos)
+            << e.what();
+    }
+    LoraConfig l;
+    l.rank = 2;
+    auto adapter = generate_initial_adapter(c, l, 9);
+    adapter.begin()->second.data[0] = std::numeric_limits<float>::infinity();
+    save_peft_adapter(dir / "init", l, adapter, c);
+    try {
+        load_peft_adapter(dir / "init", c);
+        FAIL() << "an adapter holding inf loaded";
+    } catch (const tandem::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("adapter_model.safetensors: tensor '" + adapter.begin()->first + "' holds non-finite"),
+                  std::string::npos)
+            << e.what();
+    }
+    std::filesystem::remove_all(dir);
 }

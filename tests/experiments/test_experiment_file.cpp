@@ -85,6 +85,61 @@ TEST(ExperimentFile, OverridesApplyPerLeg) {
     EXPECT_EQ(s.leg_setting("reference", "template"), "qwen3");
 }
 
+namespace {
+std::string text_error_of(const std::string& text) {
+    try {
+        parse_experiment_text(text, "experiments/x.json");
+    } catch (const tandem::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+// Issue 10 item 6: a null must not fall back to the default, a repeated key must not keep its
+// last value silently.
+TEST(ExperimentFile, NullIsAnErrorNotTheDefault) {
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "optimizer": {"lr": null}})"),
+              "experiments/x.json: field optimizer.lr: is null (give a value, or leave the field out to use its default)");
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "lora": null})"),
+              "experiments/x.json: field lora: is null (give a value, or leave the field out to use its default)");
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "clip": null})"),
+              "experiments/x.json: field clip: is null (give a value, or leave the field out to use its default)");
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "overrides": {"engine": {"plan": null}}})"),
+              "experiments/x.json: field overrides.engine.plan: is null (give a value, or leave the field out to use its default)");
+    EXPECT_EQ(text_error_of(R"({"name": null, "model": {"config": "tiny"}})"),
+              "experiments/x.json: field name: is null (give a value, or leave the field out to use its default)");
+}
+
+TEST(ExperimentFile, DuplicateKeysAreNamed) {
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "optimizer": {"lr": 1e-4, "lr": 5}})"),
+              "experiments/x.json: field optimizer.lr: duplicate key (an object may name a field once)");
+    EXPECT_EQ(text_error_of(R"({"name": "x", "name": "y", "model": {"config": "tiny"}})"),
+              "experiments/x.json: field name: duplicate key (an object may name a field once)");
+    // Inside an inline model config (an object inside the model object) and after an array.
+    EXPECT_EQ(text_error_of(R"({"name": "x", "lora": {"targets": ["q_proj", "v_proj"], "rank": 4},
+                              "model": {"config": {"hidden_size": 64, "hidden_size": 128}}})"),
+              "experiments/x.json: field model.config.hidden_size: duplicate key (an object may name a field once)");
+    // The same key in two different objects is fine.
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "eval": {"interval": 5},
+                              "checkpoint": {"interval": 5}})"),
+              "");
+}
+
+TEST(ExperimentFile, NumbersBeyondRangeNameTheField) {
+    // nlohmann-json throws a bare out_of_range for 1e400; it must name the file and the field.
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "optimizer": {"lr": 1e400}})"),
+              "experiments/x.json: field optimizer.lr: number out of range (1e400 does not fit a double)");
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "lora": {"targets": ["q_proj"], "alpha": -1e999}})"),
+              "experiments/x.json: field lora.alpha: number out of range (-1e999 does not fit a double)");
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "seed": 18446744073709551615})"),
+              "experiments/x.json: field seed: is too large (at most 9223372036854775807)");
+    // A syntax error says where it happened.
+    EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "batch": {"epochs": 1,}})").rfind(
+                  "experiments/x.json: not valid JSON (near field batch.epochs): parse error at line 1", 0),
+              0u);
+}
+
 TEST(ExperimentFile, SeedsDefaultToTheSeedAndKeepTheHashUnlessOneDiffers) {
     json j = minimal();
     j["seed"] = 7;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace tandem::experiments;
 
@@ -86,4 +87,67 @@ TEST(LegProtocol, WriterAndDigestRoundTrip) {
     ASSERT_EQ(t.l2.size(), 1u);
     EXPECT_EQ(t.l2[0].sha256, d.sha256);
     EXPECT_EQ(t.l2[0].shape, std::vector<int64_t>{3});
+}
+
+// Issue 10 item 5: NaN / infinity travel as the strings "NaN", "Infinity", "-Infinity" (JSON has
+// no non-finite numbers; Python's json.dumps would write a bare NaN, which no JSON parser reads),
+// and null still reads as NaN (events.jsonl files written before the explicit form).
+TEST(LegProtocol, NonFiniteNumbersAreExplicitOnTheWire) {
+    std::FILE* f = std::tmpfile();
+    ASSERT_NE(f, nullptr);
+    EventWriter w(f);
+    const double inf = std::numeric_limits<double>::infinity();
+    w.emit("step", {{"update", 3}, {"loss", std::nan("")}, {"grad_norm", inf}, {"lr", -inf}, {"wall_s", 0.5},
+                    {"nested", {{"x", std::nan("")}, {"list", {1.0, -inf}}}}});
+    float data[2] = {std::nanf(""), 1.0f};
+    LegTrace src;
+    src.l2 = {digest_tensor("model.norm.weight", "base", {2}, data, 2)};
+    w.emit("l2", l2_to_json(src));
+    std::rewind(f);
+    char buf[4096];
+    std::string step = std::fgets(buf, sizeof buf, f);
+    std::string l2 = std::fgets(buf, sizeof buf, f);
+    std::fclose(f);
+    // Valid JSON for any strict parser, with the non-finite values spelt out.
+    const auto j = nlohmann::json::parse(step);
+    EXPECT_EQ(j["loss"], "NaN");
+    EXPECT_EQ(j["grad_norm"], "Infinity");
+    EXPECT_EQ(j["lr"], "-Infinity");
+    EXPECT_EQ(j["nested"]["x"], "NaN");
+    EXPECT_EQ(j["nested"]["list"][1], "-Infinity");
+    EXPECT_DOUBLE_EQ(j["wall_s"].get<double>(), 0.5);
+    LegTrace t;
+    EXPECT_EQ(apply_event_line(t, step), EventKind::Step);
+    EXPECT_EQ(apply_event_line(t, l2), EventKind::L2);
+    ASSERT_TRUE(t.malformed.empty());
+    ASSERT_EQ(t.steps.size(), 1u);
+    EXPECT_TRUE(std::isnan(t.steps[0].loss));
+    EXPECT_EQ(t.steps[0].grad_norm, inf);
+    EXPECT_EQ(t.steps[0].lr, -inf);
+    ASSERT_EQ(t.l2.size(), 1u);  // the l2 event of a base holding a NaN is parsed, not "malformed"
+    EXPECT_TRUE(std::isnan(t.l2[0].sum));
+    EXPECT_TRUE(std::isnan(t.l2[0].maxabs));  // NaN propagates (numpy's max over the reference leg's tensor)
+    // Old files: null reads as NaN; any other string is not a number (the field's default).
+    apply_event_line(t, R"({"v":1,"event":"step","update":4,"loss":null,"grad_norm":"1.5"})");
+    EXPECT_TRUE(std::isnan(t.steps[1].loss));
+    EXPECT_TRUE(std::isnan(t.steps[1].grad_norm));
+    // The stored check records keep the explicit form and read back.
+    LegTrace back;
+    l2_from_json(back, nlohmann::json::parse(l2_to_json(t).dump()));
+    EXPECT_TRUE(std::isnan(back.l2[0].sum));
+    t.l1_ce = inf;
+    l1_from_json(back, nlohmann::json::parse(l1_to_json(t).dump()));
+    ASSERT_TRUE(back.l1_ce.has_value());
+    EXPECT_EQ(*back.l1_ce, inf);
+}
+
+TEST(LegProtocol, IntegersOutOfRangeAreNotConverted) {
+    LegTrace t;
+    apply_event_line(t, R"({"v":1,"event":"step","update":1e300,"loss":1})");
+    apply_event_line(t, R"({"v":1,"event":"l3","records":[{"index":2.5,"ids":[1,1e30,-5,18446744073709551615]}]})");
+    ASSERT_EQ(t.steps.size(), 1u);
+    EXPECT_EQ(t.steps[0].update, -1);
+    ASSERT_EQ(t.l3.size(), 1u);
+    EXPECT_EQ(t.l3[0].index, -1);
+    EXPECT_EQ(t.l3[0].ids, (std::vector<int32_t>{1, -1, -1, -1}));
 }

@@ -8,6 +8,7 @@
 //   4. <prefix>/share/tandem/shared of an installed package.
 // The folder is laid out like ../shared: assets/qwen3-tokenizer/ and data/corpora/.
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,5 +31,31 @@ std::filesystem::path corpora_dir(const AssetRoot& root);    // root/data/corpor
 
 // Same as find_asset_root but throws tandem::Error listing every place looked at.
 AssetRoot require_asset_root(const std::optional<std::filesystem::path>& flag = std::nullopt);
+
+// ---- the shipped Qwen3 tokenizer's digests ---------------------------------------------------
+// L3 compares tandem's tokenizer with HuggingFace's over the SAME file, so a tokenizer.json with two
+// vocabulary ids swapped (or another model's tokenizer) passes every check. The one detection is
+// the file's digest against the shipped one: a run records the digest of every asset and warns
+// loudly (stderr, prepare.json, run.h5 /experiment attributes) when the tokenizer differs, and
+// `tandem doctor` says so.
+struct KnownDigest {
+    const char* file;    // name inside the tokenizer folder
+    const char* sha256;  // of ../shared/assets/qwen3-tokenizer/<file>
+};
+inline constexpr KnownDigest kQwen3TokenizerDigests[] = {
+    {"tokenizer.json", "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"},
+    {"tokenizer_config.json", "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63"},
+};
+
+// Hashes tokenizer.json and tokenizer_config.json of `dir` into `digests` (file -> sha256; a
+// missing file is left out) and returns one line per file that differs from the shipped Qwen3
+// tokenizer ("tokenizer.json: sha256 1f2e... is not the shipped Qwen3 tokenizer's aeb1..."); empty
+// when both match.
+std::vector<std::string> tokenizer_differences(const std::filesystem::path& dir,
+                                               std::map<std::string, std::string>* digests = nullptr);
+
+// Every regular file below `dir` (recursively, symlinks followed) -> its sha256, keyed by the path
+// relative to `dir` with '/' separators. Throws tandem::Error naming a file that cannot be read.
+std::map<std::string, std::string> folder_digests(const std::filesystem::path& dir);
 
 }  // namespace tandem

@@ -158,7 +158,7 @@ BatchPlan read_plan(const std::filesystem::path& path) {
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
         throw Error(path.string() + ": malformed JSON: " + e.what());
     }
     return plan_from_json(j, path.string());

@@ -223,7 +223,7 @@ std::vector<Record> read_records(const fs::path& path) {
         json j;
         try {
             j = json::parse(line);
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {
             throw Error(where + ": malformed JSON: " + e.what());
         }
         Record r = record_from_json(j, where);
@@ -238,7 +238,7 @@ Split read_split(const fs::path& path) {
     json j;
     try {
         j = json::parse(read_file(path));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
         throw Error(path.string() + ": malformed JSON: " + e.what());
     }
     const std::string where = path.string();

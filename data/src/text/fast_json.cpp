@@ -5,6 +5,8 @@
 #include "tandem/error.h"
 #include "unicode.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 namespace tandem::data::text {
@@ -132,7 +134,9 @@ private:
             skip_ws();
             nlohmann::json id = number();
             if (!id.is_number_integer()) fail("vocab id is not an integer");
-            model_.vocab.emplace_back(key, id.get<int32_t>());
+            if (id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX || (id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX))
+                fail("vocab id " + id.dump() + " is out of range");
+            model_.vocab.emplace_back(key, static_cast<int32_t>(id.get<int64_t>()));
             if (peek_is(',')) {
                 ++p_;
                 skip_ws();
@@ -176,9 +180,13 @@ private:
         }
     }
 
+    // Nesting deeper than any tokenizer.json needs is refused (the reader recurses per level).
+    static constexpr int kMaxDepth = 256;
+
     nlohmann::json value(int depth) {
         skip_ws();
         if (p_ >= s_.size()) fail("unexpected end");
+        if (depth > kMaxDepth) fail("nested deeper than " + std::to_string(kMaxDepth) + " levels");
         char c = s_[p_];
         if (c == '{') {
             ++p_;
@@ -243,8 +251,14 @@ private:
 }  // namespace
 
 nlohmann::json parse_tokenizer_json(std::string_view text, TokenizerJsonModel& model, const std::string& where) {
-    model.vocab.reserve(160000);
-    model.merges.reserve(160000);
+    // JSON text is UTF-8 (RFC 8259); HF's reader refuses anything else, so must we (an ill-formed
+    // byte in a vocab string would otherwise travel into error messages and token texts).
+    if (const size_t bad = first_invalid_utf8(text); bad != text.size())
+        throw Error(where + ": not valid UTF-8 at byte " + std::to_string(bad));
+    // Sized for a real vocabulary (Qwen3: 151,643 entries, 151,387 merges), capped by what the
+    // text can hold so that a small input does not pay for a large reservation.
+    model.vocab.reserve(std::min<size_t>(160000, text.size() / 6));
+    model.merges.reserve(std::min<size_t>(160000, text.size() / 8));
     return Reader(text, model, where).document();
 }
 

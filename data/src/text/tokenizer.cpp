@@ -256,6 +256,13 @@ void Tokenizer::Impl::encode(std::string_view text, std::vector<Token>& out) con
 
 namespace {
 
+// Token ids index dense tables (id -> text, id -> bytes); a larger id in a hostile file would make
+// the loader allocate gigabytes. Real vocabularies are below 300k (Qwen3: 151,669).
+constexpr int32_t kMaxTokenId = 1 << 21;
+
+// A JSON value quoted for an error message, whatever bytes it holds.
+std::string shown(const nlohmann::json& v) { return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 const nlohmann::json& require(const nlohmann::json& j, const char* key, const std::string& where) {
     auto it = j.find(key);
     if (it == j.end()) throw Error(where + ": missing field '" + key + "'");
@@ -265,14 +272,14 @@ const nlohmann::json& require(const nlohmann::json& j, const char* key, const st
 void check_string_field(const nlohmann::json& j, const char* key, const std::string& expected, const std::string& where) {
     const auto& v = require(j, key, where);
     if (!v.is_string() || v.get<std::string>() != expected)
-        throw Error(where + ": field '" + key + "' is " + v.dump() + ", tandem's tokenizer supports only \"" + expected + "\"");
+        throw Error(where + ": field '" + key + "' is " + shown(v) + ", tandem's tokenizer supports only \"" + expected + "\"");
 }
 
 void check_bool_field(const nlohmann::json& j, const char* key, bool expected, const std::string& where) {
     auto it = j.find(key);
     if (it == j.end()) return;
     if (!it->is_boolean() || it->get<bool>() != expected)
-        throw Error(where + ": field '" + key + "' is " + it->dump() + ", tandem's tokenizer supports only " +
+        throw Error(where + ": field '" + key + "' is " + shown(*it) + ", tandem's tokenizer supports only " +
                     (expected ? "true" : "false"));
 }
 
@@ -292,7 +299,7 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
     check_string_field(steps[0], "type", "Split", split_where);
     const auto& pattern = require(steps[0], "pattern", split_where);
     if (!pattern.is_object() || !pattern.contains("Regex") || pattern["Regex"] != std::string(text::kQwenSplitPattern))
-        throw Error(split_where + ": pattern " + pattern.dump() + " is not the Qwen2/Qwen3 split regex tandem implements");
+        throw Error(split_where + ": pattern " + shown(pattern) + " is not the Qwen2/Qwen3 split regex tandem implements");
     check_string_field(steps[0], "behavior", "Isolated", split_where);
     check_bool_field(steps[0], "invert", false, split_where);
     const std::string bl_where = file + " pre_tokenizer.pretokenizers[1]";
@@ -307,41 +314,82 @@ void check_pipeline(const nlohmann::json& j, const std::string& file) {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         auto it = model.find(key);
         if (it != model.end() && !it->is_null() && *it != "")
-            throw Error(file + " model: field '" + key + "' is " + it->dump() + ", tandem supports only \"\"");
+            throw Error(file + " model: field '" + key + "' is " + shown(*it) + ", tandem supports only \"\"");
     }
     auto dropout = model.find("dropout");
-    if (dropout != model.end() && !dropout->is_null() && dropout->get<double>() != 0.0)
-        throw Error(file + " model: BPE dropout " + dropout->dump() + " is not supported");
+    if (dropout != model.end() && !dropout->is_null() && (!dropout->is_number() || dropout->get<double>() != 0.0))
+        throw Error(file + " model: BPE dropout " + shown(*dropout) + " is not supported");
 }
 
 
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
-    auto impl = std::make_unique<Impl>();
-    impl->dir = dir;
     const std::filesystem::path file = dir / "tokenizer.json";
-    const std::string where = file.string();
+    Tokenizer tok = from_json_text(read_file(file), file.string());
+    tok.impl_->dir = dir;
+    const std::filesystem::path config = dir / "tokenizer_config.json";
+    if (std::filesystem::exists(config)) {
+        try {
+            auto c = nlohmann::json::parse(read_file(config));
+            auto it = c.find("chat_template");
+            if (it != c.end() && it->is_string()) tok.impl_->chat_template = it->get<std::string>();
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
+        }
+    }
+    return tok;
+}
+
+Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::string& where) {
+    auto impl = std::make_unique<Impl>();
     text::TokenizerJsonModel raw;
-    const nlohmann::json j = text::parse_tokenizer_json(read_file(file), raw, where);
+    const nlohmann::json j = text::parse_tokenizer_json(tokenizer_json, raw, where);
+    if (!j.is_object()) throw Error(where + ": must be a JSON object (a HuggingFace tokenizer.json)");
     check_pipeline(j, where);
     if (raw.vocab.empty()) throw Error(where + ": model.vocab is missing or empty");
     impl->vocab.reserve(raw.vocab.size() * 2);
     int32_t max_id = -1;
+    std::unordered_map<int32_t, const std::string*> owner;  // id -> its vocab token
     for (const auto& [token, id] : raw.vocab) {
-        if (id < 0) throw Error(where + ": model.vocab entry " + nlohmann::json(token).dump() + " has a negative id");
-        impl->vocab.emplace(token, id);
+        if (id < 0) throw Error(where + ": model.vocab entry " + shown(token) + " has a negative id");
+        if (id >= kMaxTokenId)
+            throw Error(where + ": model.vocab entry " + shown(token) + " has id " + std::to_string(id) +
+                        ", beyond the limit of " + std::to_string(kMaxTokenId) + " ids");
+        // One id per token and one token per id: otherwise decode(encode(text)) != text, and the
+        // file means different things to readers that keep the first or the last entry.
+        if (!impl->vocab.emplace(token, id).second)
+            throw Error(where + ": model.vocab entry " + shown(token) + " appears twice");
+        if (auto [it, fresh] = owner.emplace(id, &token); !fresh)
+            throw Error(where + ": model.vocab id " + std::to_string(id) + " is given to both " + shown(*it->second) +
+                        " and " + shown(token));
         max_id = std::max(max_id, id);
     }
     const auto& added = require(j, "added_tokens", where);
-    for (const auto& a : added) {
-        AddedToken t{a.at("id").get<int32_t>(), a.at("content").get<std::string>(), a.value("special", false)};
-        const std::string aw = where + " added token " + a.at("content").dump();
+    if (!added.is_array()) throw Error(where + ": field 'added_tokens' must be a list of {id, content, ...} objects");
+    for (size_t k = 0; k < added.size(); ++k) {
+        const auto& a = added[k];
+        const std::string at = where + ": added_tokens[" + std::to_string(k) + "]";
+        if (!a.is_object()) throw Error(at + " must be an object");
+        const auto id = a.find("id");
+        if (id == a.end() || !id->is_number_integer() || id->get<int64_t>() < 0 || id->get<int64_t>() >= kMaxTokenId)
+            throw Error(at + ": field 'id' must be an integer in [0, " + std::to_string(kMaxTokenId) + ")");
+        const auto content = a.find("content");
+        if (content == a.end() || !content->is_string()) throw Error(at + ": field 'content' must be a string");
+        const auto special = a.find("special");
+        if (special != a.end() && !special->is_boolean()) throw Error(at + ": field 'special' must be true or false");
+        AddedToken t{static_cast<int32_t>(id->get<int64_t>()), content->get<std::string>(), a.value("special", false)};
+        const std::string aw = where + " added token " + content->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         check_bool_field(a, "lstrip", false, aw);
         check_bool_field(a, "rstrip", false, aw);
         check_bool_field(a, "single_word", false, aw);
         check_bool_field(a, "normalized", false, aw);
         if (t.content.empty()) throw Error(aw + ": empty content");
+        if (auto it = owner.find(t.id); it != owner.end() && *it->second != t.content)
+            throw Error(aw + ": id " + std::to_string(t.id) + " is the vocab entry " + shown(*it->second));
+        for (const auto& other : impl->added)
+            if (other.id == t.id || other.content == t.content)
+                throw Error(aw + ": its id or content repeats added token " + shown(other.content));
         impl->vocab[t.content] = t.id;
         max_id = std::max(max_id, t.id);
         impl->added.push_back(std::move(t));
@@ -352,7 +400,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     std::string bytes;
     for (const auto& [token, id] : raw.vocab) {
         if (!byte_level_to_bytes(token, bytes))
-            throw Error(where + ": vocab entry " + nlohmann::json(token).dump() + " is not in the byte-level alphabet");
+            throw Error(where + ": vocab entry " + shown(token) + " is not in the byte-level alphabet");
         impl->id_to_bytes[static_cast<size_t>(id)] = bytes;
     }
     for (const auto& t : impl->added) impl->id_to_bytes[static_cast<size_t>(t.id)] = t.content;
@@ -373,8 +421,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
         joined.assign(left).append(right);
         auto mi = impl->vocab.find(joined);
         if (li == impl->vocab.end() || ri == impl->vocab.end() || mi == impl->vocab.end())
-            throw Error(where + ": merge #" + std::to_string(rank) + " [" + nlohmann::json(left).dump() + ", " +
-                        nlohmann::json(right).dump() + "] uses a token missing from the vocab");
+            throw Error(where + ": merge #" + std::to_string(rank) + " [" + shown(left) + ", " +
+                        shown(right) + "] uses a token missing from the vocab");
         // A pair listed twice keeps its last rank, as a map built from the list in order does (HF).
         impl->merges.insert_or_assign(pair_key(li->second, ri->second), MergeInfo{rank, mi->second});
         ++rank;
@@ -389,17 +437,6 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
         std::stable_sort(list.begin(), list.end(), [&](int a, int b) {
             return impl->added[static_cast<size_t>(a)].content.size() > impl->added[static_cast<size_t>(b)].content.size();
         });
-
-    const std::filesystem::path config = dir / "tokenizer_config.json";
-    if (std::filesystem::exists(config)) {
-        try {
-            auto c = nlohmann::json::parse(read_file(config));
-            auto it = c.find("chat_template");
-            if (it != c.end() && it->is_string()) impl->chat_template = it->get<std::string>();
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
-        }
-    }
     return Tokenizer(std::move(impl));
 }
 

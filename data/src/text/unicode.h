@@ -13,6 +13,9 @@ namespace tandem::data::text {
 // `byte_offsets` receives the starting byte of every code point, plus s.size() at the end.
 void decode_utf8(std::string_view s, std::vector<char32_t>& cps, std::vector<uint32_t>& byte_offsets);
 void append_utf8(std::string& out, char32_t cp);
+// Byte offset of the first byte that does not start a well-formed UTF-8 sequence (overlong forms,
+// surrogates and code points above U+10FFFF are ill-formed); s.size() when all of `s` is valid.
+size_t first_invalid_utf8(std::string_view s);
 inline size_t utf8_length(char32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
 enum class CharClass : uint8_t { Other = 0, Letter = 1, Number = 2, Space = 3 };

@@ -27,15 +27,25 @@ const json* find(const json& j, const char* key) {
     return it == j.end() ? nullptr : &*it;
 }
 
-int64_t positive_int(const json& j, const char* key, const std::string& source, std::optional<int64_t> dflt) {
+// Upper bounds on sizes read from files: far above any real Qwen3 (hidden 5120, 64 layers, vocab
+// 151,936, context 131,072), low enough that shape arithmetic cannot overflow int64 and that code
+// iterating over layers or ids (shape tables, parameter counts) finishes at once on a hostile file.
+constexpr int64_t kMaxSize = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+
+int64_t positive_int(const json& j, const char* key, const std::string& source, std::optional<int64_t> dflt,
+                     int64_t max_value = kMaxSize) {
     const json* v = find(j, key);
     if (!v || v->is_null()) {
         if (!dflt) fail(source, key, "missing (required)");
         return *dflt;
     }
     if (!v->is_number_integer()) fail(source, key, "must be an integer, got " + v->dump());
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max_value))
+        fail(source, key, "must be at most " + std::to_string(max_value) + ", got " + v->dump());
     const auto x = v->get<int64_t>();
     if (x <= 0) fail(source, key, "must be positive, got " + std::to_string(x));
+    if (x > max_value) fail(source, key, "must be at most " + std::to_string(max_value) + ", got " + std::to_string(x));
     return x;
 }
 
@@ -97,7 +107,7 @@ Qwen3Config Qwen3Config::from_json(const json& j, const std::string& source) {
     c.vocab_size = positive_int(j, "vocab_size", source, std::nullopt);
     c.hidden_size = positive_int(j, "hidden_size", source, std::nullopt);
     c.intermediate_size = positive_int(j, "intermediate_size", source, std::nullopt);
-    c.num_hidden_layers = positive_int(j, "num_hidden_layers", source, std::nullopt);
+    c.num_hidden_layers = positive_int(j, "num_hidden_layers", source, std::nullopt, kMaxLayers);
     c.num_attention_heads = positive_int(j, "num_attention_heads", source, std::nullopt);
     c.num_key_value_heads = positive_int(j, "num_key_value_heads", source, c.num_attention_heads);
     // transformers 5.24's Qwen3Config has head_dim = 128 as its dataclass default, and its attention

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace tandem::engine {
@@ -148,6 +149,22 @@ void check_tensor_set(const TensorMap& tensors, const std::map<std::string, std:
         if (!expected.count(name)) throw Error(source + ": unexpected tensor '" + name + "' (shape " + shape_text(t.shape) + ")");
 }
 
+void check_finite(const TensorMap& tensors, const std::string& source) {
+    for (const auto& [name, t] : tensors) {
+        int64_t nan = 0, inf = 0, first = -1;
+        for (size_t i = 0; i < t.data.size(); ++i) {
+            const float x = t.data[i];
+            if (std::isfinite(x)) continue;
+            (std::isnan(x) ? nan : inf) += 1;
+            if (first < 0) first = static_cast<int64_t>(i);
+        }
+        if (first >= 0)
+            throw Error(source + ": tensor '" + name + "' holds non-finite values (" + std::to_string(nan) + " NaN, " +
+                        std::to_string(inf) + " infinite of " + std::to_string(t.data.size()) + "; first at flat index " +
+                        std::to_string(first) + ")");
+    }
+}
+
 // ---- base checkpoints ------------------------------------------------------------------------------
 
 Qwen3Config read_hf_config(const fs::path& dir) {
@@ -161,6 +178,7 @@ HfCheckpoint load_hf_checkpoint(const fs::path& dir) {
     ck.config = read_hf_config(dir);
     for (const auto& [shard, listed] : checkpoint_shards(dir)) {
         TensorMap part = read_safetensors(shard);
+        check_finite(part, shard.string());
         std::vector<std::string> names;
         for (const auto& [n, t] : part) names.push_back(n);
         check_shard_names(shard, listed, names, dir);
@@ -212,6 +230,7 @@ LoraAdapter load_peft_adapter(const fs::path& dir, const Qwen3Config& model) {
     LoraAdapter a;
     a.config = LoraConfig::from_peft_json(read_json_file(cfg), cfg.string());
     a.tensors = read_safetensors(st);
+    check_finite(a.tensors, st.string());
     check_tensor_set(a.tensors, expected_adapter_shapes(model, a.config), st.string());
     return a;
 }

@@ -4,6 +4,7 @@
 #include "tandem/data/token_diff.h"
 #include "tandem/engine/tensor.h"
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -657,9 +658,18 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
         LegTrace& t = l.trace;
         t.steps = reader.steps(name);
         t.evals = reader.eval(name);
-        if (auto j = reader.check(name, CheckLevel::L1)) l1_from_json(t, json::parse(*j));
-        if (auto j = reader.check(name, CheckLevel::L2)) l2_from_json(t, json::parse(*j));
-        if (auto j = reader.check(name, CheckLevel::L3)) l3_from_json(t, json::parse(*j));
+        // The stored check records, read strictly: a damaged record is an error naming it.
+        auto record = [&](CheckLevel level) -> std::optional<json> {
+            auto text = reader.check(name, level);
+            if (!text) return std::nullopt;
+            const std::string where = reader.path().string() + ": /legs/" + name + "/checks/" + check_level_name(level);
+            json j = parse_json_strict(*text, where);
+            if (!j.is_object()) throw Error(where + ": not a JSON object");
+            return j;
+        };
+        if (auto j = record(CheckLevel::L1)) l1_from_json(t, *j);
+        if (auto j = record(CheckLevel::L2)) l2_from_json(t, *j);
+        if (auto j = record(CheckLevel::L3)) l3_from_json(t, *j);
         if (auto tm = reader.timing(name)) {
             t.model_load_s = tm->model_load_s;
             t.tokenize_s = tm->tokenize_s;

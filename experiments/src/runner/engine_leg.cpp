@@ -18,6 +18,7 @@
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/prepare.h"
 #include "tandem/sha256.h"
+#include "tandem/strict_json.h"
 #include "tandem/version.h"
 
 #include <sys/resource.h>
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -49,15 +51,57 @@ int64_t peak_rss_bytes() {
     return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-json read_json(const fs::path& p) {
-    try {
-        return json::parse(read_file(p));
-    } catch (const json::parse_error& e) {
-        throw Error(p.string() + ": not valid JSON: " + e.what());
-    }
+json read_json(const fs::path& p) { return parse_json_strict(read_file(p), p.string()); }
+
+// "nan", "inf", "-inf" or the value with 9 significant digits (as Python's f"{x:.9g}" writes it,
+// so both legs word the same failure the same way).
+std::string number_text(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", x);
+    return std::isnan(x) ? "nan" : buf;
 }
 
-json finite_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+// A failure whose error event this leg already wrote (run_engine_leg must not write a second one).
+struct ReportedFailure : Error {
+    using Error::Error;
+};
+
+// A leg that computes a non-finite loss or grad norm stops at once (issue 10 item 5). The event
+// that carries the value (with the NaN spelt out) and the error are written in one write: the
+// runner's live gate may stop the leg the moment it reads the value, and the error must already
+// be in the pipe then.
+void emit_or_stop(EventWriter& out, std::vector<std::pair<std::string, json>> events, const std::string& failure) {
+    if (failure.empty()) {
+        for (auto& [event, fields] : events) out.emit(event, std::move(fields));
+        return;
+    }
+    std::fprintf(stderr, "engine leg: error: %s\n", failure.c_str());
+    events.emplace_back("error", json{{"message", failure}});
+    out.emit_together(std::move(events));
+    throw ReportedFailure(failure);
+}
+std::string non_finite_step(const std::string& leg, int64_t update, double loss, double grad_norm) {
+    const char* what = !std::isfinite(loss) ? "loss" : !std::isfinite(grad_norm) ? "grad norm" : nullptr;
+    if (!what) return "";
+    return "leg " + leg + ": non-finite " + what + " at update " + std::to_string(update) + " (loss " +
+           number_text(loss) + ", grad norm " + number_text(grad_norm) + ")";
+}
+// Test-only fault injection (docs/leg-protocol.md): TANDEM_TEST_NONFINITE_LOSS_AT=k makes update
+// k's loss NaN, as a numeric blow-up would; both legs honour it, so tests/faults_io can check that
+// each leg stops and names the update. -1 (unset) in normal use.
+int64_t injected_nonfinite_update() {
+    const char* v = std::getenv("TANDEM_TEST_NONFINITE_LOSS_AT");
+    if (!v || !*v) return -1;
+    char* end = nullptr;
+    const long long k = std::strtoll(v, &end, 10);
+    return end && *end == '\0' && k >= 0 ? static_cast<int64_t>(k) : -1;
+}
+
+std::string non_finite_eval(const std::string& leg, int64_t update, double heldout_ce) {
+    if (std::isfinite(heldout_ce)) return "";
+    return "leg " + leg + ": non-finite held-out loss at update " + std::to_string(update) + " (held-out CE " +
+           number_text(heldout_ce) + ")";
+}
 
 struct Encoded {
     std::vector<int32_t> ids;
@@ -274,7 +318,15 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     std::vector<data::Record> records = data::read_records(run_dir / "corpus" / "records.jsonl");
     data::BatchPlan plan = data::read_plan(run_dir / "plan.json");
     json prefix_json = read_json(run_dir / "corpus" / "eval_prefix.json");
-    std::vector<size_t> eval_indices = prefix_json.at("indices").get<std::vector<size_t>>();
+    std::vector<size_t> eval_indices;
+    if (!prefix_json.is_object() || !prefix_json.contains("indices") || !prefix_json["indices"].is_array())
+        throw Error((run_dir / "corpus" / "eval_prefix.json").string() + ": field indices missing or not a list");
+    for (const auto& i : prefix_json["indices"]) {
+        if (!i.is_number_unsigned())
+            throw Error((run_dir / "corpus" / "eval_prefix.json").string() + ": field indices: " + i.dump() +
+                        " is not a record index");
+        eval_indices.push_back(i.get<size_t>());
+    }
     const size_t l3_count = std::min(static_cast<size_t>(spec.l3_records), records.size());
     const std::string plan_mode = spec.leg_setting(opt.leg, "plan");
 
@@ -368,14 +420,16 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
 
         engine::EvalResult ev = trainer.evaluate(eval_batches);
-        out.emit("l1", {{"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens},
-                        {"examples", eval_indices.size()}});
-        out.emit("eval", {{"update", 0}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+        emit_or_stop(out,
+                     {{"l1", {{"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}, {"examples", eval_indices.size()}}},
+                      {"eval", {{"update", 0}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
+                     non_finite_eval(opt.leg, 0, ev.loss));
     }
     out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
                         {"setup_s", seconds_since(t_start)}});
 
     double train_s = 0;
+    const int64_t inject_at = injected_nonfinite_update();
     for (int64_t u = start_update; u < total_updates; ++u) {
         std::vector<engine::MicroBatch> mbs;
         int64_t input_tokens = 0;
@@ -393,15 +447,18 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
             if (f.kind == "lr_scale" && u >= f.from_update) before = trainer.state();
         engine::UpdateMetrics m = trainer.train_update(mbs);
         if (!test_faults.empty()) apply_test_faults(trainer, test_faults, u, before);
+        if (u == inject_at) m.loss = std::nan("");
         double wall = seconds_since(tu);
         train_s += wall;
-        out.emit("step", {{"update", u}, {"loss", finite_or_null(m.loss)}, {"grad_norm", finite_or_null(m.grad_norm)},
-                          {"lr", m.lr}, {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens},
-                          {"wall_s", wall}});
+        emit_or_stop(out,
+                     {{"step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
+                                {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens}, {"wall_s", wall}}}},
+                     non_finite_step(opt.leg, u, m.loss, m.grad_norm));
         const int64_t done = u + 1;
         if (done % spec.eval_interval == 0 || done == total_updates) {
             engine::EvalResult ev = trainer.evaluate(eval_batches);
-            out.emit("eval", {{"update", done}, {"heldout_ce", finite_or_null(ev.loss)}, {"tokens", ev.supervised_tokens}});
+            emit_or_stop(out, {{"eval", {{"update", done}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
+                         non_finite_eval(opt.leg, done, ev.loss));
         }
         if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
             fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
@@ -423,6 +480,8 @@ int run_engine_leg(const EngineLegOptions& options) {
     EventWriter out(stdout);
     try {
         return run(options, out);
+    } catch (const ReportedFailure&) {
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "engine leg: error: %s\n", e.what());
         out.emit("error", {{"message", e.what()}});

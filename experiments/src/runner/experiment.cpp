@@ -5,6 +5,7 @@
 #include "tandem/error.h"
 #include "tandem/experiments/run_file.h"  // validate_leg_name
 #include "tandem/sha256.h"
+#include "tandem/strict_json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,9 +32,13 @@ public:
         std::string field = prefix_.empty() ? key : (key.empty() ? prefix_ : prefix_ + "." + key);
         throw Error(source_ + ": field " + (field.empty() ? "(top level)" : field) + ": " + what);
     }
+    // Present and not null. A null is an error, not "absent": `"lr": null` must not quietly run
+    // with the default learning rate.
     bool has(const std::string& key) {
         used_.insert(key);
-        return j_.contains(key) && !j_.at(key).is_null();
+        if (!j_.contains(key)) return false;
+        if (j_.at(key).is_null()) fail(key, "is null (give a value, or leave the field out to use its default)");
+        return true;
     }
     const json& raw(const std::string& key) {
         used_.insert(key);
@@ -64,6 +69,8 @@ public:
             return *def;
         }
         const json& v = raw(key);
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+            fail(key, "is too large (at most " + std::to_string(INT64_MAX) + ")");
         if (!v.is_number_integer() || v.get<int64_t>() < min_value) fail(key, what);
         return v.get<int64_t>();
     }
@@ -400,6 +407,10 @@ json ExperimentSpec::to_json() const {
 
 std::string ExperimentSpec::sha256() const { return sha256_hex(to_json().dump()); }
 
+ExperimentSpec parse_experiment_text(std::string_view text, const std::string& source) {
+    return parse_experiment(parse_json_strict(text, source), source);
+}
+
 std::string ExperimentSpec::sha256_without_seeds() const {
     // Only what decides the distribution of a stack's numbers (docs/envelope.md "Reuse: the key"):
     // not the name, seeds, the legs section, the gate, checkpoints (a resume is bit-identical) or
@@ -423,26 +434,14 @@ ExperimentSpec load_experiment(const std::filesystem::path& path) {
     if (std::filesystem::is_directory(path, ec))
         throw Error(path.string() + ": is a folder, not an experiment file (e.g. experiments/clinical-tiny.json)");
     if (!std::filesystem::exists(path, ec)) throw Error(path.string() + ": no such experiment file");
-    std::string text = read_file(path);
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::parse_error& e) {
-        throw Error(path.string() + ": not valid JSON: " + e.what());
-    }
-    return parse_experiment(j, path.string());
+    return parse_experiment_text(read_file(path), path.string());
 }
 
 ExperimentSpec load_run_spec(const std::filesystem::path& run_dir) {
     auto path = run_dir / "experiment.json";
-    json doc;
-    try {
-        doc = json::parse(read_file(path));
-    } catch (const json::parse_error& e) {
-        throw Error(path.string() + ": not valid JSON: " + e.what());
-    }
-    if (!doc.contains("spec") || !doc.contains("spec_sha256"))
-        throw Error(path.string() + ": missing field spec or spec_sha256");
+    const json doc = parse_json_strict(read_file(path), path.string());
+    if (!doc.is_object() || !doc.contains("spec") || !doc.contains("spec_sha256") || !doc["spec_sha256"].is_string())
+        throw Error(path.string() + ": missing field spec or spec_sha256 (a string)");
     ExperimentSpec s = parse_experiment(doc["spec"], path.string() + " (spec)");
     if (s.sha256() != doc["spec_sha256"].get<std::string>())
         throw Error(path.string() + ": spec_sha256 does not match the spec (file edited after the run was prepared?)");

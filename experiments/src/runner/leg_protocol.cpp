@@ -5,7 +5,9 @@
 
 #include <bit>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <limits>
 #include <fstream>
 
 namespace tandem::experiments {
@@ -15,24 +17,48 @@ using nlohmann::json;
 
 double num(const json& j, const char* key, double def) {
     auto it = j.find(key);
-    if (it == j.end() || !it->is_number()) return def;
-    return it->get<double>();
+    if (it == j.end()) return def;
+    return protocol_number_value(*it).value_or(def);
+}
+// An integer field; a float that is not an exact int64 (1e300, 2.5) is treated as absent rather
+// than converted (the conversion would be undefined behaviour).
+std::optional<int64_t> integer_value(const json& v) {
+    if (v.is_number_unsigned()) {
+        if (v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+        return static_cast<int64_t>(v.get<uint64_t>());
+    }
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (!(d >= -9.2e18 && d <= 9.2e18) || d != std::trunc(d)) return std::nullopt;
+        return static_cast<int64_t>(d);
+    }
+    return std::nullopt;
 }
 int64_t integer(const json& j, const char* key, int64_t def) {
     auto it = j.find(key);
-    if (it == j.end() || !it->is_number()) return def;
-    return it->get<int64_t>();
+    if (it == j.end()) return def;
+    return integer_value(*it).value_or(def);
 }
 std::string text(const json& j, const char* key) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_string()) return "";
     return it->get<std::string>();
 }
-// The protocol writes non-finite values as null (JSON has no NaN); read them back as NaN.
+// A number field, NaN when absent or unreadable ("NaN", "Infinity", null: protocol_number_value).
 double num_or_nan(const json& j, const char* key) {
     auto it = j.find(key);
-    if (it == j.end() || !it->is_number()) return std::nan("");
-    return it->get<double>();
+    if (it == j.end()) return std::nan("");
+    return protocol_number_value(*it).value_or(std::nan(""));
+}
+
+// Every non-finite float inside `j` replaced by its protocol string (EventWriter::emit).
+void encode_non_finite(json& j) {
+    if (j.is_number_float()) {
+        if (!std::isfinite(j.get<double>())) j = protocol_number(j.get<double>());
+    } else if (j.is_structured()) {
+        for (auto& v : j) encode_non_finite(v);
+    }
 }
 
 std::string clip_line(std::string_view line) {
@@ -46,7 +72,7 @@ TensorDigest digest_from_json(const json& d) {
     t.name = text(d, "name");
     t.kind = text(d, "kind");
     if (d.contains("shape") && d["shape"].is_array())
-        for (const auto& s : d["shape"]) t.shape.push_back(s.is_number() ? s.get<int64_t>() : -1);
+        for (const auto& s : d["shape"]) t.shape.push_back(integer_value(s).value_or(-1));
     t.sum = num_or_nan(d, "sum");
     t.sumsq = num_or_nan(d, "sumsq");
     t.maxabs = num_or_nan(d, "maxabs");
@@ -59,16 +85,37 @@ L3Record l3_record_from_json(const json& r) {
     x.index = integer(r, "index", -1);
     x.id = text(r, "id");
     if (r.contains("ids") && r["ids"].is_array())
-        for (const auto& i : r["ids"]) x.ids.push_back(i.is_number() ? i.get<int32_t>() : -1);
+        for (const auto& i : r["ids"]) {
+            const auto id = integer_value(i);
+            x.ids.push_back(id && *id >= 0 && *id <= INT32_MAX ? static_cast<int32_t>(*id) : -1);
+        }
     x.boundary = integer(r, "boundary", -1);
     x.supervised_count = integer(r, "supervised_count", 0);
     x.full_length = integer(r, "full_length", static_cast<int64_t>(x.ids.size()));
-    if (r.contains("truncated_at") && r["truncated_at"].is_number()) x.truncated_at = r["truncated_at"].get<int64_t>();
+    if (r.contains("truncated_at")) x.truncated_at = integer_value(r["truncated_at"]);
     x.text = text(r, "text");
     return x;
 }
 
 }  // namespace
+
+json protocol_number(double x) {
+    if (std::isnan(x)) return "NaN";
+    if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
+    return x;
+}
+
+std::optional<double> protocol_number_value(const json& v) {
+    if (v.is_number()) return v.get<double>();
+    if (v.is_null()) return std::nan("");
+    if (v.is_string()) {
+        const auto& s = v.get_ref<const std::string&>();
+        if (s == "NaN") return std::nan("");
+        if (s == "Infinity") return std::numeric_limits<double>::infinity();
+        if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+    }
+    return std::nullopt;
+}
 
 const char* event_kind_name(EventKind kind) {
     switch (kind) {
@@ -223,15 +270,15 @@ LegTrace read_events_file(const std::filesystem::path& path) {
 
 json l1_to_json(const LegTrace& t) {
     json j{{"tokens", t.l1_tokens}};
-    j["heldout_ce"] = t.l1_ce && std::isfinite(*t.l1_ce) ? json(*t.l1_ce) : json(nullptr);
+    j["heldout_ce"] = t.l1_ce ? protocol_number(*t.l1_ce) : json(nullptr);  // null: no l1 event
     return j;
 }
 
 json l2_to_json(const LegTrace& t) {
     json arr = json::array();
     for (const auto& d : t.l2)
-        arr.push_back({{"name", d.name}, {"kind", d.kind}, {"shape", d.shape}, {"sum", d.sum},
-                       {"sumsq", d.sumsq}, {"maxabs", d.maxabs}, {"sha256", d.sha256}});
+        arr.push_back({{"name", d.name}, {"kind", d.kind}, {"shape", d.shape}, {"sum", protocol_number(d.sum)},
+                       {"sumsq", protocol_number(d.sumsq)}, {"maxabs", protocol_number(d.maxabs)}, {"sha256", d.sha256}});
     return json{{"tensors", arr}};
 }
 
@@ -247,7 +294,8 @@ json l3_to_json(const LegTrace& t) {
 }
 
 void l1_from_json(LegTrace& t, const json& j) {
-    if (j.contains("heldout_ce") && j["heldout_ce"].is_number()) t.l1_ce = j["heldout_ce"].get<double>();
+    // null: no L1 value (and what files written before the explicit "NaN" form hold for a NaN).
+    if (j.contains("heldout_ce") && !j["heldout_ce"].is_null()) t.l1_ce = protocol_number_value(j["heldout_ce"]);
     t.l1_tokens = integer(j, "tokens", 0);
 }
 void l2_from_json(LegTrace& t, const json& j) {
@@ -265,14 +313,28 @@ void l3_from_json(LegTrace& t, const json& j) {
         for (const auto& r : j["records"]) t.l3.push_back(l3_record_from_json(r));
 }
 
-void EventWriter::emit(const std::string& event, json fields) {
+std::string EventWriter::line(const std::string& event, json fields) const {
     json j = json::object();
     j["v"] = kLegProtocolVersion;
     j["event"] = event;
     j["t"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    encode_non_finite(fields);  // nlohmann would write NaN as null: say it explicitly
     for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
-    std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-    std::fwrite(line.data(), 1, line.size(), out_);
+    return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+void EventWriter::emit(const std::string& event, json fields) {
+    const std::string text = line(event, std::move(fields));
+    std::fwrite(text.data(), 1, text.size(), out_);
+    std::fflush(out_);
+}
+
+void EventWriter::emit_together(std::vector<std::pair<std::string, json>> events) {
+    std::string text;
+    for (auto& [event, fields] : events) text += line(event, std::move(fields));
+    // One fwrite into an empty stdio buffer of at least BUFSIZ: one write(2) while the lines fit.
+    std::fflush(out_);
+    std::fwrite(text.data(), 1, text.size(), out_);
     std::fflush(out_);
 }
 
@@ -288,7 +350,7 @@ TensorDigest digest_tensor(const std::string& name, const std::string& kind, con
         double x = data[i];
         s += x;
         ss += x * x;
-        m = std::max(m, std::fabs(x));
+        m = std::isnan(x) || std::isnan(m) ? std::nan("") : std::max(m, std::fabs(x));  // NaN propagates, as numpy's max does
     }
     d.sum = s;
     d.sumsq = ss;

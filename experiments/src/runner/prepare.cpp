@@ -10,6 +10,7 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
+#include "tandem/strict_json.h"
 
 #include <chrono>
 #include <ctime>
@@ -31,7 +32,41 @@ void copy_file_into(const fs::path& from, const fs::path& dir) {
     if (ec) throw Error("copying " + from.string() + " into " + dir.string() + ": " + ec.message());
 }
 
+// The sha256 of every asset (tokenizer files as copied into the run, every corpora file read), and
+// the one check they allow: is the tokenizer the shipped Qwen3 one? L3 compares both legs over the
+// same tokenizer file, so a changed vocabulary (two ids swapped) passes every level; its digest is
+// the detection, and it is said loudly.
+void record_asset_digests(PreparedRun& run, const fs::path& tok_dir, const fs::path& corpora, const PrepareOptions& opt) {
+    std::map<std::string, std::string> tok;
+    const std::vector<std::string> differences = tokenizer_differences(tok_dir, &tok);
+    run.assets = json{{"tokenizer", tok}, {"corpora", folder_digests(corpora)},
+                      {"tokenizer_is_shipped_qwen3", differences.empty()},
+                      {"corpora_dir", corpora.string()}};
+    write_file_atomic(run.folder / "assets.json", run.assets.dump(2) + "\n");
+    if (!differences.empty()) {
+        std::string text;
+        for (const auto& d : differences) text += (text.empty() ? "" : "; ") + d;
+        run.warnings.push_back("WARNING: this run's tokenizer is not the shipped Qwen3 tokenizer (" + text +
+                               "); L3 compares the legs over this same file and cannot detect a changed vocabulary");
+        say(opt, run.warnings.back());
+    }
+}
+
 }  // namespace
+
+std::map<std::string, std::variant<int64_t, double, std::string>> PreparedRun::run_attributes() const {
+    std::string warning_text;
+    for (const auto& w : warnings) warning_text += (warning_text.empty() ? "" : "; ") + w;
+    std::string tok_sha;
+    if (assets.contains("tokenizer") && assets["tokenizer"].contains("tokenizer.json") &&
+        assets["tokenizer"]["tokenizer.json"].is_string())
+        tok_sha = assets["tokenizer"]["tokenizer.json"].get<std::string>();
+    const bool shipped = assets.value("tokenizer_is_shipped_qwen3", false);
+    return {{"tokenizer_sha256", tok_sha},
+            {"tokenizer_is_shipped_qwen3", static_cast<int64_t>(shipped ? 1 : 0)},
+            {"input_warnings", warning_text},
+            {"assets_json", assets.dump()}};
+}
 
 engine::Qwen3Config model_config_of(const ExperimentSpec& spec) {
     if (!spec.model_base.empty()) return engine::read_hf_config(spec.model_base);
@@ -71,6 +106,7 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     fs::create_directories(tok_dir);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) copy_file_into(tokenizer_dir(assets) / f, tok_dir);
     say(opt, "tokenizer: " + tokenizer_dir(assets).string());
+    record_asset_digests(run, tok_dir, corpora_dir(assets), opt);
 
     // 3. Corpus: the full build (accounting over every source row), then the experiment's selection.
     auto t0 = std::chrono::steady_clock::now();
@@ -160,7 +196,8 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     run.summary = json{{"run_id", run.run_id}, {"total_updates", run.total_updates},
                        {"train_records", run.train_records}, {"heldout_records", run.heldout_records},
                        {"eval_examples", run.eval_examples}, {"base", base_source},
-                       {"corpus_s", corpus_s}, {"weights_s", weights_s}};
+                       {"corpus_s", corpus_s}, {"weights_s", weights_s},
+                       {"assets", run.assets}, {"warnings", run.warnings}};
     write_file_atomic(run.folder / "prepare.json", run.summary.dump(2) + "\n");
     return run;
 }
@@ -171,11 +208,24 @@ PreparedRun read_prepared_run(const fs::path& folder) {
     run.run_id = run.folder.filename().string();
     fs::path p = run.folder / "prepare.json";
     if (!fs::exists(p)) throw Error(run.folder.string() + ": not a prepared run folder (no prepare.json)");
-    run.summary = json::parse(read_file(p));
-    run.total_updates = run.summary.value("total_updates", int64_t{0});
-    run.train_records = run.summary.value("train_records", int64_t{0});
-    run.heldout_records = run.summary.value("heldout_records", int64_t{0});
-    run.eval_examples = run.summary.value("eval_examples", int64_t{0});
+    run.summary = parse_json_strict(read_file(p), p.string());
+    if (!run.summary.is_object()) throw Error(p.string() + ": must be a JSON object (what prepare_run wrote)");
+    auto count = [&](const char* key) -> int64_t {
+        auto it = run.summary.find(key);
+        if (it == run.summary.end()) return 0;
+        if (!it->is_number_integer() || it->get<int64_t>() < 0)
+            throw Error(p.string() + ": field " + key + " must be a non-negative integer");
+        return it->get<int64_t>();
+    };
+    run.total_updates = count("total_updates");
+    run.train_records = count("train_records");
+    run.heldout_records = count("heldout_records");
+    run.eval_examples = count("eval_examples");
+    // Asset digests and warnings (absent in folders prepared before they were recorded).
+    if (auto a = run.summary.find("assets"); a != run.summary.end() && a->is_object()) run.assets = *a;
+    if (auto w = run.summary.find("warnings"); w != run.summary.end() && w->is_array())
+        for (const auto& x : *w)
+            if (x.is_string()) run.warnings.push_back(x.get<std::string>());
     return run;
 }
 

@@ -3,6 +3,7 @@
 
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
+#include "tandem/strict_json.h"
 #include "tandem/experiments/host_info.h"
 
 #include <algorithm>
@@ -622,7 +623,8 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     RunFileReader reader(file);
     auto exp = reader.experiment();
     if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
-    ExperimentSpec spec = parse_experiment(nlohmann::json::parse(exp->spec_json), file.string() + " /experiment spec");
+    const std::string spec_source = file.string() + " /experiment spec_json";
+    ExperimentSpec spec = parse_experiment(parse_json_strict(exp->spec_json, spec_source), spec_source);
     const std::vector<LegData> legs = read_legs(reader);
     // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
     std::vector<SeedEnvelope> envelopes = read_envelopes(reader);

@@ -296,6 +296,7 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
         info.spec_sha256 = spec.sha256();
         info.run_id = prepared.run_id;
         info.total_updates = prepared.total_updates;
+        for (const auto& [k, v] : prepared.run_attributes()) info.extra[k] = v;  // asset digests, input warnings
         w.write_experiment(info);
         for (const auto& l : legs) {
             Attributes attrs{{"implementation", l.plan->implementation}, {"device", l.plan->device},

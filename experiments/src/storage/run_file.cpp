@@ -516,14 +516,14 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
     guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, "/experiment");
-        h5::write_attributes(f, group,
-                             {{"name", experiment.name},
-                              {"spec_json", experiment.spec_json},
-                              {"spec_sha256", experiment.spec_sha256},
-                              {"tandem_version", experiment.tandem_version.empty() ? std::string(TANDEM_VERSION)
-                                                                                   : experiment.tandem_version},
-                              {"run_id", experiment.run_id},
-                              {"total_updates", experiment.total_updates}});
+        Attributes attrs = experiment.extra;
+        attrs["name"] = experiment.name;
+        attrs["spec_json"] = experiment.spec_json;
+        attrs["spec_sha256"] = experiment.spec_sha256;
+        attrs["tandem_version"] = experiment.tandem_version.empty() ? std::string(TANDEM_VERSION) : experiment.tandem_version;
+        attrs["run_id"] = experiment.run_id;
+        attrs["total_updates"] = experiment.total_updates;
+        h5::write_attributes(f, group, attrs);
     });
 }
 
@@ -865,8 +865,13 @@ std::optional<HostInfo> RunFileReader::host() const {
 std::optional<ExperimentInfo> RunFileReader::experiment() const {
     if (!h5::exists(file_, "/experiment")) return std::nullopt;
     const Attributes a = attributes("/experiment");
-    return ExperimentInfo{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
-                          text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1)};
+    ExperimentInfo info{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
+                        text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1), {}};
+    for (const auto& [k, v] : a)
+        if (k != "name" && k != "spec_json" && k != "spec_sha256" && k != "tandem_version" && k != "run_id" &&
+            k != "total_updates")
+            info.extra[k] = v;
+    return info;
 }
 
 std::vector<ProbeResult> RunFileReader::probes() const {

@@ -41,6 +41,9 @@ public:
     // `dir` holds tokenizer.json and (optionally) tokenizer_config.json. Throws tandem::Error naming
     // the file and field on anything it cannot use (e.g. a normaliser other than NFC).
     static Tokenizer load(const std::filesystem::path& dir);
+    // The same from the text of a tokenizer.json (`where` names it in errors); no chat template,
+    // directory() empty. Only tandem::Error escapes, whatever the bytes (fuzzed: fuzz/).
+    static Tokenizer from_json_text(std::string_view tokenizer_json, const std::string& where);
 
     Tokenizer(Tokenizer&&) noexcept;
     Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -73,6 +73,13 @@ LoraAdapter load_peft_adapter(const std::filesystem::path& dir, const Qwen3Confi
 void save_peft_adapter(const std::filesystem::path& dir, const LoraConfig& lora, const TensorMap& tensors,
                        const Qwen3Config& model, const std::string& base_model_path = "");
 
+// Throws tandem::Error naming `source` and the first tensor (in name order) holding a NaN or an
+// infinity: "<file>: tensor 'model.norm.weight' holds non-finite values (1 NaN, 0 infinite of 128;
+// first at flat index 5)". load_hf_checkpoint and load_peft_adapter call it on every file they read
+// (a NaN weight would otherwise surface as a NaN loss, or, in the reference leg, as an L2 digest
+// no parser reads).
+void check_finite(const TensorMap& tensors, const std::string& source);
+
 // Throws tandem::Error naming `source` and the first offending tensor when `tensors` does not hold
 // exactly `expected` (missing, unexpected, or wrong shape).
 void check_tensor_set(const TensorMap& tensors, const std::map<std::string, std::vector<int64_t>>& expected,

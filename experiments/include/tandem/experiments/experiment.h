@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -117,6 +118,9 @@ const std::vector<std::string>& leg_implementations();  // engine, reference, sd
 
 // Parses and validates; `source` (the file name) starts every error message.
 ExperimentSpec parse_experiment(const nlohmann::json& j, const std::string& source);
+// The text of an experiment file, parsed strictly (tandem/strict_json.h: a duplicated key or a
+// number beyond the double range is an error naming the field), then parse_experiment.
+ExperimentSpec parse_experiment_text(std::string_view text, const std::string& source);
 ExperimentSpec load_experiment(const std::filesystem::path& path);
 // Reads a run folder's experiment.json (the resolved spec) and checks its hash.
 ExperimentSpec load_run_spec(const std::filesystem::path& run_dir);

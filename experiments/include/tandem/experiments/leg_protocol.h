@@ -29,6 +29,14 @@ enum class EventKind { Hello, Resume, L1, L2, L3, Step, Eval, Timing, Memory, Ch
 // "hello", "step", ... as on the wire; "unknown" / "malformed" for the last two.
 const char* event_kind_name(EventKind kind);
 
+// Non-finite numbers on the wire (JSON has none): the strings "NaN", "Infinity", "-Infinity"
+// (Python's float() and JavaScript's Number() read them back). Readers also take null as NaN:
+// events.jsonl files written before the explicit form wrote every non-finite number as null.
+nlohmann::json protocol_number(double x);
+// A protocol number field's value: a JSON number, one of the three strings, or null (NaN);
+// nullopt for anything else (absent, another string, an object ...).
+std::optional<double> protocol_number_value(const nlohmann::json& v);
+
 struct TensorDigest {
     std::string name;   // HF / peft file name
     std::string kind;   // "base" | "adapter"
@@ -97,7 +105,11 @@ class EventWriter {
 public:
     explicit EventWriter(std::FILE* out = stdout) : out_(out) {}
     void emit(const std::string& event, nlohmann::json fields);
+    // Several events in ONE write (a step and the error it causes): a runner that stops the leg as
+    // soon as it reads the first one still finds the second in the pipe.
+    void emit_together(std::vector<std::pair<std::string, nlohmann::json>> events);
 private:
+    std::string line(const std::string& event, nlohmann::json fields) const;
     std::FILE* out_;
 };
 

@@ -8,8 +8,11 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +29,17 @@ struct PreparedRun {
     int64_t total_updates = 0;   // updates in plan.json
     int64_t train_records = 0, heldout_records = 0, eval_examples = 0;
     nlohmann::json summary;      // what was prepared, also written to prepare.json
+    // The sha256 of every asset the run read (also assets.json in the run folder):
+    // {"tokenizer": {file: sha}, "corpora": {relative path: sha}, "tokenizer_is_shipped_qwen3": bool}.
+    nlohmann::json assets = nlohmann::json::object();
+    // Loud warnings about the inputs (a tokenizer that is not the shipped Qwen3 one), one line each;
+    // printed during preparation, kept in prepare.json, and recorded in run.h5 (/experiment
+    // attribute `input_warnings`) by the runner.
+    std::vector<std::string> warnings;
+
+    // /experiment attributes for run.h5: tokenizer_sha256, tokenizer_is_shipped_qwen3 (0/1),
+    // input_warnings ("; "-joined, "" when none), assets_json (the `assets` object as JSON text).
+    std::map<std::string, std::variant<int64_t, double, std::string>> run_attributes() const;
 };
 
 // Writes every shared artifact into `folder` (created). Throws tandem::Error naming the step.

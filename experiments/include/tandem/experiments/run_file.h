@@ -41,6 +41,7 @@ struct ExperimentInfo {
     std::string tandem_version;  // filled with TANDEM_VERSION when empty
     std::string run_id;          // the run folder's name, also the catalog's runs.id
     std::int64_t total_updates = -1;  // optimizer updates in the run's plan (-1: not recorded, older files)
+    Attributes extra{};          // further /experiment attributes (asset digests, input warnings: PreparedRun::run_attributes)
 };
 
 // /probes/<device>: one bandwidth measurement of one device. `directions` holds the figures:

@@ -95,7 +95,8 @@ std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
                             std::to_string(as_expected) + " caught by every level docs/faults.md expects");
         tb.notes.push_back("every faulty engine leg is compared with the reference leg '" + m.reference_leg +
                            "' only; a cell is the first update at which the level fired (L1-L3: 0, judged before training; "
-                           "L4: the first paired evaluation at which the evaluations so far fail L4; gate: the first flagged update), "
+                           "L4: the first paired evaluation whose held-out CE differs from the reference's by more than the float32 "
+                           "error-model bound; gate: the first update flagged by the leg's own anomaly flags), "
                            "- = did not fire");
         out.push_back(tb);
     }

@@ -72,6 +72,7 @@ struct RunArgs {
     std::string resume;
     std::string legs;  // empty: the experiment's legs, else engine,reference
     std::string devices = "cpu";
+    std::string executor;  // empty: local (new runs); a resumed run keeps the executor it recorded
     std::string out = "runs";
     std::string catalog = "tandem.db";
     std::string assets;
@@ -113,6 +114,9 @@ void add_run_commands(CLI::App& app, int& exit_code) {
                     "(NAME=IMPL to name one; default: the experiment's legs, else engine,reference)");
     run->add_option("--devices", run_args->devices, "devices, assigned to the legs in order: cpu, cuda:0, ...")
         ->capture_default_str();
+    run->add_option("--executor", run_args->executor,
+                    "where the legs run: local (child processes) or slurm (one sbatch job per leg; docs/cluster.md)")
+        ->check(CLI::IsMember({"local", "slurm"}));
     run->add_option("--out", run_args->out, "folder for run folders")->capture_default_str();
     run->add_option("--catalog", run_args->catalog, "SQLite catalog")->capture_default_str();
     run->add_option("--assets", run_args->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
@@ -126,8 +130,12 @@ void add_run_commands(CLI::App& app, int& exit_code) {
         if (a.experiment.empty() == a.resume.empty())
             throw CLI::ValidationError("run", "give an experiment file or --resume RUN_DIR (not both)");
         experiments::RunnerOptions o;
-        if (!a.resume.empty()) o.resume = a.resume;
-        else {
+        if (!a.resume.empty()) {
+            if (!a.executor.empty())
+                throw CLI::ValidationError("--executor", "a resumed run keeps the executor its legs.json records");
+            o.resume = a.resume;
+        } else {
+            if (!a.executor.empty()) o.executor = a.executor;
             o.experiment = a.experiment;
             o.legs = a.legs;
             o.devices = a.devices;

@@ -2,6 +2,7 @@
 """The reference leg: the experiment's fine-tuning run on PyTorch + transformers + peft.
 
     python reference_leg.py --run RUN_DIR --leg NAME --device cpu|cuda:N [--resume] [--threads N]
+                            [--devices cpu,cpu | cuda:0,cuda:1,...]
 
 An explicit training loop (no Trainer) so that every choice that decides the arithmetic is visible:
 torch.optim.AdamW (foreach=False, fused=False), torch.nn.utils.clip_grad_norm_ (foreach=False),
@@ -9,6 +10,13 @@ transformers' get_cosine_schedule_with_warmup, float32, TF32 off, deterministic 
 plan, base weights and initial adapter come from the run folder (docs/run-folder.md); the text is
 rendered and tokenized with HuggingFace's own tokenizer and chat template. Events go to stdout as
 JSON Lines (docs/leg-protocol.md); diagnostics go to stderr.
+
+With --devices (two or more), the leg runs data-parallel with torch.distributed: one process (rank)
+per device, gloo on the CPU and NCCL on GPUs. Micro-batch m of an update runs on rank m mod R; the
+gradients are summed over the ranks (all-reduce) before clipping and the optimizer step, which every
+rank takes on identical gradients, so the update equals single-process accumulation over the same
+micro-batches. Rank 0 speaks the protocol and writes checkpoints; evaluation chunks are spread over
+the ranks and their float64 sums added.
 """
 import argparse
 import json
@@ -29,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from leg_protocol import emit, emit_together, tensor_digest  # noqa: E402
+from leg_protocol import emit as emit_events, emit_together, tensor_digest  # noqa: E402
 from run_folder import RunFolder, encode_record, load_tokenizer  # noqa: E402
 import leg_checkpoint  # noqa: E402
 
@@ -46,15 +54,18 @@ class ReportedFailure(LegFailure):
     """A failure whose error event is already written."""
 
 
-def emit_or_stop(events, failure):
+def emit_or_stop(events, failure, lead=True):
     """Writes the events; with a failure, the events and the error in one write, then stops (the
-    runner's live gate may stop this leg the moment it reads a NaN: the error must be there)."""
+    runner's live gate may stop this leg the moment it reads a NaN: the error must be there).
+    Only the lead rank of a data-parallel leg speaks the protocol; every rank stops."""
     if not failure:
-        for event, fields in events:
-            emit(event, **fields)
+        if lead:
+            for event, fields in events:
+                emit_events(event, **fields)
         return
-    log(f"error: {failure}")
-    emit_together(*events, ("error", {"message": failure}))
+    if lead:
+        log(f"error: {failure}")
+        emit_together(*events, ("error", {"message": failure}))
     raise ReportedFailure(failure)
 
 
@@ -196,21 +207,61 @@ def summed_loss(torch, model, ids, attn, labels):
     return loss_sum, int(rows.sum().item())
 
 
-def evaluate(torch, model, encoded, micro_batch, pad_id, device):
+def evaluate(torch, model, encoded, micro_batch, pad_id, device, ranks):
     """Token-weighted mean CE over every supervised token of the eval prefix; adapter on, dropout
-    off. Per-chunk sums are float32 (as computed), accumulated across chunks in float64."""
+    off. Per-chunk sums are float32 (as computed), accumulated across chunks in float64 (chunk k on
+    rank k mod R, the ranks' sums added)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
-        for i in range(0, len(encoded), micro_batch):
+        for k, i in enumerate(range(0, len(encoded), micro_batch)):
+            if not ranks.mine(k):
+                continue
             ids, attn, labels = collate(torch, encoded[i:i + micro_batch], pad_id, device)
             s, n = summed_loss(torch, model, ids, attn, labels)
             total += float(s.item())
             count += n
+    total, count = ranks.sum_float64([total, count])
     if was_training:
         model.train()
-    return total / max(1, count), count
+    return total / max(1, count), int(count)
+
+
+class Ranks:
+    """The data-parallel group a leg runs in (torch.distributed), or the stand-in for one process."""
+
+    def __init__(self, torch, rank=0, world=1):
+        self.torch, self.rank, self.world = torch, rank, world
+
+    @property
+    def lead(self):
+        return self.rank == 0
+
+    def mine(self, index):
+        """Whether micro-batch (or evaluation chunk) `index` runs on this rank."""
+        return index % self.world == self.rank
+
+    def sum_float64(self, values):
+        if self.world == 1:
+            return values
+        t = self.torch.tensor([float(v) for v in values], dtype=self.torch.float64)
+        self.torch.distributed.all_reduce(t)
+        return t.tolist()
+
+    def sum_grads(self, params, device):
+        """Every parameter's gradient summed over the ranks, in one flat all-reduce (a rank that ran
+        no micro-batch of this update contributes zeros)."""
+        if self.world == 1:
+            return
+        torch = self.torch
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
 
 
 def native_plan(torch, train_indices, micro_batch, accumulation, epochs, seed):
@@ -263,7 +314,7 @@ def set_rng_state(torch, device, state):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def run_leg(args):
+def run_leg(args, rank=0, world=1):
     t_start = time.perf_counter()
     import numpy as np
     import torch
@@ -277,9 +328,14 @@ def run_leg(args):
     run = RunFolder(args.run)
     spec = run.spec
     leg = args.leg
-    device = torch.device(args.device)
+    ranks = Ranks(torch, rank, world)
+    device = torch.device(args.devices[rank] if world > 1 else args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if args.threads:
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(max(1, args.threads // world))  # the leg's threads, split over its ranks
+    # Only rank 0 speaks the protocol; the other ranks compute.
+    emit = emit_events if ranks.lead else (lambda *a, **k: None)
     set_determinism(torch, device)
     seed = run.seed("dropout")  # the dropout masks and the native RNG (docs/experiment-format.md "seeds")
     torch.manual_seed(seed)
@@ -294,7 +350,7 @@ def run_leg(args):
          device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
                                           else platform.processor() or platform.machine()),
          threads=torch.get_num_threads(), pid=os.getpid(), spec_sha256=run.spec_sha256,
-         resume=bool(args.resume))
+         resume=bool(args.resume), ranks=world, devices=(args.devices if world > 1 else [str(device)]))
 
     leg_dir = run.leg_dir(leg)
     resume_path, resume_manifest = None, None
@@ -370,7 +426,7 @@ def run_leg(args):
         set_rng_state(torch, device, torch.load(os.path.join(resume_path, "rng.pt"), weights_only=False))
         start_update = int(resume_manifest["update"])
         emit("resume", update=start_update, path=os.path.relpath(resume_path, run.path))
-    else:
+    elif ranks.lead:
         # L2: every tensor after load, in the files' names, sorted; base weights then adapter.
         digests = []
         base_sd = model.get_base_model().state_dict()
@@ -403,9 +459,9 @@ def run_leg(args):
 
     model.train()
     if start_update == 0:
-        ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
+        ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device, ranks)
         emit_or_stop([("l1", dict(heldout_ce=ce, tokens=n, examples=len(eval_set))),
-                      ("eval", dict(update=0, heldout_ce=ce, tokens=n))], non_finite_eval(leg, 0, ce))
+                      ("eval", dict(update=0, heldout_ce=ce, tokens=n))], non_finite_eval(leg, 0, ce), ranks.lead)
 
     setup_s = time.perf_counter() - t_start
     emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s, setup_s=setup_s)
@@ -425,10 +481,14 @@ def run_leg(args):
         loss_total = 0.0
         MaskContext.update = u
         for m, (ids, attn, labels) in enumerate(collated):
+            if not ranks.mine(m):
+                continue
             MaskContext.micro_batch = m
             s, _ = summed_loss(torch, model, ids, attn, labels)
             (s / max(1, n_update)).backward()
             loss_total += float(s.item())
+        ranks.sum_grads(params, device)
+        (loss_total,) = ranks.sum_float64([loss_total])
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=False)
         lr = scheduler.get_last_lr()[0]
         optimizer.step()
@@ -442,12 +502,14 @@ def run_leg(args):
             loss = float("nan")
         gn = float(grad_norm.item())
         emit_or_stop([("step", dict(update=u, loss=loss, grad_norm=gn, lr=lr, tokens=n_update,
-                                    input_tokens=input_tokens, wall_s=wall))], non_finite_step(leg, u, loss, gn))
+                                    input_tokens=input_tokens, wall_s=wall))], non_finite_step(leg, u, loss, gn),
+                     ranks.lead)
         done = u + 1
         if done % eval_interval == 0 or done == total_updates:
-            ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device)
-            emit_or_stop([("eval", dict(update=done, heldout_ce=ce, tokens=n))], non_finite_eval(leg, done, ce))
-        if ckpt_interval and done % ckpt_interval == 0 and done < total_updates:
+            ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device, ranks)
+            emit_or_stop([("eval", dict(update=done, heldout_ce=ce, tokens=n))], non_finite_eval(leg, done, ce),
+                         ranks.lead)
+        if ckpt_interval and done % ckpt_interval == 0 and done < total_updates and ranks.lead:
             def write(tmp, _done=done):
                 save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
                           os.path.join(tmp, "adapter_model.safetensors"))
@@ -460,11 +522,51 @@ def run_leg(args):
             emit("checkpoint", update=done, path=os.path.relpath(path, run.path))
 
     final = os.path.join(leg_dir, "final")
+    if not ranks.lead:
+        return
     model.save_pretrained(final)
     emit("timing", phase="train", train_s=train_s, total_s=time.perf_counter() - t_start)
     peak_dev = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
     emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=peak_dev)
     emit("done", updates=total_updates, final=os.path.relpath(final, run.path))
+
+
+def _rank_main(rank, args, store_dir):
+    """One data-parallel rank (a child of the leg's process, started by torch.multiprocessing)."""
+    import ctypes
+    import signal
+
+    # A rank must not outlive the leg's process (which dies with the runner, docs/leg-protocol.md).
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    import datetime
+    import torch
+    import torch.distributed as dist
+
+    world = len(args.devices)
+    backend = "gloo" if args.devices[0] == "cpu" else "nccl"
+    dist.init_process_group(backend, init_method="file://" + os.path.join(store_dir, "rendezvous"),
+                            rank=rank, world_size=world, timeout=datetime.timedelta(hours=2))
+    try:
+        run_leg(args, rank, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(args):
+    """Runs the leg on len(args.devices) ranks and waits for them; an exception of any rank is raised
+    here (its traceback is on stderr)."""
+    import shutil
+    import tempfile
+    import torch.multiprocessing as mp
+
+    store_dir = tempfile.mkdtemp(prefix="tandem-ranks-")  # the ranks' rendezvous (one machine)
+    try:
+        # fork: this process has imported torch but run nothing on it, and forking skips a second
+        # interpreter start and torch import per rank.
+        mp.start_processes(_rank_main, args=(args, store_dir), nprocs=len(args.devices), join=True,
+                           start_method="fork")
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
 
 
 def main(argv=None):
@@ -474,21 +576,37 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", help="cpu or cuda:N")
     ap.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    ap.add_argument("--devices", default="",
+                    help="data-parallel ranks, one per device: cpu,cpu (gloo) or cuda:0,cuda:1 (NCCL)")
     args = ap.parse_args(argv)
+    args.devices = [d for d in args.devices.split(",") if d]
+    if len(args.devices) == 1:
+        args.device, args.devices = args.devices[0], []
     try:
-        run_leg(args)
+        if args.devices:
+            if any(d != "cpu" and not d.startswith("cuda:") for d in args.devices) or \
+                    len({d == "cpu" for d in args.devices}) > 1:
+                raise ValueError(f"--devices {','.join(args.devices)}: all cpu or all cuda:N")
+            run_ranks(args)
+        else:
+            run_leg(args)
     except KeyboardInterrupt:
-        emit("error", message="interrupted")
+        emit_events("error", message="interrupted")
         return 130
     except ReportedFailure:
         return 1
     except LegFailure as e:  # worded for the user: no traceback, no exception type
         log(f"error: {e}")
-        emit("error", message=str(e))
+        emit_events("error", message=str(e))
         return 1
     except Exception as e:  # the runner records the message; the traceback goes to stderr.log
+        if type(e).__name__ == "ProcessRaisedException" and "ReportedFailure" in str(e):
+            return 1  # a rank stopped at a non-finite value; rank 0 already wrote the error event
         traceback.print_exc()
-        emit("error", message=f"{type(e).__name__}: {e}")
+        message = f"{type(e).__name__}: {e}"
+        if type(e).__name__ == "ProcessRaisedException":  # a rank's exception: its last line says what
+            message = [ln for ln in str(e).strip().splitlines() if ln.strip()][-1]
+        emit_events("error", message=message)
         return 1
     return 0
 

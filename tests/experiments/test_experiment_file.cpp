@@ -140,6 +140,59 @@ TEST(ExperimentFile, NumbersBeyondRangeNameTheField) {
               0u);
 }
 
+TEST(ExperimentFile, LegSlurmOptionsAndDataParallelDevices) {
+    json j = minimal();
+    j["legs"] = {{"engine", {{"implementation", "engine"}}},
+                 {"reference", {{"implementation", "reference"},
+                                {"devices", {"cuda:0", "cuda:1"}},
+                                {"slurm", {{"partition", "gpu"}, {"gres", "gpu:2"}, {"time", "02:00:00"}, {"account", "lab"},
+                                           {"extra", {"--qos=short"}}, {"setup", {"module load cuda/12.4"}}}}}}};
+    ExperimentSpec s = parse_experiment(j, "x");
+    const auto* ref = s.leg_definition("reference");
+    ASSERT_NE(ref, nullptr);
+    EXPECT_EQ(ref->devices, (std::vector<std::string>{"cuda:0", "cuda:1"}));
+    EXPECT_EQ(ref->slurm.partition, "gpu");
+    EXPECT_EQ(ref->slurm.gres, "gpu:2");
+    EXPECT_EQ(ref->slurm.time, "02:00:00");
+    EXPECT_EQ(ref->slurm.account, "lab");
+    EXPECT_EQ(ref->slurm.extra, (std::vector<std::string>{"--qos=short"}));
+    EXPECT_EQ(ref->slurm.setup, (std::vector<std::string>{"module load cuda/12.4"}));
+    EXPECT_TRUE(s.leg_definition("engine")->slurm.empty());
+    // The resolved spec keeps them (and resolves to itself).
+    EXPECT_EQ(parse_experiment(s.to_json(), "resolved").sha256(), s.sha256());
+    EXPECT_EQ(s.to_json()["legs"]["reference"]["slurm"]["gres"], "gpu:2");
+    // A leg without them resolves as before they existed, so its spec hash is unchanged.
+    EXPECT_EQ(s.to_json()["legs"]["engine"], (json{{"implementation", "engine"}}));
+    json plain = minimal();
+    plain["legs"] = {{"engine", {{"implementation", "engine"}}}};
+    EXPECT_EQ(parse_experiment(plain, "x").to_json()["legs"].dump(), R"({"engine":{"implementation":"engine"}})");
+}
+
+TEST(ExperimentFile, BadDevicesAndSlurmFieldsAreNamed) {
+    auto with_leg = [](json leg) {
+        json j = minimal();
+        j["legs"] = {{"ref", leg}};
+        return error_of(j);
+    };
+    EXPECT_NE(with_leg({{"implementation", "engine"}, {"devices", {"cpu", "cpu"}}})
+                  .find("field legs.ref.devices: is only for implementation reference"), std::string::npos);
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"devices", {"cpu"}}}).find("field legs.ref.devices: must be a list of at least two"),
+              std::string::npos);
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"devices", {"cpu", "cuda:0"}}}).find("mixes cpu and cuda"), std::string::npos);
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"devices", {"cuda:1", "cuda:1"}}}).find("'cuda:1' given twice"),
+              std::string::npos);
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"devices", {"cpu", "tpu"}}}).find("'tpu' is not cpu or cuda:N"),
+              std::string::npos);
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"device", "cpu"}, {"devices", {"cpu", "cpu"}}})
+                  .find("give device or devices, not both"), std::string::npos);
+    EXPECT_EQ(with_leg({{"implementation", "reference"}, {"slurm", {{"partiton", "gpu"}}}}),
+              "experiments/x.json: field legs.ref.slurm.partiton: unknown field");
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"slurm", {{"extra", "--qos=short"}}}})
+                  .find("field legs.ref.slurm.extra: must be a list of strings"), std::string::npos);
+    EXPECT_NE(with_leg({{"implementation", "reference"}, {"slurm", {{"time", "1:00\n#SBATCH --x"}}}})
+                  .find("field legs.ref.slurm.time: must be one line"), std::string::npos);
+}
+
 TEST(ExperimentFile, SeedsDefaultToTheSeedAndKeepTheHashUnlessOneDiffers) {
     json j = minimal();
     j["seed"] = 7;

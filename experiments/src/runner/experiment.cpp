@@ -132,6 +132,49 @@ const json& section(Fields& top, const std::string& key) {
 
 }  // namespace
 
+bool SlurmOptions::empty() const {
+    return partition.empty() && gres.empty() && time.empty() && account.empty() && extra.empty() && setup.empty();
+}
+
+json SlurmOptions::to_json() const {
+    json j = json::object();
+    if (!partition.empty()) j["partition"] = partition;
+    if (!gres.empty()) j["gres"] = gres;
+    if (!time.empty()) j["time"] = time;
+    if (!account.empty()) j["account"] = account;
+    if (!extra.empty()) j["extra"] = extra;
+    if (!setup.empty()) j["setup"] = setup;
+    return j;
+}
+
+SlurmOptions SlurmOptions::from_json(const json& j, const std::string& source, const std::string& field) {
+    Fields f(j, source, field);
+    SlurmOptions o;
+    auto one_line = [&](const std::string& key) {
+        std::string v = f.str(key, std::string());
+        if (v.find_first_of("\n\r") != std::string::npos) f.fail(key, "must be one line");
+        return v;
+    };
+    o.partition = one_line("partition");
+    o.gres = one_line("gres");
+    o.time = one_line("time");
+    o.account = one_line("account");
+    for (const char* key : {"extra", "setup"}) {
+        if (!f.has(key)) continue;
+        const json& v = f.raw(key);
+        const std::string what = std::string(key) == "extra" ? "must be a list of strings (sbatch arguments, e.g. \"--qos=short\")"
+                                                            : "must be a list of strings (shell lines, e.g. \"module load cuda\")";
+        if (!v.is_array()) f.fail(key, what);
+        auto& out = std::string(key) == "extra" ? o.extra : o.setup;
+        for (const auto& e : v) {
+            if (!e.is_string() || e.get<std::string>().find_first_of("\n\r") != std::string::npos) f.fail(key, what);
+            out.push_back(e.get<std::string>());
+        }
+    }
+    f.reject_unknown();
+    return o;
+}
+
 const std::vector<std::string>& leg_implementations() {
     static const std::vector<std::string> k = {"engine", "reference", "sdk-python", "sdk-go", "command"};
     return k;
@@ -307,7 +350,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     if (top.has("legs")) {
         const json& o = top.raw("legs");
         if (!o.is_object() || o.empty())
-            top.fail("legs", "must be an object {leg: {implementation, command?, device?, faults?}}");
+            top.fail("legs", "must be an object {leg: {implementation, command?, device?, devices?, slurm?, faults?}}");
         for (auto it = o.begin(); it != o.end(); ++it) {
             Fields f(it.value(), source, "legs." + it.key());
             ExperimentSpec::LegDefinition d;
@@ -337,6 +380,26 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
                 if (d.implementation != "engine")
                     f.fail("faults", "faults are injected into engine legs only (docs/faults.md), not '" + d.implementation + "'");
             }
+            if (f.has("devices")) {
+                const char* what = "must be a list of at least two devices, all cpu or all distinct cuda:N (one rank each)";
+                const json& v = f.raw("devices");
+                if (!v.is_array() || v.size() < 2) f.fail("devices", what);
+                for (const auto& e : v) {
+                    if (!e.is_string()) f.fail("devices", what);
+                    std::string dev = e.get<std::string>();
+                    const bool cuda = dev.rfind("cuda:", 0) == 0;
+                    if (dev != "cpu" && !cuda) f.fail("devices", "'" + dev + "' is not cpu or cuda:N");
+                    if (!d.devices.empty() && (d.devices.front() == "cpu") != (dev == "cpu"))
+                        f.fail("devices", "mixes cpu and cuda devices (all ranks must be of one kind)");
+                    if (cuda && std::find(d.devices.begin(), d.devices.end(), dev) != d.devices.end())
+                        f.fail("devices", "'" + dev + "' given twice (one rank per GPU)");
+                    d.devices.push_back(dev);
+                }
+                if (d.implementation != "reference")
+                    f.fail("devices", "is only for implementation reference (its ranks run with torch.distributed)");
+                if (!d.device.empty()) f.fail("devices", "give device or devices, not both");
+            }
+            if (f.has("slurm")) d.slurm = SlurmOptions::from_json(f.raw("slurm"), source, "legs." + d.name + ".slurm");
             f.reject_unknown();
             s.legs.push_back(std::move(d));
         }
@@ -391,6 +454,8 @@ json ExperimentSpec::to_json() const {
             if (!d.command.empty()) x["command"] = d.command;
             if (!d.device.empty()) x["device"] = d.device;
             if (d.faults) x["faults"] = faults_to_json(*d.faults);
+            if (!d.devices.empty()) x["devices"] = d.devices;  // present only when used: hashes stay
+            if (!d.slurm.empty()) x["slurm"] = d.slurm.to_json();
             lj[d.name] = x;
         }
         j["legs"] = lj;

@@ -90,8 +90,10 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
     // the largest max_concurrent of them.
     std::vector<double> per_leg;
     for (const auto& l : legs) {
+        if (l.executor == "slurm") continue;  // runs on a cluster node, not in this machine's memory
         const double overhead = l.implementation == "reference" ? kReferenceOverheadBytes : kEngineOverheadBytes;
-        per_leg.push_back((l.device == "cpu" ? tensors : 4 * params) + overhead);
+        const double ranks = static_cast<double>(std::max<size_t>(1, l.devices.size()));  // one process each
+        per_leg.push_back(ranks * ((l.device == "cpu" ? tensors : 4 * params) + overhead));
     }
     std::sort(per_leg.begin(), per_leg.end(), std::greater<double>());
     const size_t at_once = max_concurrent > 0 ? std::min(per_leg.size(), static_cast<size_t>(max_concurrent)) : per_leg.size();

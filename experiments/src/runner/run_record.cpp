@@ -129,39 +129,11 @@ void LegJournal::end_partial_line() {
     }
 }
 
-// ---- left-over leg processes --------------------------------------------------------------------------
-
-void record_leg_process(const fs::path& leg_dir, const ProcessIdentity& p) {
-    write_file_atomic(leg_dir / "process.json",
-                      json{{"pid", p.pid}, {"start_ticks", p.start_ticks}, {"runner_pid", ::getpid()}}.dump() + "\n");
-}
+// ---- process.json --------------------------------------------------------------------------
 
 void clear_leg_process(const fs::path& leg_dir) {
     std::error_code ec;
     fs::remove(leg_dir / "process.json", ec);
-}
-
-bool stop_left_over_process(const fs::path& leg_dir) {
-    const fs::path f = leg_dir / "process.json";
-    if (!fs::exists(f)) return false;
-    ProcessIdentity p;
-    try {
-        json j = json::parse(read_file(f));
-        p.pid = j.at("pid").get<pid_t>();
-        p.start_ticks = j.at("start_ticks").get<unsigned long long>();
-    } catch (const std::exception&) {
-        clear_leg_process(leg_dir);
-        return false;
-    }
-    bool stopped = false;
-    if (still_running(p)) {
-        signal_group(p.pid, SIGKILL);
-        ::kill(p.pid, SIGKILL);
-        for (int i = 0; i < 100 && still_running(p); ++i) ::usleep(20000);
-        stopped = true;
-    }
-    clear_leg_process(leg_dir);
-    return stopped;
 }
 
 // ---- requests and stop marks ----------------------------------------------------------------------------

@@ -54,12 +54,9 @@ private:
     std::string last_line_;  // (clipped) for the run file when the leg does not finish
 };
 
-// legs/<leg>/process.json: the leg process the runner started (pid and start time), so a later
-// runner can stop it when the earlier runner died without stopping it.
-void record_leg_process(const std::filesystem::path& leg_dir, const ProcessIdentity& p);
+// legs/<leg>/process.json (leg_executor.h writes it and finds the process again): removed once the
+// leg has ended.
 void clear_leg_process(const std::filesystem::path& leg_dir);
-// Kills the recorded leg's process group when that very process still runs; true when it did.
-bool stop_left_over_process(const std::filesystem::path& leg_dir);
 
 // Moves legs/<leg>/ckpt-* folders that no checkpoint event in `trace` announced (written after the
 // runner last heard from the leg) to legs/<leg>/untrusted/, so the resumed leg does not start from

@@ -4,6 +4,7 @@
 // and the catalog (run_record.h). See docs/run-folder.md "Interruptions".
 #include "tandem/experiments/runner.h"
 
+#include "leg_executor.h"
 #include "leg_process.h"
 #include "preflight.h"
 #include "run_record.h"
@@ -169,6 +170,12 @@ std::vector<std::string> leg_argv(const LegPlan& plan, const fs::path& run_dir, 
     for (const std::string& a : {std::string("--run"), run_dir.string(), std::string("--leg"), plan.name,
                                  std::string("--device"), plan.device, std::string("--threads"), std::to_string(threads)})
         argv.push_back(a);
+    if (!plan.devices.empty()) {  // data-parallel ranks (the reference leg, docs/leg-protocol.md)
+        std::string list;
+        for (const auto& d : plan.devices) list += (list.empty() ? "" : ",") + d;
+        argv.push_back("--devices");
+        argv.push_back(list);
+    }
     if (resume) argv.push_back("--resume");
     if (!plan.faults.empty()) {  // engine legs only (plan_legs): docs/faults.md
         std::string list;
@@ -188,11 +195,12 @@ struct LiveLeg {
     LegStatus status = LegStatus::Pending;
     int exit_status = 0;
     std::string started_at;
-    ChildProcess proc;
+    std::unique_ptr<LegHandle> handle;    // the running attempt (local process or Slurm job)
     std::unique_ptr<LegJournal> journal;  // events.jsonl + stderr.log
     LegTrace trace;
     Clock::time_point stop_sent{};
     bool stop_requested = false;
+    bool kill_sent = false;
     std::optional<LegStatus> status_after_stop;  // Paused / Stopped when the stop was asked for
     std::string stop_reason;
     int64_t steps_this_attempt = 0;
@@ -245,6 +253,9 @@ json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& thread
             for (const auto& x : plans[i].faults) f.push_back(fault_text(x));
             e["faults"] = f;
         }
+        if (!plans[i].devices.empty()) e["devices"] = plans[i].devices;
+        if (plans[i].executor != "local") e["executor"] = plans[i].executor;
+        if (!plans[i].slurm.empty()) e["slurm"] = plans[i].slurm.to_json();
         lj.push_back(std::move(e));
     }
     return lj;
@@ -260,6 +271,8 @@ std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_thre
     for (const auto& p : plans) cpu_legs += p.device == "cpu";
     if (max_concurrent > 0) cpu_legs = std::min(cpu_legs, max_concurrent);
     std::vector<int> out;
+    // Slurm legs count as if they ran here: the same count under either executor gives bit-identical
+    // CPU trajectories (docs/cluster.md); a Slurm CPU leg asks its job for that many CPUs.
     for (const auto& p : plans) out.push_back(p.device == "cpu" ? std::max(1, total / std::max(1, cpu_legs)) : 1);
     return out;
 }
@@ -280,6 +293,17 @@ void open_leg_journals(Run& run, const std::vector<LegPlan>& plans, const std::v
     }
 }
 
+// `--executor slurm` needs Slurm's client commands where the runner runs (docs/cluster.md).
+void check_slurm_client() {
+    for (const char* cmd : {"sbatch", "squeue", "scontrol", "scancel"}) {
+        CommandResult r = run_command({cmd, "--version"}, 30.0);
+        if (r.exit_status != 0)
+            throw Error(std::string("--executor slurm: `") + cmd + " --version` failed (" +
+                        (r.exit_status == 127 ? std::string("not found on PATH") : r.err.substr(0, r.err.find('\n'))) +
+                        "); run tandem where Slurm's client commands work (docs/cluster.md)");
+    }
+}
+
 // Step 1 (new run): validate what can be validated, create the folder exclusively, prepare it. A
 // failed preparation removes the folder it created.
 Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std::string&)>& say) {
@@ -290,7 +314,15 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     if (legs.empty())
         for (const auto& d : run.spec.legs) legs += (legs.empty() ? "" : ",") + d.name;
     if (legs.empty()) legs = "engine,reference";
-    const std::vector<LegPlan> plans = opt.leg_plans.empty() ? plan_legs(legs, opt.devices, &run.spec) : opt.leg_plans;
+    std::vector<LegPlan> plans = opt.leg_plans.empty() ? plan_legs(legs, opt.devices, &run.spec) : opt.leg_plans;
+    const auto& executors = leg_executors();
+    if (std::find(executors.begin(), executors.end(), opt.executor) == executors.end())
+        throw Error("--executor: '" + opt.executor + "' is not local or slurm");
+    for (auto& p : plans) {
+        p.executor = opt.executor;
+        if (const auto* d = run.spec.leg_definition(p.name)) p.slurm = d->slurm;
+    }
+    if (opt.executor == "slurm") check_slurm_client();
     {
         Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
     }
@@ -334,11 +366,17 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
     try {
         json lj = json::parse(read_file(legs_file));
         for (const auto& e : lj) {
-            LegPlan p{e.at("name").get<std::string>(), e.at("implementation").get<std::string>(),
-                      e.at("device").get<std::string>(), {}};
+            LegPlan p;
+            p.name = e.at("name").get<std::string>();
+            p.implementation = e.at("implementation").get<std::string>();
+            p.device = e.at("device").get<std::string>();
             if (e.contains("command")) p.command = e.at("command").get<std::vector<std::string>>();
             if (e.contains("faults"))
                 for (const auto& f : e.at("faults")) p.faults.push_back(parse_fault_switch(f.get<std::string>(), legs_file.string()));
+            if (e.contains("devices")) p.devices = e.at("devices").get<std::vector<std::string>>();
+            p.executor = e.value("executor", std::string("local"));
+            if (e.contains("slurm")) p.slurm = SlurmOptions::from_json(e.at("slurm"), legs_file.string(), "slurm");
+            executor_for(p.executor);  // an unknown executor is refused before anything starts
             plans.push_back(std::move(p));
             threads.push_back(e.contains("threads") ? e.at("threads").get<int>() : 0);
         }
@@ -359,9 +397,37 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
     }
     open_leg_journals(run, plans, threads);
     for (auto& l : run.legs) {
-        if (stop_left_over_process(leg_folder(run, l.plan.name)))
-            say("stopped leg " + l.plan.name + " left running by an earlier runner");
+        const fs::path dir = leg_folder(run, l.plan.name);
         l.journal->end_partial_line();
+        // A leg an earlier runner left: a local process is killed (it should have died with its
+        // runner); a Slurm job is re-attached, and what it printed meanwhile is journaled first.
+        std::unique_ptr<LegHandle> left = find_left_over_leg(dir, l.journal->events_path(), say);
+        if (left) {
+            const auto journal_line = [&](std::string_view line) { l.journal->append_event(line); };
+            const auto log_line = [&](std::string_view line) { l.journal->log(line); };
+            left->read(journal_line, log_line);
+            if (left->running() && stop_mark(dir)) {
+                say("leg " + l.plan.name + " is marked stopped: cancelling " + left->describe());
+                left->stop(false);
+                const auto deadline = Clock::now() + std::chrono::duration<double>(kStopGraceSeconds);
+                bool killed = false;
+                while (left->running()) {
+                    if (!killed && Clock::now() > deadline) {
+                        left->stop(true);
+                        killed = true;
+                    }
+                    if (Clock::now() > deadline + std::chrono::minutes(2))
+                        throw Error("leg " + l.plan.name + ": " + left->describe() + " does not end although cancelled; "
+                                    "end it (scancel) and run `tandem run --resume " + run.folder.string() + "` again");
+                    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                    left->read(journal_line, log_line);
+                }
+            }
+            while (!left->running() && !left->ended()) {  // it ended while no runner watched: read it all
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                left->read(journal_line, log_line);
+            }
+        }
         l.trace = read_events_file(l.journal->events_path());
         if (fs::exists(run.folder / "run.h5")) {
             try {
@@ -370,11 +436,27 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
                 // an unreadable run file is rebuilt from the events; its flags are raised again as the legs continue
             }
         }
+        if (left && left->running()) {
+            // Still running (or queued): supervised from here on like a leg this runner started. Its
+            // checkpoints are its own business; none is set aside.
+            l.journal->log("[tandem run] " + utc_timestamp_now() + " re-attached to " + left->describe());
+            l.handle = std::move(left);
+            l.status = LegStatus::Running;
+            l.started_at = utc_timestamp_now();
+            l.resume = true;
+            continue;
+        }
+        if (left) {
+            const LegExit ex = left->exit();
+            l.journal->log("[tandem run] " + utc_timestamp_now() + " " + left->describe() + " ended while no runner watched" +
+                           (ex.clean ? std::string() : ": " + ex.description));
+            clear_leg_process(dir);
+        }
         if (l.trace.done) {
             l.status = LegStatus::Finished;
             continue;
         }
-        if (auto why = stop_mark(leg_folder(run, l.plan.name))) {
+        if (auto why = stop_mark(dir)) {
             l.status = LegStatus::Stopped;  // stopped on request: --resume leaves it (tandem leg resume restarts it)
             l.stop_reason = *why;
             say("leg " + l.plan.name + " stays stopped (" + *why + "); `tandem leg resume` restarts it");
@@ -449,9 +531,21 @@ void launch(LiveLeg& l, const Run& run) {
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
     l.journal->log("[tandem run] " + l.started_at + " launching: " + cmd);
-    l.proc = spawn_process(argv, env);
-    record_leg_process(leg_folder(run, l.plan.name), identify_process(l.proc.pid));
+    LegLaunch how;
+    how.plan = l.plan;
+    how.argv = argv;
+    how.env = env;
+    how.run_dir = run.folder;
+    how.leg_dir = leg_folder(run, l.plan.name);
+    how.threads = l.threads;
+    std::error_code ec;
+    how.journal_start = fs::file_size(l.journal->events_path(), ec);
+    if (ec) how.journal_start = 0;
+    l.handle = executor_for(l.plan.executor).start(how);
+    record_leg_process(how.leg_dir, l.handle->record());
+    if (l.plan.executor != "local") l.journal->log("[tandem run] " + utc_timestamp_now() + " started as " + l.handle->describe());
     l.status = LegStatus::Running;
+    l.kill_sent = false;
     l.steps_this_attempt = 0;
     l.wall_this_attempt = 0;
     l.attempt_first_update = -1;
@@ -475,34 +569,35 @@ void on_event_line(LiveLeg& l, std::string_view line) {
     }
 }
 
-void stop_leg(LiveLeg& l, int sig) {
-    if (l.status != LegStatus::Running) return;
-    signal_group(l.proc.pid, sig);
+// Asks a running leg to stop (SIGTERM / scancel); `force` kills it (SIGKILL / scancel --signal=KILL).
+void stop_leg(LiveLeg& l, bool force) {
+    if (l.status != LegStatus::Running || !l.handle) return;
+    if (force) {
+        if (l.kill_sent) return;
+        l.kill_sent = true;
+    } else if (l.stop_requested) {
+        return;
+    }
+    l.handle->stop(force);
     if (!l.stop_requested) l.stop_sent = Clock::now();
     l.stop_requested = true;
 }
 
 // Stops every running leg and waits for them (SIGTERM, then SIGKILL after the grace period).
 void stop_all_legs_now(Run& run) {
-    for (auto& l : run.legs) stop_leg(l, SIGTERM);
-    auto deadline = Clock::now() + std::chrono::duration<double>(kStopGraceSeconds);
+    for (auto& l : run.legs) stop_leg(l, false);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(kStopGraceSeconds);
     for (auto& l : run.legs) {
-        if (l.status != LegStatus::Running) continue;
-        for (;;) {
-            bool out = l.proc.out_fd >= 0 && read_lines(l.proc.out_fd, l.proc.out_buf, [&](std::string_view line) {
-                           try { on_event_line(l, line); } catch (...) {}
-                       });
-            bool err = l.proc.err_fd >= 0 && read_lines(l.proc.err_fd, l.proc.err_buf, [&](std::string_view) {});
-            if (!out && l.proc.out_fd >= 0) { close(l.proc.out_fd); l.proc.out_fd = -1; }
-            if (!err && l.proc.err_fd >= 0) { close(l.proc.err_fd); l.proc.err_fd = -1; }
-            if (l.proc.out_fd < 0 && l.proc.err_fd < 0) break;
-            if (Clock::now() > deadline) {
-                signal_group(l.proc.pid, SIGKILL);
-                deadline = Clock::now() + std::chrono::hours(1);
-            }
+        if (l.status != LegStatus::Running || !l.handle) continue;
+        while (!l.handle->ended()) {
+            l.handle->read([&](std::string_view line) {
+                try { on_event_line(l, line); } catch (...) {}
+            }, [&](std::string_view line) { l.journal->log(line); });
+            if (l.handle->ended()) break;
+            if (Clock::now() > deadline) stop_leg(l, true);
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
-        l.exit_status = wait_for_exit(l.proc.pid, nullptr);
+        l.exit_status = l.handle->exit().exit_status;
         l.status = LegStatus::Interrupted;
     }
 }
@@ -554,17 +649,29 @@ public:
             if (g_interrupted && !stopping_) {
                 stopping_ = true;
                 say_("interrupted: stopping the legs");
-                for (auto& l : run_.legs) stop_leg(l, SIGTERM);
+                for (auto& l : run_.legs) stop_leg(l, false);
             }
-            if (stopping_)
-                for (auto& l : run_.legs)
-                    if (l.status == LegStatus::Running &&
-                        Clock::now() - l.stop_sent > std::chrono::duration<double>(kStopGraceSeconds))
-                        signal_group(l.proc.pid, SIGKILL);
+            for (auto& l : run_.legs)  // a leg asked to stop (interrupt, request, gate) gets the grace period
+                if (l.status == LegStatus::Running && l.stop_requested &&
+                    Clock::now() - l.stop_sent > std::chrono::duration<double>(kStopGraceSeconds))
+                    stop_leg(l, true);
             if (!stopping_)
                 for (auto& l : run_.legs)
-                    if (l.status == LegStatus::Pending && !device_busy(l.plan.device) && !at_leg_limit()) {
-                        launch(l, run_);
+                    if (l.status == LegStatus::Pending && !devices_busy(l) && !at_leg_limit()) {
+                        try {
+                            launch(l, run_);
+                        } catch (const Error& e) {
+                            // The cluster refused this leg (a partition, account or time it does not
+                            // accept): the leg fails with Slurm's reason and the others go on. A local
+                            // leg that cannot start (fork, pipes) is the machine's failure: the run's.
+                            if (l.plan.executor == "local") throw;
+                            l.status = LegStatus::Failed;
+                            l.exit_status = 1;
+                            l.trace.error = e.what();
+                            l.journal->log("[tandem run] " + utc_timestamp_now() + " " + e.what());
+                            say_("leg " + l.plan.name + ": " + e.what());
+                            rec_.write_leg_summary(state_of(l));
+                        }
                         rec_.update_leg(state_of(l));
                     }
             take_requests();
@@ -601,45 +708,39 @@ private:
         return running >= opt_.max_concurrent_legs;
     }
 
-    bool device_busy(const std::string& device) const {
-        if (device == "cpu") return false;  // CPU legs share the cores (threads split between them)
-        for (const auto& l : run_.legs)
-            if (l.status == LegStatus::Running && l.plan.device == device) return true;
+    // One leg at a time per GPU here; CPU legs share the cores (threads split between them), and
+    // the cluster's scheduler places Slurm legs.
+    static std::vector<std::string> devices_of(const LegPlan& p) { return p.devices.empty() ? std::vector<std::string>{p.device} : p.devices; }
+    bool devices_busy(const LiveLeg& leg) const {
+        if (leg.plan.executor == "slurm") return false;
+        for (const auto& d : devices_of(leg.plan)) {
+            if (d == "cpu") continue;
+            for (const auto& l : run_.legs) {
+                if (l.status != LegStatus::Running || l.plan.executor == "slurm") continue;
+                const auto used = devices_of(l.plan);
+                if (std::find(used.begin(), used.end(), d) != used.end()) return true;
+            }
+        }
         return false;
     }
 
+    // Waits up to 200 ms for output of the local legs (poll on their pipes; with only Slurm legs,
+    // a plain wait), then reads what every running leg wrote: events journaled and applied, stderr
+    // lines to stderr.log.
     void poll_legs() {
         std::vector<pollfd> fds;
-        std::vector<std::pair<LiveLeg*, bool>> owners;  // (leg, is_stdout)
+        bool any = false;
         for (auto& l : run_.legs) {
-            if (l.proc.out_fd >= 0) {
-                fds.push_back({l.proc.out_fd, POLLIN, 0});
-                owners.emplace_back(&l, true);
-            }
-            if (l.proc.err_fd >= 0) {
-                fds.push_back({l.proc.err_fd, POLLIN, 0});
-                owners.emplace_back(&l, false);
-            }
+            if (l.status != LegStatus::Running || !l.handle) continue;
+            any = true;
+            for (int fd : l.handle->pollable_fds()) fds.push_back({fd, POLLIN, 0});
         }
-        if (fds.empty()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
-            return;
-        }
-        poll(fds.data(), fds.size(), 200);
-        for (size_t i = 0; i < fds.size(); ++i) {
-            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            LiveLeg& l = *owners[i].first;
-            if (owners[i].second) {
-                if (!read_lines(l.proc.out_fd, l.proc.out_buf, [&](std::string_view line) { on_event_line(l, line); })) {
-                    close(l.proc.out_fd);
-                    l.proc.out_fd = -1;
-                }
-            } else {
-                if (!read_lines(l.proc.err_fd, l.proc.err_buf, [&](std::string_view line) { l.journal->log(line); })) {
-                    close(l.proc.err_fd);
-                    l.proc.err_fd = -1;
-                }
-            }
+        if (fds.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(any ? 200 : 50));
+        else poll(fds.data(), fds.size(), 200);
+        for (auto& l : run_.legs) {
+            if (l.status != LegStatus::Running || !l.handle) continue;
+            l.handle->read([&](std::string_view line) { on_event_line(l, line); },
+                           [&](std::string_view line) { l.journal->log(line); });
         }
     }
 
@@ -671,7 +772,7 @@ private:
         if (l.status == LegStatus::Running) {
             l.status_after_stop = after;
             l.stop_reason = reason;
-            stop_leg(l, SIGTERM);
+            stop_leg(l, false);
             say_("leg " + l.plan.name + ": " + (action == LegAction::Pause ? "pausing" : "stopping") + " (" + reason + ")");
         } else if (l.status == LegStatus::Pending) {
             l.status = after;
@@ -708,20 +809,23 @@ private:
 
     void reap_ended_legs(int64_t total) {
         for (auto& l : run_.legs) {
-            if (l.status != LegStatus::Running || l.proc.out_fd >= 0 || l.proc.err_fd >= 0) continue;
-            int sig = 0;
-            l.exit_status = wait_for_exit(l.proc.pid, &sig);
-            if (sig == 0 && l.exit_status == 0 && l.trace.done) l.status = LegStatus::Finished;
+            if (l.status != LegStatus::Running || !l.handle || !l.handle->ended()) continue;
+            const LegExit ex = l.handle->exit();
+            const int sig = ex.signal;
+            l.exit_status = ex.exit_status;
+            if (ex.clean && l.trace.done) l.status = LegStatus::Finished;
             else if (l.status_after_stop) l.status = *l.status_after_stop;
             else if (stopping_) l.status = LegStatus::Interrupted;
             else l.status = LegStatus::Failed;
             if (l.status_after_stop && !l.trace.done) l.trace.error = l.stop_reason;
-            else if (sig != 0 && !l.trace.error)
-                l.trace.error = std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+            else if (!ex.clean && !ex.description.empty())  // a signal; under Slurm the job's state
+                l.trace.error = l.trace.error ? *l.trace.error + " (" + ex.description + ")" : ex.description;
             if (sig == 0 && l.exit_status == 0 && !l.trace.done && !l.trace.error)
                 l.trace.error = "exited with status 0 without a done event";
             l.journal->log("[tandem run] " + utc_timestamp_now() + " leg ended: " + leg_status_name(l.status) +
-                           ", exit status " + std::to_string(l.exit_status));
+                           ", exit status " + std::to_string(l.exit_status) +
+                           (ex.description.empty() ? std::string() : " (" + ex.description + ")"));
+            l.handle.reset();
             clear_leg_process(leg_folder(run_, l.plan.name));
             l.journal->sync();
             rec_.flush();
@@ -875,6 +979,10 @@ std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devic
             if (o.name == p.name) throw Error("--legs: leg name '" + p.name + "' given twice");
         if (p.implementation == "engine" && spec) p.faults = spec->leg_fault_switches(p.name);  // docs/faults.md
         p.device = def && !def->device.empty() ? def->device : devs[i % devs.size()];
+        if (def && !def->devices.empty()) {
+            p.devices = def->devices;
+            p.device = def->devices.front();
+        }
         if (p.device != "cpu" && p.device.rfind("cuda:", 0) != 0)
             throw Error("--devices: '" + p.device + "' is not cpu or cuda:N");
         out.push_back(p);

@@ -17,6 +17,21 @@
 
 namespace tandem::experiments {
 
+// How a leg is submitted when `tandem run --executor slurm` runs it (docs/cluster.md): the experiment's
+// legs.<name>.slurm. Empty fields are not passed (the cluster's defaults apply).
+struct SlurmOptions {
+    std::string partition;            // sbatch --partition
+    std::string gres;                 // sbatch --gres, e.g. gpu:1
+    std::string time;                 // sbatch --time, e.g. 02:00:00
+    std::string account;              // sbatch --account
+    std::vector<std::string> extra;   // further sbatch arguments, verbatim (e.g. --qos=short)
+    std::vector<std::string> setup;   // shell lines run in the job before the leg (e.g. module load cuda)
+    bool empty() const;
+    nlohmann::json to_json() const;   // only the fields that are set
+    // Reads `j` (an object); errors name `source` and `field` (e.g. legs.reference.slurm).
+    static SlurmOptions from_json(const nlohmann::json& j, const std::string& source, const std::string& field);
+};
+
 struct ExperimentSpec {
     std::string name;
     std::string description;
@@ -88,6 +103,10 @@ struct ExperimentSpec {
         std::vector<std::string> command;  // command legs only
         std::string device;                // "" = from --devices
         std::optional<std::vector<FaultSwitch>> faults;  // engine legs only; replaces the spec's `faults`
+        // Data-parallel ranks of a reference leg, one per entry ("cpu", "cpu" or "cuda:0", "cuda:1"):
+        // torch.distributed, one micro-batch per rank, gradients all-reduced. Empty: one process.
+        std::vector<std::string> devices;
+        SlurmOptions slurm;                // sbatch options when the run uses the Slurm executor
     };
     std::vector<LegDefinition> legs;
 

@@ -29,7 +29,13 @@ struct LegPlan {
     std::string device;                // "cpu", "cuda:0", ...
     std::vector<std::string> command;  // command legs: the argument template (experiment `legs`)
     std::vector<FaultSwitch> faults{}; // engine legs: faults injected (docs/faults.md), passed as --faults
+    std::vector<std::string> devices;  // data-parallel ranks of a reference leg (device = devices[0]); empty: one
+    std::string executor = "local";    // local (child process) | slurm (sbatch job), docs/cluster.md
+    SlurmOptions slurm;                // sbatch options (executor slurm)
 };
+
+// The executors a leg can run under: "local" (a child process of the runner) and "slurm" (docs/cluster.md).
+const std::vector<std::string>& leg_executors();
 
 // The legs of a run from --legs and --devices: "engine,reference", "a=engine,b=engine", or names of
 // legs the experiment defines (its `legs` section); devices "cpu,cuda:0" are assigned round-robin
@@ -74,6 +80,7 @@ struct RunnerOptions {
     std::optional<std::filesystem::path> resume;   // an existing run folder to continue instead
     std::string legs;                              // new runs only: --legs (see plan_legs)
     std::string devices = "cpu";                   // new runs only: --devices
+    std::string executor = "local";                // new runs only: --executor local|slurm (recorded in legs.json)
     std::filesystem::path out_dir = "runs";
     std::filesystem::path catalog = "tandem.db";
     std::optional<std::filesystem::path> assets;

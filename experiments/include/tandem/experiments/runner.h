@@ -29,9 +29,9 @@ struct LegPlan {
     std::string device;                // "cpu", "cuda:0", ...
     std::vector<std::string> command;  // command legs: the argument template (experiment `legs`)
     std::vector<FaultSwitch> faults{}; // engine legs: faults injected (docs/faults.md), passed as --faults
-    std::vector<std::string> devices;  // data-parallel ranks of a reference leg (device = devices[0]); empty: one
+    std::vector<std::string> devices{};  // data-parallel ranks of a reference leg (device = devices[0]); empty: one
     std::string executor = "local";    // local (child process) | slurm (sbatch job), docs/cluster.md
-    SlurmOptions slurm;                // sbatch options (executor slurm)
+    SlurmOptions slurm{};              // sbatch options (executor slurm)
 };
 
 // The executors a leg can run under: "local" (a child process of the runner) and "slurm" (docs/cluster.md).

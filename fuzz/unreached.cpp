@@ -22,7 +22,9 @@ Qwen3Config read_hf_config(const std::filesystem::path&) { unreached("read_hf_co
 }  // namespace tandem::engine
 
 namespace tandem::experiments {
-engine::Qwen3Config model_config_of(const ExperimentSpec&) { unreached("model_config_of"); }
+engine::Qwen3Config model_config_of(const ExperimentSpec&, const std::optional<std::filesystem::path>&) {
+    unreached("model_config_of");
+}
 const EnvelopePoint* SeedEnvelope::at(const std::string&, int64_t) const { unreached("SeedEnvelope::at"); }
 double mean_heldout_after_start(const std::vector<EvalRow>&) { unreached("mean_heldout_after_start"); }
 const SeedEnvelope* pick_envelope(const std::vector<SeedEnvelope>&, const std::string&) { unreached("pick_envelope"); }

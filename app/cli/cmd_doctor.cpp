@@ -255,6 +255,14 @@ void check_assets(Report& r, const std::optional<fs::path>& flag) {
             r.miss("corpora", e.what());
         }
     }
+    // The pretrained base the main job (experiments/clinical-tiny.json) names; same lookup as `tandem run`.
+    const std::string base = "assets:qwen3-tiny-clinical";
+    try {
+        const fs::path dir = resolve_asset_reference(base, flag, "model.safetensors");
+        r.ok("pretrained base", dir.string() + " (" + base + ", the main job's base)");
+    } catch (const Error& e) {
+        r.miss("pretrained base", e.what());
+    }
 }
 
 }  // namespace

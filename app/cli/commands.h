@@ -20,6 +20,7 @@ void add_tokenizer_commands(CLI::App& app, int& exit_code);  // cmd_tokenizer.cp
 void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, tokens show, tokens diff
 void add_engine_commands(CLI::App& app, int& exit_code);     // cmd_engine.cpp: inspect, bench engine
 void add_run_commands(CLI::App& app, int& exit_code);        // cmd_run.cpp: run, report, leg
+void add_import_commands(CLI::App& app, int& exit_code);     // cmd_import.cpp: import tensorboard|csv|events
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG
 void add_faults_command(CLI::App& app, int& exit_code);      // cmd_faults.cpp: faults EXPERIMENT (the fault matrix)
 

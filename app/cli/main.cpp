@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     add_corpus_commands(app, exit_code);
     add_engine_commands(app, exit_code);
     add_run_commands(app, exit_code);
+    add_import_commands(app, exit_code);
     add_compare_command(app, exit_code);
     add_faults_command(app, exit_code);
 

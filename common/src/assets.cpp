@@ -76,4 +76,36 @@ std::map<std::string, std::string> folder_digests(const std::filesystem::path& d
     return out;
 }
 
+bool is_asset_reference(const std::string& text) { return text.rfind(kAssetPrefix, 0) == 0; }
+
+std::string asset_reference_problem(const std::string& text) {
+    if (!is_asset_reference(text)) return "does not start with 'assets:'";
+    const std::string name = text.substr(std::string(kAssetPrefix).size());
+    if (name.empty()) return "names no asset after 'assets:'";
+    // The name becomes one path component: no separators, no '..', no hidden folders.
+    if (name.front() == '.' ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != std::string::npos)
+        return "asset name '" + name + "' must use only letters, digits, '-', '_', '.' and not start with '.'";
+    return "";
+}
+
+std::filesystem::path resolve_asset_reference(const std::string& reference,
+                                              const std::optional<std::filesystem::path>& flag,
+                                              const std::string& required_file) {
+    if (auto problem = asset_reference_problem(reference); !problem.empty())
+        throw Error(reference + ": " + problem);
+    const std::string name = reference.substr(std::string(kAssetPrefix).size());
+    std::string tried;
+    for (const auto& c : asset_root_candidates(flag)) {
+        const auto dir = c.root / "assets" / name;
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(dir / required_file, ec)) return dir;
+        const std::string where = dir.string() + " (" + c.found_via + ")";
+        if (tried.find(dir.string() + " (") == std::string::npos) tried += (tried.empty() ? "" : ", ") + where;
+        if (c.found_via == "--assets" || c.found_via == "TANDEM_ASSETS") break;
+    }
+    throw Error(reference + ": no shipped asset '" + name + "' (a folder holding " + required_file + "); tried " + tried +
+                "; pass --assets DIR or set TANDEM_ASSETS to the folder that holds assets/" + name + "/");
+}
+
 }  // namespace tandem

@@ -118,6 +118,65 @@ tandem_status tandem_trainer_load_checkpoint(tandem_trainer* trainer, const char
  * trainer, valid until the next call on it. */
 const char* tandem_trainer_checkpoint_caller_state(const tandem_trainer* trainer);
 
+/* ---- the model, for a caller's own training loop ------------------------------------------------
+ * A frozen base + LoRA model whose adapter parameters the CALLER owns (the SDK legs, sdk/): the caller
+ * builds the flat parameter vector itself (tandem_model_adapter_tensor gives each peft tensor's name,
+ * shape and offset in it), hands it over with tandem_model_set_params before computing, and gets the
+ * gradient of each micro-batch back. Accumulation, clipping, the optimizer, the schedule and
+ * checkpoints are the caller's; the engine only computes. Added in ABI 1 (tandem_model_* exist when
+ * tandem_engine_has_model() returns 1). */
+typedef struct tandem_model tandem_model;
+
+typedef struct tandem_model_options {
+    uint32_t struct_size;   /* sizeof(tandem_model_options) */
+    int64_t rank;           /* LoRA rank (16) */
+    double alpha;           /* LoRA alpha (32) */
+    int32_t use_rslora;     /* scaling alpha/sqrt(r) when 1, alpha/r when 0 (1) */
+    double dropout;         /* adapter-input dropout probability (0.05) */
+    const char* targets;    /* comma-separated projections; NULL = all seven (NULL) */
+    int32_t dropout_mode;   /* tandem_dropout_mode for training passes (SHARED) */
+    int32_t threads;        /* <= 0: all hardware threads (0) */
+    uint64_t seed;          /* experiment seed: dropout masks (0) */
+} tandem_model_options;
+
+int32_t tandem_engine_has_model(void);  /* 1: this library has the tandem_model_* calls */
+void tandem_model_options_default(tandem_model_options* options);
+/* Loads the base checkpoint folder (HF; float32, float16 or bfloat16 files, upcast to float32). The
+ * adapter starts at zero until tandem_model_set_params. */
+tandem_status tandem_model_create(const char* base_dir, const tandem_model_options* options, tandem_model** out);
+void tandem_model_destroy(tandem_model* model);
+
+int64_t tandem_model_vocab_size(const tandem_model* model);         /* -1 for NULL */
+int64_t tandem_model_num_params(const tandem_model* model);         /* flat adapter length; -1 for NULL */
+int64_t tandem_model_num_adapter_tensors(const tandem_model* model); /* -1 for NULL */
+/* Adapter tensor i (0 <= i < num_adapter_tensors) in the flat layout: its peft name (valid while the
+ * model lives), shape [rows, cols] and offset (in floats) into the parameter / gradient vectors. */
+tandem_status tandem_model_adapter_tensor(const tandem_model* model, int64_t i, const char** name, int64_t* rows,
+                                          int64_t* cols, int64_t* offset);
+int64_t tandem_model_num_base_tensors(const tandem_model* model);    /* -1 for NULL */
+/* The L2 digest of base tensor i as the engine loaded it (float32; names sorted): name, ndim and shape
+ * (up to 4 dimensions), sum, sum of squares and max |x| accumulated in float64, and the sha256 (hex)
+ * of its float32 little-endian bytes. Strings stay valid while the model lives; outputs may be NULL. */
+tandem_status tandem_model_base_tensor(const tandem_model* model, int64_t i, const char** name, int32_t* ndim,
+                                       int64_t shape[4], double* sum, double* sumsq, double* maxabs,
+                                       const char** sha256_hex);
+
+/* Copies the caller's flat adapter parameters (n = num_params floats) into the model. */
+tandem_status tandem_model_set_params(tandem_model* model, const float* params, int64_t n);
+/* Forward + fused cross-entropy over one micro-batch with the training dropout of (update, micro_batch)
+ * (shared masks are keyed by them; native masks advance the model's counter), then the backward pass:
+ * grads[0..n) is OVERWRITTEN with grad_scale * d(sum of token losses)/d(params). grads NULL: forward
+ * only. loss_sum: sum of token losses (unscaled); supervised: labels in the micro-batch. */
+tandem_status tandem_model_forward_backward(tandem_model* model, const tandem_micro_batch* micro_batch, int64_t update,
+                                            int64_t micro_batch_index, double grad_scale, float* grads, int64_t n,
+                                            double* loss_sum, int64_t* supervised);
+/* Sum of token losses over one micro-batch, dropout off, adapter on (evaluation). */
+tandem_status tandem_model_loss(tandem_model* model, const tandem_micro_batch* micro_batch, double* loss_sum,
+                                int64_t* supervised);
+/* The native-dropout element counter (for the caller's checkpoints); unused with shared masks. */
+uint64_t tandem_model_dropout_counter(const tandem_model* model);
+void tandem_model_set_dropout_counter(tandem_model* model, uint64_t counter);
+
 #ifdef __cplusplus
 }
 #endif

@@ -205,6 +205,53 @@ def test_hf_bf16_sharded_checkpoint_loads_exactly(tmp_path):
     assert json.loads(tandem("inspect", "--model", d, "--json"))["parameters"]["total"] == model.num_parameters()
 
 
+def test_every_bf16_bit_pattern_upcasts_as_torch_does(tmp_path):
+    # All 65,536 bfloat16 values (zeros, subnormals, normals, infinities, every NaN payload): the
+    # engine's float32 after loading must be torch's .float() of the same file, byte for byte (L2
+    # compares these bytes).
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    src, out = tmp_path / "bf16.safetensors", tmp_path / "ours.safetensors"
+    save_file({"every": every.reshape(256, 256)}, src)
+    tool("read", src, out)
+    ours = load_file(out)["every"]
+    with safe_open(src, framework="pt") as f:
+        theirs = f.get_tensor("every").float()
+    assert ours.numpy().tobytes() == theirs.numpy().tobytes()
+
+
+def shipped_base():
+    root = Path(os.environ["TANDEM_ASSETS"]) if os.environ.get("TANDEM_ASSETS") else \
+        Path(os.environ.get("TANDEM_SOURCE_DIR", Path(__file__).parents[2])).resolve().parent / "shared"
+    d = root / "assets" / "qwen3-tiny-clinical"
+    assert (d / "model.safetensors").is_file(), f"the shipped base is not at {d} (set TANDEM_ASSETS)"
+    return d
+
+
+def test_shipped_bf16_base_loads_identically_in_both_legs(tmp_path):
+    # The main job's base (../shared/assets/qwen3-tiny-clinical, bfloat16): what the engine leg loads
+    # (load_hf_checkpoint) against torch's .float() of each tensor and against what the reference leg
+    # loads (AutoModelForCausalLM.from_pretrained(dtype=float32), its state dict), byte for byte.
+    from transformers import AutoModelForCausalLM
+    d = shipped_base()
+    out = tmp_path / "ours.safetensors"
+    cfg = json.loads(tool("load-hf", d, out))
+    assert cfg["num_hidden_layers"] == 4 and cfg["hidden_size"] == 128 and cfg["tie_word_embeddings"] is True
+    ours = load_file(out)
+    with safe_open(d / "model.safetensors", framework="pt") as f:
+        names = sorted(f.keys())
+        raw = {n: f.get_tensor(n) for n in names}
+    assert sorted(ours) == names and len(names) == 46
+    assert all(t.dtype == torch.bfloat16 for t in raw.values())
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, local_files_only=True)
+    sd = model.state_dict()
+    for n in names:
+        b = ours[n].numpy().tobytes()
+        assert b == raw[n].float().numpy().tobytes(), n
+        assert b == sd[n].numpy().tobytes(), n
+    # Tied embeddings: the reference's LM head is the embedding the engine loaded.
+    assert sd["lm_head.weight"].numpy().tobytes() == ours["model.embed_tokens.weight"].numpy().tobytes()
+
+
 def test_config_json_both_ways(tmp_path):
     from transformers import AutoConfig
     ours = json.loads(tool("parse-config", "tiny"))

@@ -21,7 +21,7 @@ std::string error_of(const json& j) {
 }  // namespace
 
 TEST(ExperimentFile, ShippedFilesParseAndResolve) {
-    for (const char* f : {"clinical-tiny.json", "clinical-qwen3-0.6b.json"}) {
+    for (const char* f : {"clinical-tiny.json", "clinical-tiny-random.json", "clinical-qwen3-0.6b.json"}) {
         ExperimentSpec s = load_experiment(std::string(TANDEM_TEST_SOURCE_DIR) + "/experiments/" + f);
         EXPECT_FALSE(s.name.empty());
         EXPECT_EQ(s.lora_targets.size(), 7u);
@@ -191,6 +191,34 @@ TEST(ExperimentFile, BadDevicesAndSlurmFieldsAreNamed) {
                   .find("field legs.ref.slurm.extra: must be a list of strings"), std::string::npos);
     EXPECT_NE(with_leg({{"implementation", "reference"}, {"slurm", {{"time", "1:00\n#SBATCH --x"}}}})
                   .find("field legs.ref.slurm.time: must be one line"), std::string::npos);
+}
+
+// issue 19: the main job names the shipped pretrained base; the random-base copy keeps everything else.
+TEST(ExperimentFile, ShippedBaseByAssetName) {
+    const std::string dir = std::string(TANDEM_TEST_SOURCE_DIR) + "/experiments/";
+    ExperimentSpec tiny = load_experiment(dir + "clinical-tiny.json");
+    ExperimentSpec random = load_experiment(dir + "clinical-tiny-random.json");
+    EXPECT_EQ(tiny.model_base, "assets:qwen3-tiny-clinical");
+    EXPECT_EQ(random.model_config, "tiny");
+    EXPECT_TRUE(random.model_base.empty());
+    // The same run otherwise: equal resolved specs once name, description and model are aligned.
+    json a = tiny.to_json(), b = random.to_json();
+    for (json* j : {&a, &b}) {
+        j->erase("name");
+        j->erase("description");
+        j->erase("model");
+    }
+    EXPECT_EQ(a, b);
+
+    json j = minimal();
+    j["model"] = {{"base", "assets:qwen3-tiny-clinical"}};
+    EXPECT_EQ(parse_experiment(j, "x").model_base, "assets:qwen3-tiny-clinical");
+    j["model"] = {{"base", "assets:../../etc"}};
+    EXPECT_NE(error_of(j).find("experiments/x.json: field model.base: asset name '../../etc' must use only"),
+              std::string::npos)
+        << error_of(j);
+    j["model"] = {{"base", "assets:"}};
+    EXPECT_EQ(error_of(j), "experiments/x.json: field model.base: names no asset after 'assets:'");
 }
 
 TEST(ExperimentFile, SeedsDefaultToTheSeedAndKeepTheHashUnlessOneDiffers) {

@@ -226,6 +226,74 @@ TEST(Verdict, PairedLegsAreEquivalentWithinTheBoundAndJudgedByTheEnvelopeBeyondI
     EXPECT_TRUE(verdict_passes(within.l4[0].verdict));
 }
 
+TEST(Verdict, AnImportedLegNoEnvelopeJudgesIsNamedNotJudgedAndDoesNotDecideTheRun) {
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";  // engine and reference are paired
+    spec.max_len = 256;
+    const double b2 = error_model_for(spec).bound(2);
+    auto scaled = [&](double rel) {
+        auto c = curve(0.0);
+        c[1].heldout_ce *= 1 + rel;
+        c[2].heldout_ce *= 1 + rel;
+        return c;
+    };
+    LegData imported;  // what `tandem import tensorboard` records: curves only, no L1-L3
+    imported.name = "hf-trainer";
+    imported.implementation = "imported";
+    imported.status = "finished";
+    imported.trace.evals = curve(0.0);
+    const LegData e = leg_with("engine", "engine", scaled(0.5 * b2)), r = leg_with("reference", "reference", curve(0.0));
+    const std::string not_judged = "; not judged: engine~hf-trainer (+1 more): an imported leg, no paired distance and no seed envelope";
+
+    Comparison c = compare_legs({e, r, imported}, spec);
+    c.completeness_judged = true;
+    ASSERT_EQ(c.l4.size(), 3u);
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::Equivalent);
+    for (size_t i : {1u, 2u}) {
+        EXPECT_TRUE(c.l4[i].imported);
+        EXPECT_EQ(c.l4[i].verdict, PairVerdict::NotComparable);  // the pair itself is never called equivalent
+        EXPECT_FALSE(Comparison::counts_for_run(c.l4[i]));
+    }
+    EXPECT_TRUE(c.failures.empty());
+    EXPECT_TRUE(c.passed());
+    const std::string v = c.verdict();
+    EXPECT_EQ(v.rfind("equivalent: engine~reference: held-out CE within the float32 error-model bound at all 3 paired", 0), 0u) << v;
+    EXPECT_EQ(v.substr(v.size() - not_judged.size()), not_judged) << v;
+
+    // The run's own pair beyond the bound, no envelope: the run is not comparable, whatever was imported.
+    Comparison bad = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r, imported}, spec);
+    bad.completeness_judged = true;
+    EXPECT_FALSE(bad.passed());
+    EXPECT_EQ(bad.verdict().rfind("not comparable: engine~reference: held-out CE ", 0), 0u) << bad.verdict();
+
+    // Only one leg of the run's own: nothing is claimed, the imported pair is named.
+    Comparison one = compare_legs({e, imported}, spec);
+    one.completeness_judged = true;
+    EXPECT_TRUE(one.passed());
+    EXPECT_EQ(one.verdict(), "complete; no pair of the run's own legs to cross-check; not judged: engine~hf-trainer: an "
+                             "imported leg, no paired distance and no seed envelope");
+
+    // With the experiment's seed envelope the imported leg is judged and counts: 10 member standard
+    // deviations above the envelope, the run is outside it.
+    double ss = 0;
+    for (double o : kOffsets) ss += o * o;
+    LegData shifted = imported;
+    shifted.trace.evals = curve(10 * std::sqrt(ss / 7.0));
+    Comparison judged = compare_legs({e, r, shifted}, spec, {}, std::nullopt, {envelope_for(spec, "reference")});
+    judged.completeness_judged = true;
+    // Both pairs judge hf-trainer (the imported leg, not the run's own) against the reference envelope.
+    for (size_t i : {1u, 2u}) {
+        EXPECT_TRUE(Comparison::counts_for_run(judged.l4[i]));
+        EXPECT_EQ(judged.l4[i].envelope.leg, "hf-trainer");
+        EXPECT_EQ(judged.l4[i].verdict, PairVerdict::OutsideEnvelope) << judged.l4[i].verdict_reason;
+    }
+    EXPECT_FALSE(judged.passed());
+    const std::string jv = judged.verdict();
+    EXPECT_EQ(jv.rfind("outside the envelope: engine~hf-trainer: hf-trainer outside the reference seed envelope (8 runs", 0), 0u) << jv;
+    EXPECT_EQ(jv.substr(jv.size() - 15), " (+1 more pair)") << jv;
+    EXPECT_EQ(jv.find("not judged"), std::string::npos) << jv;
+}
+
 TEST(Gate, ALegLeavingTheEnvelopeBandAndAPairBeyondTheBoundAreFlagged) {
     ExperimentSpec spec = native_spec();
     spec.dropout_masks = "shared";

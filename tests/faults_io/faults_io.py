@@ -186,6 +186,8 @@ def asset_root_with(case_dir, tokenizer_json=None, tokenizer_config=None, corpor
     if corpora:
         os.makedirs(os.path.join(root, "data"), exist_ok=True)
         os.symlink(CORPORA_DIR, os.path.join(root, "data", "corpora"))
+    # The main job's pretrained base (doctor checks it too): linked, so each case has one MISSING line.
+    os.symlink(os.path.join(SHARED, "assets", "qwen3-tiny-clinical"), os.path.join(root, "assets", "qwen3-tiny-clinical"))
     return root
 
 

@@ -11,7 +11,7 @@ TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY
 
 def small_experiment(tmp, name, **changes):
     """clinical-tiny cut to 6 updates (evaluations at 0, 2, 4, 6; checkpoints every 2 updates)."""
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny.json")) as f:
+    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny-random.json")) as f:
         spec = json.load(f)
     spec["name"] = name
     spec["batch"]["max_updates"] = 6

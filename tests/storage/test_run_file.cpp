@@ -293,6 +293,37 @@ TEST(RunFile, FileLeftByAWriterKilledMidAppendStillOpensWithEveryFlushedRow) {
 // Double buffering (docs/hdf5-layout.md "Commit cost"): a long-lived writer starts each session from
 // the version before the last commit and replays the last session's writes onto it, instead of
 // copying the whole file; whenever that could be wrong it copies, and the published file is the same.
+// A long-lived writer replays the previous session's writes into the next session's file (double
+// buffering): every write must keep its own copy of what it wrote. A write that kept a reference to
+// its caller's data replayed whatever that data had become (found by the localise engineer in the
+// envelope and distance writers).
+TEST(RunFile, ReplayedWritesKeepTheirOwnCopyOfTheData) {
+    const fs::path dir = tandem::test::fresh_dir("runfile-replay-copy");
+    const fs::path file = dir / "run.h5";
+    ex::RunFileWriter w(file);
+    w.append_steps("engine", {{0, 1.0, 1.0, 1e-4, 1, 0.1}});
+    w.commit();
+    w.append_steps("engine", {{1, 1.0, 1.0, 1e-4, 1, 0.1}});
+    w.commit();  // from here on each session starts from the version before the last one and replays it
+    std::vector<ex::DistancePoint> points{{0, 7.0, 7.0, 0.0, 1.0, 0.25}};
+    ex::Attributes attrs{{"within", std::int64_t{1}}};
+    w.write_distance("engine", "reference", "numerics", points, attrs);
+    w.set_distance_attributes("engine", "reference", attrs);
+    w.commit();
+    points[0].distance = 99.0;  // the caller reuses its buffers
+    attrs["within"] = std::int64_t{0};
+    w.append_steps("engine", {{2, 1.0, 1.0, 1e-4, 1, 0.1}});
+    w.commit();  // replays the distance session
+    EXPECT_EQ(w.last_copied_bytes(), 0);  // the replay worked (a failed replay falls back to a full copy)
+    w.append_steps("engine", {{3, 1.0, 1.0, 1e-4, 1, 0.1}});
+    w.commit();
+    ex::RunFileReader r(file, 0.0);
+    const auto stored = r.distance("engine", "reference", "numerics");
+    ASSERT_EQ(stored.size(), 1u);
+    EXPECT_EQ(stored[0].distance, 0.25);
+    EXPECT_EQ(r.steps("engine").size(), 4u);
+}
+
 TEST(RunFile, ALongLivedWritersSessionsCopyNothingAndPublishEveryRow) {
     const fs::path dir = tandem::test::fresh_dir("runfile-double-buffer");
     const fs::path file = dir / "run.h5";

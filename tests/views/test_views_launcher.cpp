@@ -41,9 +41,9 @@ private Q_SLOTS:
 
     void launching_a_tiny_run_puts_it_in_the_catalog() {
         QTemporaryDir dir;
-        // clinical-tiny, made smaller still: 3 updates, evaluation every update on 4 records.
+        // clinical-tiny on its random base, made smaller still: 3 updates, evaluation every update on 4 records.
         nlohmann::json spec;
-        std::ifstream(std::string(TANDEM_TEST_SOURCE_DIR) + "/experiments/clinical-tiny.json") >> spec;
+        std::ifstream(std::string(TANDEM_TEST_SOURCE_DIR) + "/experiments/clinical-tiny-random.json") >> spec;
         spec["name"] = "launcher-test";
         spec["batch"]["max_updates"] = 3;
         spec["eval"]["interval"] = 1;

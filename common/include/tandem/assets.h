@@ -58,4 +58,19 @@ std::vector<std::string> tokenizer_differences(const std::filesystem::path& dir,
 // relative to `dir` with '/' separators. Throws tandem::Error naming a file that cannot be read.
 std::map<std::string, std::string> folder_digests(const std::filesystem::path& dir);
 
+// Named assets: an experiment names a shipped folder as "assets:<name>" (e.g. the pretrained base
+// "assets:qwen3-tiny-clinical" = <root>/assets/qwen3-tiny-clinical/).
+inline constexpr const char* kAssetPrefix = "assets:";
+bool is_asset_reference(const std::string& text);  // starts with "assets:"
+// "" when `text` is a well-formed reference ("assets:" + letters, digits, '-', '_', '.', not
+// starting with '.'), else why it is not.
+std::string asset_reference_problem(const std::string& text);
+// The folder a reference names: the first candidate root (same order as above) whose
+// assets/<name>/ holds `required_file`. A root named by --assets or TANDEM_ASSETS that lacks it is
+// an error, not a reason to look further (as for the tokenizer). Throws tandem::Error on one line
+// naming the reference and every folder tried.
+std::filesystem::path resolve_asset_reference(const std::string& reference,
+                                              const std::optional<std::filesystem::path>& flag,
+                                              const std::string& required_file);
+
 }  // namespace tandem

@@ -8,11 +8,16 @@
 #include "tandem/engine/io.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
+#include "tandem/engine/ops.h"
+#include "tandem/sha256.h"
 #include "tandem/version.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <filesystem>
 #include <limits>
 #include <new>
@@ -22,6 +27,22 @@
 namespace eng = tandem::engine;
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+struct tandem_model {
+    struct BaseDigest {
+        std::string name;
+        std::vector<int64_t> shape;
+        double sum = 0, sumsq = 0, maxabs = 0;
+        std::string sha256;
+    };
+    eng::Qwen3Config config;
+    eng::LoraConfig lora;
+    std::unique_ptr<eng::Qwen3LoraModel> model;
+    std::vector<BaseDigest> base;  // digests of the base as loaded, names sorted
+    eng::DropoutMode dropout_mode = eng::DropoutMode::Shared;
+    uint64_t seed = 0;
+    uint64_t native_counter = 0;
+};
 
 struct tandem_trainer {
     eng::Trainer trainer;
@@ -152,6 +173,42 @@ std::vector<eng::MicroBatch> micro_batches(const tandem_micro_batch* mbs, size_t
         out.push_back(std::move(b));
     }
     return out;
+}
+
+eng::DropoutMode dropout_mode_of(int32_t mode) {
+    switch (mode) {
+        case TANDEM_DROPOUT_OFF: return eng::DropoutMode::Off;
+        case TANDEM_DROPOUT_NATIVE: return eng::DropoutMode::Native;
+        case TANDEM_DROPOUT_SHARED: return eng::DropoutMode::Shared;
+        default: fail(TANDEM_ERROR_INVALID_ARGUMENT, "dropout_mode " + std::to_string(mode) + " is not 0, 1 or 2");
+    }
+}
+
+// "q_proj,v_proj" -> the engine's target list in its canonical order; NULL -> all seven.
+std::vector<std::string> parse_targets(const char* targets) {
+    if (!targets) return eng::all_lora_targets();
+    std::vector<std::string> want;
+    std::stringstream ss(targets);
+    for (std::string t; std::getline(ss, t, ',');)
+        if (!t.empty()) want.push_back(t);
+    for (const auto& w : want) {
+        try {
+            eng::projection_block(w);
+        } catch (const tandem::Error& e) {
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, std::string("targets: ") + e.what());
+        }
+    }
+    std::vector<std::string> out;
+    for (const auto& t : eng::all_lora_targets())
+        if (std::find(want.begin(), want.end(), t) != want.end()) out.push_back(t);
+    if (out.empty()) fail(TANDEM_ERROR_INVALID_ARGUMENT, "targets: empty list");
+    return out;
+}
+
+// One micro-batch (validated) from the C struct.
+eng::MicroBatch one_micro_batch(const tandem_micro_batch* mb, int64_t vocab) {
+    need(mb, "micro_batch");
+    return std::move(micro_batches(mb, 1, vocab).front());
 }
 
 }  // namespace
@@ -359,6 +416,193 @@ tandem_status tandem_trainer_load_checkpoint(tandem_trainer* trainer, const char
 
 const char* tandem_trainer_checkpoint_caller_state(const tandem_trainer* trainer) {
     return trainer ? trainer->caller_state.c_str() : "null";
+}
+
+// ---- the model, for a caller's own training loop ------------------------------------------------
+
+int32_t tandem_engine_has_model(void) { return 1; }
+
+void tandem_model_options_default(tandem_model_options* o) {
+    if (!o) return;
+    std::memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    o->rank = 16;
+    o->alpha = 32.0;
+    o->use_rslora = 1;
+    o->dropout = 0.05;
+    o->targets = nullptr;
+    o->dropout_mode = TANDEM_DROPOUT_SHARED;
+    o->threads = 0;
+    o->seed = 0;
+}
+
+tandem_status tandem_model_create(const char* base_dir, const tandem_model_options* options, tandem_model** out) {
+    return guarded(TANDEM_ERROR_IO, [&] {
+        need(out, "out");
+        *out = nullptr;
+        need(base_dir, "base_dir");
+        tandem_model_options d;
+        tandem_model_options_default(&d);
+        if (options) {
+            if (options->struct_size < offsetof(tandem_model_options, seed) + sizeof(uint64_t) ||
+                options->struct_size > sizeof d)
+                fail(TANDEM_ERROR_INVALID_ARGUMENT, "tandem_model_options.struct_size " +
+                                                        std::to_string(options->struct_size) +
+                                                        " is not a size this library knows (expected " +
+                                                        std::to_string(sizeof d) + ")");
+            std::memcpy(&d, options, options->struct_size);
+        }
+        if (d.rank < 1 || !(d.alpha > 0.0) || !(d.dropout >= 0.0 && d.dropout < 1.0))
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, "model options: rank must be >= 1, alpha > 0, dropout in [0, 1)");
+        auto m = std::make_unique<tandem_model>();
+        m->dropout_mode = dropout_mode_of(d.dropout_mode);
+        m->seed = d.seed;
+        m->lora.rank = d.rank;
+        m->lora.alpha = d.alpha;
+        m->lora.use_rslora = d.use_rslora != 0;
+        m->lora.dropout = d.dropout;
+        m->lora.targets = parse_targets(d.targets);
+        eng::HfCheckpoint base = eng::load_hf_checkpoint(base_dir);  // IO errors
+        m->config = base.config;
+        // L2 digests of what was loaded, before the tensors move into the model.
+        for (const auto& [name, t] : base.tensors) {
+            tandem_model::BaseDigest g;
+            g.name = name;
+            g.shape = t.shape;
+            for (float f : t.data) {
+                const double x = f;
+                g.sum += x;
+                g.sumsq += x * x;
+                g.maxabs = std::max(g.maxabs, std::fabs(x));
+            }
+            g.sha256 = tandem::sha256_hex(t.ptr(), t.data.size() * sizeof(float));
+            m->base.push_back(std::move(g));
+        }
+        eng::ops::set_num_threads(d.threads);
+        try {
+            m->model = std::make_unique<eng::Qwen3LoraModel>(m->config, std::move(base.tensors), m->lora);
+        } catch (const tandem::Error& e) {
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, e.what());
+        }
+        *out = m.release();
+    });
+}
+
+void tandem_model_destroy(tandem_model* model) { delete model; }
+
+int64_t tandem_model_vocab_size(const tandem_model* model) { return model ? model->config.vocab_size : -1; }
+int64_t tandem_model_num_params(const tandem_model* model) { return model ? model->model->num_trainable() : -1; }
+int64_t tandem_model_num_adapter_tensors(const tandem_model* model) {
+    return model ? static_cast<int64_t>(model->model->adapter_slots().size()) : -1;
+}
+
+tandem_status tandem_model_adapter_tensor(const tandem_model* model, int64_t i, const char** name, int64_t* rows,
+                                          int64_t* cols, int64_t* offset) {
+    return guarded(TANDEM_ERROR_INVALID_ARGUMENT, [&] {
+        need(model, "model");
+        const auto& slots = model->model->adapter_slots();
+        if (i < 0 || i >= static_cast<int64_t>(slots.size()))
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, "adapter tensor index " + std::to_string(i) + " outside [0, " +
+                                                    std::to_string(slots.size()) + ")");
+        const eng::AdapterSlot& s = slots[static_cast<size_t>(i)];
+        if (name) *name = s.name.c_str();
+        if (rows) *rows = s.shape.at(0);
+        if (cols) *cols = s.shape.at(1);
+        if (offset) *offset = s.offset;
+    });
+}
+
+int64_t tandem_model_num_base_tensors(const tandem_model* model) {
+    return model ? static_cast<int64_t>(model->base.size()) : -1;
+}
+
+tandem_status tandem_model_base_tensor(const tandem_model* model, int64_t i, const char** name, int32_t* ndim,
+                                       int64_t shape[4], double* sum, double* sumsq, double* maxabs,
+                                       const char** sha256_hex) {
+    return guarded(TANDEM_ERROR_INVALID_ARGUMENT, [&] {
+        need(model, "model");
+        if (i < 0 || i >= static_cast<int64_t>(model->base.size()))
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, "base tensor index " + std::to_string(i) + " outside [0, " +
+                                                    std::to_string(model->base.size()) + ")");
+        const auto& g = model->base[static_cast<size_t>(i)];
+        if (g.shape.size() > 4) fail(TANDEM_ERROR_STATE, g.name + ": more than 4 dimensions");
+        if (name) *name = g.name.c_str();
+        if (ndim) *ndim = static_cast<int32_t>(g.shape.size());
+        if (shape)
+            for (size_t k = 0; k < 4; ++k) shape[k] = k < g.shape.size() ? g.shape[k] : 0;
+        if (sum) *sum = g.sum;
+        if (sumsq) *sumsq = g.sumsq;
+        if (maxabs) *maxabs = g.maxabs;
+        if (sha256_hex) *sha256_hex = g.sha256.c_str();
+    });
+}
+
+tandem_status tandem_model_set_params(tandem_model* model, const float* params, int64_t n) {
+    return guarded(TANDEM_ERROR_INVALID_ARGUMENT, [&] {
+        need(model, "model");
+        need(params, "params");
+        if (n != model->model->num_trainable())
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, "params: " + std::to_string(n) + " floats given, the adapter has " +
+                                                    std::to_string(model->model->num_trainable()));
+        eng::TensorMap m;
+        for (const auto& s : model->model->adapter_slots()) {
+            eng::Tensor t(s.shape);
+            std::memcpy(t.ptr(), params + s.offset, t.data.size() * sizeof(float));
+            m.emplace(s.name, std::move(t));
+        }
+        model->model->load_adapter(m);
+    });
+}
+
+tandem_status tandem_model_forward_backward(tandem_model* model, const tandem_micro_batch* micro_batch, int64_t update,
+                                            int64_t micro_batch_index, double grad_scale, float* grads, int64_t n,
+                                            double* loss_sum, int64_t* supervised) {
+    return guarded(TANDEM_ERROR_STATE, [&] {
+        need(model, "model");
+        if (update < 0 || micro_batch_index < 0)
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, "update and micro_batch_index must be >= 0");
+        if (grads && n != model->model->num_trainable())
+            fail(TANDEM_ERROR_INVALID_ARGUMENT, "grads: room for " + std::to_string(n) + " floats, the adapter has " +
+                                                    std::to_string(model->model->num_trainable()));
+        if (!std::isfinite(grad_scale)) fail(TANDEM_ERROR_INVALID_ARGUMENT, "grad_scale is not finite");
+        const eng::MicroBatch mb = one_micro_batch(micro_batch, model->config.vocab_size);
+        eng::DropoutContext dc;
+        dc.mode = model->dropout_mode;
+        dc.p = model->lora.dropout;
+        dc.seed = model->seed;
+        dc.update = static_cast<uint64_t>(update);
+        dc.micro_batch = static_cast<uint64_t>(micro_batch_index);
+        dc.native_counter = &model->native_counter;
+        model->model->zero_grads();
+        const int64_t labels = mb.validate(model->config.vocab_size);
+        const double s = model->model->forward_backward(mb, dc, grads ? grad_scale : 0.0);
+        if (grads) {
+            const eng::TensorMap g = model->model->adapter_gradients();
+            for (const auto& slot : model->model->adapter_slots()) {
+                const eng::Tensor& t = g.at(slot.name);
+                std::memcpy(grads + slot.offset, t.ptr(), t.data.size() * sizeof(float));
+            }
+        }
+        if (loss_sum) *loss_sum = s;
+        if (supervised) *supervised = labels;
+    });
+}
+
+tandem_status tandem_model_loss(tandem_model* model, const tandem_micro_batch* micro_batch, double* loss_sum,
+                                int64_t* supervised) {
+    return guarded(TANDEM_ERROR_STATE, [&] {
+        need(model, "model");
+        const eng::MicroBatch mb = one_micro_batch(micro_batch, model->config.vocab_size);
+        const int64_t labels = mb.validate(model->config.vocab_size);
+        const double s = model->model->loss_sum(mb);
+        if (loss_sum) *loss_sum = s;
+        if (supervised) *supervised = labels;
+    });
+}
+
+uint64_t tandem_model_dropout_counter(const tandem_model* model) { return model ? model->native_counter : 0; }
+void tandem_model_set_dropout_counter(tandem_model* model, uint64_t counter) {
+    if (model) model->native_counter = counter;
 }
 
 }  // extern "C"

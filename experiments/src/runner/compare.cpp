@@ -109,6 +109,8 @@ std::vector<PairedPoint> pair_grad_norms(const std::vector<StepRow>& a, const st
     return out;
 }
 
+bool is_imported(const LegData& leg) { return leg.implementation == "imported"; }
+
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
     return implementation_a == "reference" && implementation_b != "reference";
 }
@@ -414,9 +416,12 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
         const LegData& b = legs[j];
+        // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
+        const bool imported = is_imported(a) || is_imported(b);
         const size_t failures_before = c.failures.size();
         L1Entry l1 = compare_l1(a, b, t);
-        if (!l1.pass) {
+        if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
+        if (!l1.pass && l1.na.empty()) {
             std::ostringstream w;
             w.precision(3);
             w << "L1 " << a.name << "~" << b.name << ": relative difference "
@@ -425,12 +430,17 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         }
         c.l1.push_back(l1);
         L2Entry l2 = compare_l2(a, b);
-        if (!l2.pass)
+        if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
+            l2.na = "imported";
+            l2.mismatches.clear();
+        }
+        if (!l2.pass && l2.na.empty())
             c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
                                  " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
         c.l2.push_back(l2);
         L3Entry l3 = compare_l3(a, b);
-        if (!l3.pass)
+        if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
+        if (!l3.pass && l3.na.empty())
             c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
         c.l3.push_back(l3);
 
@@ -451,13 +461,18 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         l4.grad_percent = residual_percent(l4.grad_points, ref_first);
         if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
         if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-        l4.gated = legs_are_paired(spec, a.name, b.name) && model_error.empty();
+        l4.imported = imported;
+        l4.gated = !imported && legs_are_paired(spec, a.name, b.name) && model_error.empty();
         if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
+        else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
         else if (!model_error.empty()) l4.note = "no error model: " + model_error;
         else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
         // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
-        const LegData& judged = ref_first ? b : a;
-        const LegData& reference_side = ref_first ? a : b;
+        // The leg judged is the imported one when one is (the envelope must speak about it, not
+        // about the run's own leg), else the non-reference side.
+        const bool a_judged = is_imported(a) != is_imported(b) ? is_imported(a) : !ref_first;
+        const LegData& judged = a_judged ? a : b;
+        const LegData& reference_side = a_judged ? b : a;
         const SeedEnvelope* env = pick_envelope(c.envelopes, reference_side.implementation);
         if (!env) env = pick_envelope(c.envelopes, judged.implementation);
         if (env) {
@@ -499,10 +514,24 @@ TimingRow timing_of(const LegTrace& t) {
     return r;
 }
 
+// A pair with an imported leg (TensorBoard, CSV) has no L1-L3 and no paired distance: only a seed
+// envelope can judge it. Unjudged, it is reported per pair (not comparable) and named on the run's
+// verdict line, but it does not decide the verdict of the run's own legs (docs/thresholds.md
+// "Imported legs"): importing a run must not turn an agreeing run into a failure, and nothing about
+// the imported leg is ever called equivalent.
+bool Comparison::counts_for_run(const L4Entry& e) { return !e.imported || e.envelope.available; }
+
+std::vector<const L4Entry*> Comparison::unjudged_imported() const {
+    std::vector<const L4Entry*> out;
+    for (const auto& e : l4)
+        if (!counts_for_run(e)) out.push_back(&e);
+    return out;
+}
+
 bool Comparison::passed() const {
     if (!completeness_judged || !incomplete.empty() || !failures.empty()) return false;
     for (const auto& e : l4)
-        if (!verdict_passes(e.verdict)) return false;
+        if (counts_for_run(e) && !verdict_passes(e.verdict)) return false;
     return true;
 }
 
@@ -515,6 +544,13 @@ std::string Comparison::verdict() const {
     if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::NotComparable)) + ": " + first_of(failures);
     if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
     if (l4.empty()) return "incomplete: no pair of legs compared";
+    const auto unjudged = unjudged_imported();
+    std::string not_judged;
+    if (!unjudged.empty())
+        not_judged = "; not judged: " + unjudged.front()->leg_a + "~" + unjudged.front()->leg_b +
+                     (unjudged.size() > 1 ? " (+" + std::to_string(unjudged.size() - 1) + " more)" : "") +
+                     ": an imported leg, no paired distance and no seed envelope";
+    if (unjudged.size() == l4.size()) return "complete; no pair of the run's own legs to cross-check" + not_judged;
     // The worst pair speaks for the run: not comparable, then outside, then within, then equivalent.
     auto severity = [](PairVerdict v) {
         switch (v) {
@@ -525,13 +561,13 @@ std::string Comparison::verdict() const {
         }
         return 3;
     };
-    const L4Entry* worst = &l4.front();
+    const L4Entry* worst = nullptr;
     for (const auto& e : l4)
-        if (severity(e.verdict) > severity(worst->verdict)) worst = &e;
+        if (counts_for_run(e) && (!worst || severity(e.verdict) > severity(worst->verdict))) worst = &e;
     size_t others = 0;
-    for (const auto& e : l4) others += &e != worst && severity(e.verdict) == severity(worst->verdict);
+    for (const auto& e : l4) others += counts_for_run(e) && &e != worst && severity(e.verdict) == severity(worst->verdict);
     return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
-           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "");
+           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "") + not_judged;
 }
 
 std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {
@@ -627,6 +663,7 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
     c.incomplete.clear();
     if (legs.empty()) c.incomplete.push_back("the run has no leg");
     for (const auto& l : legs) {
+        if (is_imported(l)) continue;  // a run made elsewhere holds whatever series it has (docs/legs.md)
         for (auto& line : incompleteness(l, expected)) c.incomplete.push_back(std::move(line));
         for (auto& line : non_finite_values(l)) c.failures.push_back(std::move(line));
     }

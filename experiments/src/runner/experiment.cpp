@@ -1,6 +1,7 @@
 // Experiment files: parsing, validation with field-naming errors, resolution to the full spec.
 #include "tandem/experiments/experiment.h"
 
+#include "tandem/assets.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/experiments/run_file.h"  // validate_leg_name
@@ -262,7 +263,9 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         if (f.has("base")) {
             ++given;
             s.model_base = f.str("base", std::nullopt);
-            if (s.model_base.empty()) f.fail("base", "must be a non-empty path");
+            if (s.model_base.empty()) f.fail("base", "must be a non-empty path or assets:NAME");
+            if (is_asset_reference(s.model_base))
+                if (auto problem = asset_reference_problem(s.model_base); !problem.empty()) f.fail("base", problem);
         }
         if (given != 1) f.fail("", "needs exactly one of config (a name or fields) or base (a checkpoint folder)");
         f.reject_unknown();

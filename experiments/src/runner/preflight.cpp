@@ -52,8 +52,8 @@ std::string ResourceEstimate::summary() const {
 }
 
 ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vector<LegPlan>& legs,
-                                    const fs::path& out_dir, int max_concurrent) {
-    const engine::Qwen3Config c = model_config_of(spec);
+                                    const fs::path& out_dir, const std::optional<fs::path>& assets, int max_concurrent) {
+    const engine::Qwen3Config c = model_config_of(spec, assets);
     const double V = static_cast<double>(c.vocab_size), H = static_cast<double>(c.hidden_size);
     const double I = static_cast<double>(c.intermediate_size), L = static_cast<double>(c.num_hidden_layers);
     const double heads = static_cast<double>(c.num_attention_heads), kv = static_cast<double>(c.num_key_value_heads);
@@ -109,14 +109,17 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
 }
 
 ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan>& legs, const fs::path& out_dir,
-                           int max_concurrent) {
+                           const std::optional<fs::path>& assets, int max_concurrent) {
     const std::string source = "experiment '" + spec.name + "'";
     try {
-        model_config_of(spec);
+        model_config_of(spec, assets);
     } catch (const Error& err) {
-        throw Error(source + ": field model." + (spec.model_base.empty() ? "config" : "base") + ": " + err.what());
+        const std::string what = err.what();
+        const std::string named = "experiment field model.";  // base_folder_of names the field already
+        throw Error(source + ": " + (what.rfind(named, 0) == 0 ? what.substr(std::string("experiment ").size())
+                                                               : "field model." + std::string(spec.model_base.empty() ? "config" : "base") + ": " + what));
     }
-    ResourceEstimate e = estimate_resources(spec, legs, out_dir, max_concurrent);
+    ResourceEstimate e = estimate_resources(spec, legs, out_dir, assets, max_concurrent);
     const std::string sizes = "model, lora.rank " + std::to_string(spec.lora_rank) + ", batch.micro_batch " +
                               std::to_string(spec.micro_batch) + ", sequence.max_len " + std::to_string(spec.max_len);
     if (e.memory_available_bytes > 0 && e.host_bytes_all_legs > e.memory_available_bytes)

@@ -11,7 +11,9 @@
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
 #include "tandem/strict_json.h"
+#include "tandem/sha256.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -68,8 +70,35 @@ std::map<std::string, std::variant<int64_t, double, std::string>> PreparedRun::r
             {"assets_json", assets.dump()}};
 }
 
-engine::Qwen3Config model_config_of(const ExperimentSpec& spec) {
-    if (!spec.model_base.empty()) return engine::read_hf_config(spec.model_base);
+json base_files_sha256(const fs::path& base_dir) {
+    json out = json::object();
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(base_dir))
+        if (e.is_regular_file()) files.push_back(e.path());  // follows the links to a given checkpoint
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) out[f.filename().string()] = sha256_file_hex(f);
+    return out;
+}
+
+fs::path base_folder_of(const ExperimentSpec& spec, const std::optional<fs::path>& assets) {
+    if (spec.model_base.empty()) return {};
+    if (!is_asset_reference(spec.model_base)) {
+        const fs::path dir = fs::absolute(spec.model_base);
+        std::error_code ec;
+        if (!fs::is_regular_file(dir / "config.json", ec))
+            throw Error("experiment field model.base: " + dir.string() +
+                        " is not a checkpoint folder (no config.json); name a folder or a shipped base (assets:NAME)");
+        return dir;
+    }
+    try {
+        return resolve_asset_reference(spec.model_base, assets, "config.json");
+    } catch (const Error& e) {
+        throw Error(std::string("experiment field model.base: ") + e.what());
+    }
+}
+
+engine::Qwen3Config model_config_of(const ExperimentSpec& spec, const std::optional<fs::path>& assets) {
+    if (!spec.model_base.empty()) return engine::read_hf_config(base_folder_of(spec, assets));
     if (spec.model_config == "inline") {
         // Inline fields override the Qwen3-0.6B architecture's config.json (SPEC §1).
         json full = engine::Qwen3Config::named("qwen3-0.6b").to_json();
@@ -90,6 +119,8 @@ engine::LoraConfig lora_config_of(const ExperimentSpec& spec) {
 }
 
 PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, const PrepareOptions& opt) {
+    // A base that cannot be found fails before anything is written.
+    const fs::path base_folder = base_folder_of(spec, opt.assets);
     PreparedRun run;
     run.folder = fs::absolute(folder);
     run.run_id = run.folder.filename().string();
@@ -169,25 +200,31 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     // 5. Base weights: the given checkpoint (linked), or generated from the seed.
     auto t1 = std::chrono::steady_clock::now();
     fs::path base_dir = run.folder / "base";
-    engine::Qwen3Config config = model_config_of(spec);
+    engine::Qwen3Config config = model_config_of(spec, opt.assets);
     std::string base_source;
     if (!spec.model_base.empty()) {
         fs::create_directories(base_dir);
-        for (const auto& e : fs::directory_iterator(spec.model_base)) {
+        for (const auto& e : fs::directory_iterator(base_folder)) {
             if (!e.is_regular_file()) continue;
             std::error_code ec;
             fs::create_symlink(fs::absolute(e.path()), base_dir / e.path().filename(), ec);
             if (ec) copy_file_into(e.path(), base_dir);
         }
-        base_source = fs::absolute(spec.model_base).string();
+        base_source = is_asset_reference(spec.model_base) ? spec.model_base + " (" + base_folder.string() + ")"
+                                                          : base_folder.string();
     } else {
         engine::write_generated_base(base_dir, config, spec.seeds.base);
         base_source = std::string("generated (") + engine::kGeneratorName + ", seed " + std::to_string(spec.seeds.base) + ")";
     }
+    // What the legs will load, by content: SHA-256 of every file in base/ (links followed).
+    const json base_sha256 = base_files_sha256(base_dir);
     // 6. The initial adapter, in peft's layout.
     engine::write_initial_adapter(run.folder / "init", config, lora_config_of(spec), spec.seeds.adapter, "");
     double weights_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    say(opt, "base: " + base_source + "; initial adapter written");
+    std::string weights_hash;
+    if (base_sha256.contains("model.safetensors"))
+        weights_hash = ", model.safetensors sha256 " + base_sha256["model.safetensors"].get<std::string>().substr(0, 12) + "…";
+    say(opt, "base: " + base_source + weights_hash + "; initial adapter written");
 
     run.total_updates = static_cast<int64_t>(plan.updates.size());
     run.train_records = static_cast<int64_t>(build.split.train.size());
@@ -195,7 +232,7 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     run.eval_examples = static_cast<int64_t>(prefix.size());
     run.summary = json{{"run_id", run.run_id}, {"total_updates", run.total_updates},
                        {"train_records", run.train_records}, {"heldout_records", run.heldout_records},
-                       {"eval_examples", run.eval_examples}, {"base", base_source},
+                       {"eval_examples", run.eval_examples}, {"base", base_source}, {"base_sha256", base_sha256},
                        {"corpus_s", corpus_s}, {"weights_s", weights_s},
                        {"assets", run.assets}, {"warnings", run.warnings}};
     write_file_atomic(run.folder / "prepare.json", run.summary.dump(2) + "\n");

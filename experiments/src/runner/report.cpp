@@ -31,6 +31,8 @@ std::string percent_at(const PercentSeries& s) {
 std::string sec(double s) { return s < 0 ? "n/a" : fmt(s, "%.3f"); }
 std::string bytes(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
 std::string yesno(bool pass) { return pass ? "pass" : "FAIL"; }
+// The check column of L1-L3: "n/a (imported)" when an imported leg lacks the level's data.
+std::string check_text(bool pass, const std::string& na) { return na.empty() ? yesno(pass) : "n/a (" + na + ")"; }
 
 std::string ids_text(const std::vector<int32_t>& ids) {
     std::string o;
@@ -139,8 +141,9 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     {
         Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
         for (const auto& e : c.l1)
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b), fmt(e.abs_diff, "%.3e"),
-                               fmt(e.rel_diff, "%.3e"), yesno(e.pass)});
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
+                               e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
+                               e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
         tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (SPEC 4)");
         out.push_back(tb);
     }
@@ -148,7 +151,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         Table tb{"l2", "L2: parameters after load", {"legs", "tensors compared", "identical", "mismatching", "check"}, {}, {}};
         for (const auto& e : c.l2) {
             tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.equal),
-                               std::to_string(e.mismatches.size()), yesno(e.pass)});
+                               std::to_string(e.mismatches.size()), check_text(e.pass, e.na)});
             for (const auto& m : e.mismatches) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + m);
         }
         tb.notes.push_back("pass: every tensor has the same shape and the same float32 bytes (sha256)");
@@ -159,7 +162,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                  {"legs", "records", "identical", "first mismatch", "what", "check"}, {}, {}};
         for (const auto& e : c.l3) {
             tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.identical),
-                               e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, yesno(e.pass)});
+                               e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, check_text(e.pass, e.na)});
             if (e.first_index) {
                 tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ", record " + e.first_id + ": " + e.detail);
                 if (e.first_token) {
@@ -255,7 +258,8 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
             tb.rows.push_back({r.leg + " (" + r.implementation + ")", r.device, r.status, sec(r.setup_s), sec(r.model_load_s),
                                sec(r.tokenize_s),
                                sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
-                               fmt(r.tokens_per_s, "%.1f"), bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
+                               r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), bytes(r.peak_device_bytes),
+                               bytes(r.peak_host_bytes)});
         tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
         out.push_back(tb);
     }
@@ -549,7 +553,9 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
     for (const auto& x : c.failures) reasons.push_back(x);
     if (c.incomplete.empty() && c.failures.empty())
         for (const auto& e : c.l4)
-            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+            if (!verdict_passes(e.verdict))
+                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
+                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     if (f == ReportFormat::Latex) {
         o << "% verdict: " << latex_escape(verdict) << "\n";
@@ -605,7 +611,9 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     for (const auto& x : c.failures) reasons.push_back(x);
     if (c.incomplete.empty() && c.failures.empty())
         for (const auto& e : c.l4)
-            if (!verdict_passes(e.verdict)) reasons.push_back(std::string(pair_verdict_name(e.verdict)) + ": " + e.verdict_reason);
+            if (!verdict_passes(e.verdict))
+                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
+                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
     if (reasons.size() == 1) reasons.clear();
     if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
         const char* lead = f == ReportFormat::Latex ? "% " : "# ";

@@ -269,6 +269,8 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
         info.run_id = prepared.run_id;
         info.total_updates = prepared.total_updates;
         for (const auto& [k, v] : prepared.run_attributes()) info.extra[k] = v;  // asset digests, input warnings
+        info.base = prepared.summary.value("base", std::string());
+        if (prepared.summary.contains("base_sha256")) info.base_sha256 = prepared.summary["base_sha256"].dump();
         w.write_experiment(info);
         for (const auto& l : legs) {
             Attributes attrs{{"implementation", l.plan->implementation}, {"device", l.plan->device},

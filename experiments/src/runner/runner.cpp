@@ -35,6 +35,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tandem/experiments/leg_paths.h"
+
 namespace tandem::experiments {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -98,18 +100,6 @@ fs::path self_executable() {
     return p;
 }
 
-std::string reference_python() {
-    if (const char* p = std::getenv("TANDEM_REFENV_PYTHON"); p && *p) return p;
-    if (const char* r = std::getenv("TANDEM_REFENV"); r && *r) return std::string(r) + "/bin/python";
-    return TANDEM_REFENV_PYTHON_DEFAULT;
-}
-
-fs::path legs_dir() {
-    if (const char* d = std::getenv("TANDEM_LEGS_DIR"); d && *d) return d;
-    fs::path src = fs::path(TANDEM_SOURCE_DIR) / "experiments" / "legs";
-    if (fs::exists(src / "reference_leg.py")) return src;
-    return fs::path(TANDEM_INSTALL_DATADIR) / "legs";
-}
 
 // The engine's C library, for the SDK legs that drive it (docs/legs.md): $TANDEM_ENGINE_LIB, else the
 // build tree next to this binary, else the installed one.
@@ -326,7 +316,7 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     {
         Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
     }
-    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.max_concurrent_legs);
+    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.assets, opt.max_concurrent_legs);
     say("estimate: " + est.summary());
     std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
     run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));

@@ -523,6 +523,8 @@ void RunFileWriter::write_experiment(const ExperimentInfo& experiment) {
         attrs["tandem_version"] = experiment.tandem_version.empty() ? std::string(TANDEM_VERSION) : experiment.tandem_version;
         attrs["run_id"] = experiment.run_id;
         attrs["total_updates"] = experiment.total_updates;
+        attrs["base"] = experiment.base;
+        attrs["base_sha256"] = experiment.base_sha256;
         h5::write_attributes(f, group, attrs);
     });
 }
@@ -711,14 +713,14 @@ void RunFileWriter::write_faults(const Attributes& attributes, const std::string
 
 void RunFileWriter::remove_envelope(const std::string& stack) {
     validate_leg_name(stack);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         if (h5::exists(file_, envelope_path(stack))) h5::remove_link(path_.string(), file_, envelope_path(stack));
     });
 }
 
 void RunFileWriter::set_envelope_attributes(const std::string& stack, const Attributes& attributes) {
     validate_leg_name(stack);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         Handle group = h5::require_group(path_.string(), file_, envelope_path(stack));
         h5::write_attributes(path_.string(), group, attributes);
     });
@@ -728,7 +730,7 @@ void RunFileWriter::write_envelope_series(const std::string& stack, const std::s
                                           const std::vector<EnvelopePoint>& points) {
     validate_leg_name(stack);
     validate_series_name(series);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, envelope_path(stack));
         h5::remove_link(f, group, series);
@@ -740,7 +742,7 @@ void RunFileWriter::write_envelope_series(const std::string& stack, const std::s
 void RunFileWriter::write_envelope_values(const std::string& stack, const std::string& name, const std::vector<double>& values) {
     validate_leg_name(stack);
     validate_series_name(name);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, envelope_path(stack));
         h5::remove_link(f, group, name);
@@ -754,7 +756,7 @@ void RunFileWriter::write_envelope_member(const std::string& stack, const std::s
                                           const Attributes& attributes) {
     validate_leg_name(stack);
     validate_leg_name(member);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         const std::string path = envelope_path(stack) + "/members/" + member;
         if (h5::exists(file_, path)) h5::remove_link(f, file_, path);
@@ -771,7 +773,7 @@ void RunFileWriter::write_distance(const std::string& leg_a, const std::string& 
                                    const std::vector<DistancePoint>& points, const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
     validate_series_name(name);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, distance_path(leg_a, leg_b));
         h5::remove_link(f, group, name);
@@ -783,7 +785,7 @@ void RunFileWriter::write_distance(const std::string& leg_a, const std::string& 
 
 void RunFileWriter::set_distance_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes) {
     validate_comparison_pair(leg_a, leg_b);
-    guarded([&] {
+    guarded([=, this] {  // by value: replayed in the next session (double buffering)
         Handle group = h5::require_group(path_.string(), file_, distance_path(leg_a, leg_b));
         h5::write_attributes(path_.string(), group, attributes);
     });
@@ -866,10 +868,12 @@ std::optional<ExperimentInfo> RunFileReader::experiment() const {
     if (!h5::exists(file_, "/experiment")) return std::nullopt;
     const Attributes a = attributes("/experiment");
     ExperimentInfo info{text_attr(a, "name"), text_attr(a, "spec_json"), text_attr(a, "spec_sha256"),
-                        text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1), {}};
+                        text_attr(a, "tandem_version"), text_attr(a, "run_id"), int_attr(a, "total_updates", -1),
+                        // absent in files written before the base was recorded: ""
+                        text_attr(a, "base"), text_attr(a, "base_sha256"), {}};
     for (const auto& [k, v] : a)
         if (k != "name" && k != "spec_json" && k != "spec_sha256" && k != "tandem_version" && k != "run_id" &&
-            k != "total_updates")
+            k != "total_updates" && k != "base" && k != "base_sha256")
             info.extra[k] = v;
     return info;
 }

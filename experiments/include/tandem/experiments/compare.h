@@ -77,6 +77,10 @@ struct PercentSeries {
 };
 // reference_is_a: the pair's first leg is the reference (see the header comment).
 PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool reference_is_a);
+// A leg added by `tandem import tensorboard|csv` (implementation "imported", experiments/import.h):
+// levels needing data it lacks are "n/a (imported)", and its L4 is reported, not gated.
+bool is_imported(const LegData& leg);
+
 // Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
 bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
 
@@ -101,6 +105,7 @@ struct L1Entry {
     std::optional<double> ce_a, ce_b;
     double abs_diff = 0, rel_diff = 0;  // rel: |a-b| / |b|
     bool pass = false;
+    std::string na;  // "imported": an imported leg lacks the data; neither pass nor a failure
 };
 
 struct L2Entry {
@@ -108,6 +113,7 @@ struct L2Entry {
     int64_t compared = 0, equal = 0;
     std::vector<std::string> mismatches;  // "<name>: <why>", every mismatching tensor
     bool pass = false;
+    std::string na;  // as L1Entry::na
 };
 
 struct L3Entry {
@@ -121,6 +127,7 @@ struct L3Entry {
     std::vector<int32_t> window_a, window_b;  // ids around the first differing token
     std::string detail;              // one line
     bool pass = false;
+    std::string na;  // as L1Entry::na
 };
 
 struct GradStats {
@@ -141,6 +148,7 @@ struct L4Entry {
     PercentSeries eval_percent, loss_percent, grad_percent;
     std::optional<double> final_loss_a, final_loss_b;
     bool gated = false;  // the legs are paired (same seeds, shared masks + shared plan): the numerics distance applies
+    bool imported = false;  // a leg of the pair is imported (TensorBoard, CSV): no L1-L3, no paired distance
     bool pass = true;    // the pair's verdict passes (equivalent, or within the seed envelope)
     std::string note;
     // The two distances (docs/thresholds.md) and the pair's verdict with its one-line reason.
@@ -186,13 +194,21 @@ struct Comparison {
     // missing evaluations. A comparison over incomplete legs never passes.
     std::vector<std::string> incomplete;
     bool completeness_judged = false;
-    // Complete, no level failed, and every pair equivalent or within the seed envelope.
+    // Complete, no level failed, and every pair that counts (counts_for_run) equivalent or within the
+    // seed envelope.
     bool passed() const;
+    // Whether a pair's verdict speaks for the run: every pair but one with an imported leg that no
+    // seed envelope could judge (docs/thresholds.md "Imported legs"); those are listed by
+    // unjudged_imported() and named on the verdict line, never counted as equivalent.
+    static bool counts_for_run(const L4Entry& e);
+    std::vector<const L4Entry*> unjudged_imported() const;
     // One line (docs/report.md "The verdict"): "incomplete: <first reason> (+N more)"; "not comparable:
     // <first failure> (+N more)" (a level L1-L3 failed or a value is non-finite); else the worst pair's
     // verdict with its reason: "equivalent: ...", "numerically different but within the seed envelope:
     // ...", "outside the envelope: ...", "not comparable: ..." (+N more pairs not passing); for one leg
-    // "complete; one leg, nothing to cross-check".
+    // "complete; one leg, nothing to cross-check" (or "complete; no pair of the run's own legs to
+    // cross-check" when the other legs are unjudged imports). Unjudged imported pairs are named at
+    // the end: "; not judged: <a>~<b> (+N more): an imported leg, no paired distance and no seed envelope".
     std::string verdict() const;
 };
 

@@ -56,7 +56,7 @@ struct ExperimentSpec {
     // model: exactly one of config_name / inline config / base_path.
     std::string model_config;            // a Qwen3Config::named name ("tiny", "qwen3-0.6b") or "inline"
     nlohmann::json model_inline;         // inline config.json fields when model_config == "inline"
-    std::string model_base;              // an HF checkpoint folder to use instead of generating one
+    std::string model_base;              // an HF checkpoint folder (or "assets:NAME", a shipped one) instead of generating one
 
     int64_t lora_rank = 16;
     double lora_alpha = 32.0;

@@ -41,6 +41,8 @@ struct ExperimentInfo {
     std::string tandem_version;  // filled with TANDEM_VERSION when empty
     std::string run_id;          // the run folder's name, also the catalog's runs.id
     std::int64_t total_updates = -1;  // optimizer updates in the run's plan (-1: not recorded, older files)
+    std::string base = {};       // where the base weights came from (prepare.json "base"); "" when unknown
+    std::string base_sha256 = {};  // JSON object {"<file>": "<sha256 hex>"} of every file in base/; "" when unknown
     Attributes extra{};          // further /experiment attributes (asset digests, input warnings: PreparedRun::run_attributes)
 };
 

@@ -1,0 +1,3 @@
+module tandem/sdk
+
+go 1.19

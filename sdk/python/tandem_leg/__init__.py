@@ -1,0 +1,92 @@
+"""tandem_leg — write a tandem leg in Python (docs/legs.md).
+
+A leg is a process that reads a run folder prepared by `tandem run` and reports the leg protocol
+(docs/leg-protocol.md) as JSON Lines on stdout. This package reads the run folder, writes every
+event checked against the protocol, computes L2 digests, and keeps checkpoints in the runner's
+format — with the standard library only. `tandem_leg.hf.TandemCallback` turns a HuggingFace
+`Trainer` run into a leg; `tandem_leg.sdk_leg` is the sdk-python leg (its own training loop over
+the engine's C ABI).
+
+    import tandem_leg
+    args = tandem_leg.parse_leg_args()          # --run --leg --device --threads --resume
+    run = tandem_leg.RunFolder(args.run)
+    events = tandem_leg.EventWriter()
+    events.emit("hello", implementation="my-stack", leg=args.leg, ...)
+"""
+import argparse
+import array
+import hashlib
+import math
+import resource
+import sys
+
+from .checkpoint import newest_valid_checkpoint, verify_checkpoint, write_checkpoint  # noqa: F401
+from .protocol import (PROTOCOL_VERSION, EventWriter, ProtocolError, claim_stdout,  # noqa: F401
+                       finite_or_none, validate_event)
+from .run_folder import RunFolder, RunFolderError  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def parse_leg_args(argv=None, description="a tandem leg"):
+    """The command line every leg accepts: --run RUN_DIR --leg NAME --device cpu|cuda:N [--threads N] [--resume]."""
+    return leg_arg_parser(description).parse_args(argv)
+
+
+def leg_arg_parser(description="a tandem leg"):
+    """An argparse parser with the leg options (add your own flags, then parse_args)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--run", required=True, help="the run folder prepared by `tandem run`")
+    ap.add_argument("--leg", required=True, help="this leg's name (legs/<name>/ in the run folder)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: the library's default)")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
+    return ap
+
+
+def digest(name, kind, shape, values):
+    """The L2 digest of one tensor: shape, sum, sum of squares and max |x| accumulated in float64 (in
+    order), and the sha256 of its float32 little-endian bytes, row-major. `values`: an array('f'), the
+    float32 bytes, or any sequence of numbers (rounded to float32 first)."""
+    if isinstance(values, (bytes, bytearray, memoryview)):
+        a = array.array("f")
+        a.frombytes(bytes(values))
+    elif isinstance(values, array.array) and values.typecode == "f":
+        a = values
+    else:
+        a = array.array("f", values)
+    if sys.byteorder != "little":
+        a = array.array("f", a)
+        a.byteswap()
+    count = 1
+    for d in shape:
+        count *= d
+    if count != len(a):
+        raise ValueError(f"tensor {name}: shape {list(shape)} holds {count} values, got {len(a)}")
+    s = ss = mx = 0.0
+    for x in a:  # sequential float64 accumulation, as the engine leg does
+        s += x
+        ss += x * x
+        ax = -x if x < 0 else x
+        if ax > mx:
+            mx = ax
+    return {"name": name, "kind": kind, "shape": list(shape), "sum": s, "sumsq": ss, "maxabs": mx,
+            "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+
+
+def peak_host_rss_bytes():
+    """getrusage's max resident set size in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def warmup_updates(fraction, total):
+    """W = ceil(fraction * T) (SPEC §1)."""
+    return math.ceil(float(fraction) * total)
+
+
+def cosine_with_warmup_lr(base_lr, t, warmup, total):
+    """transformers.get_cosine_schedule_with_warmup (num_cycles 0.5) times base_lr, for 0-based update t."""
+    if t < warmup:
+        return base_lr * (float(t) / float(max(1, warmup)))  # LambdaLR: base_lr * lambda(t)
+    progress = float(t - warmup) / float(max(1, total - warmup))
+    return base_lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress)))

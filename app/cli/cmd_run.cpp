@@ -233,6 +233,7 @@ void add_run_commands(CLI::App& app, int& exit_code) {
     engine->add_option("--device", leg_opts->device, "device")->capture_default_str();
     engine->add_option("--threads", leg_opts->threads, "CPU threads (0: default)");
     engine->add_flag("--resume", leg_opts->resume, "continue from the newest valid checkpoint");
+    engine->add_option("--faults", leg_opts->faults, "faults to inject, name[=size],... (set by the runner; docs/faults.md)");
     engine->callback([leg_opts, &exit_code] { exit_code = experiments::run_engine_leg(*leg_opts); });
 
     // tandem leg stop|pause|resume RUN LEG: one leg of a run, while the others go on.

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     add_import_commands(app, exit_code);
     add_compare_command(app, exit_code);
     add_localise_command(app, exit_code);
+    add_faults_command(app, exit_code);
 
     try {
         app.parse(argc, argv);

@@ -33,6 +33,7 @@ struct Options {
     QString page;
     QStringList compare;
     QString export_figure;
+    QString export_heatmap;
     QSize size{1280, 800};
 };
 
@@ -55,6 +56,10 @@ void describe(QCommandLineParser& parser) {
                       QStringLiteral("With --screenshot-dir: also export the open run's held-out CE + residual + grad norm as one "
                                      "multi-panel figure (journal column width) to file."),
                       QStringLiteral("file")});
+    parser.addOption({QStringLiteral("export-heatmap"),
+                      QStringLiteral("With --screenshot-dir: also export the open faults run's matrix as a heatmap (PNG, SVG "
+                                     "or PDF by suffix; docs/faults.md) to file."),
+                      QStringLiteral("file")});
 }
 
 Options read_options(QCommandLineParser& parser) {
@@ -68,6 +73,7 @@ Options read_options(QCommandLineParser& parser) {
     o.screenshot_dir = parser.value(QStringLiteral("screenshot-dir"));
     o.compare = parser.values(QStringLiteral("compare"));
     o.export_figure = parser.value(QStringLiteral("export-figure"));
+    o.export_heatmap = parser.value(QStringLiteral("export-heatmap"));
     if (parser.isSet(QStringLiteral("size"))) {
         const auto parts = parser.value(QStringLiteral("size")).split(QLatin1Char('x'));
         if (parts.size() == 2) o.size = QSize(parts[0].toInt(), parts[1].toInt());
@@ -115,13 +121,15 @@ int main(int argc, char** argv) {
     for (const auto& run : options.compare) window.compare()->add_run(run);
 
     const QStringList pages{QStringLiteral("runs"), QStringLiteral("launch"), QStringLiteral("trajectories"),
-                            QStringLiteral("token-diff"), QStringLiteral("tables"), QStringLiteral("compare")};
+                            QStringLiteral("token-diff"), QStringLiteral("tables"), QStringLiteral("compare"),
+                            QStringLiteral("faults")};
     if (const auto page = pages.indexOf(options.page); page >= 0) window.show_page(static_cast<tandem::views::MainWindow::Page>(page));
     window.show();
 
     if (!options.screenshot_dir.isEmpty()) {
         // Wait for the run's first snapshot (or give up after 20 s), then grab every page and quit.
-        auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, compared = options.compare.size()] {
+        auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, heatmap = options.export_heatmap,
+                      compared = options.compare.size()] {
             // The compare page's runs load on their own threads: wait for them (at most 20 s).
             for (int i = 0; i < 200 && window.compare()->overlay()->runs().size() < static_cast<std::size_t>(compared); ++i) {
                 QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
@@ -133,6 +141,11 @@ int main(int argc, char** argv) {
             if (!figure.isEmpty()) {
                 exported = window.export_multi_panel_figure(figure);
                 if (exported) std::printf("%s\n", qPrintable(figure));
+            }
+            if (!heatmap.isEmpty()) {
+                const bool ok = window.export_fault_heatmap(heatmap);
+                if (ok) std::printf("%s\n", qPrintable(heatmap));
+                exported = exported && ok;
             }
             QCoreApplication::exit(files.size() >= 5 && exported ? 0 : 1);
         };

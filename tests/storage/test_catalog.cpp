@@ -111,7 +111,7 @@ TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
     const fs::path file = tandem::test::fresh_dir("catalog-new") / "tandem.db";
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
-    EXPECT_EQ(ex::kCatalogSchemaVersion, 5);
+    EXPECT_EQ(ex::kCatalogSchemaVersion, 6);
     EXPECT_EQ(pragma(c.handle(), "journal_mode"), "wal");
     EXPECT_EQ(pragma(c.handle(), "synchronous"), "2");  // FULL
     EXPECT_EQ(pragma(c.handle(), "foreign_keys"), "1");
@@ -129,7 +129,7 @@ TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
     const fs::path file = tandem::test::fresh_dir("catalog-empty") / "tandem.db";
     { std::ofstream touch(file); }
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 5);
+    EXPECT_EQ(c.schema_version(), 6);
 }
 
 TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
@@ -139,7 +139,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
                    "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
     {
         ex::Catalog c(file);
-        EXPECT_EQ(c.schema_version(), 5);
+        EXPECT_EQ(c.schema_version(), 6);
         const auto probes = c.probes();
         ASSERT_EQ(probes.size(), 1u);
         EXPECT_EQ(probes[0].device_name, "Old CPU");
@@ -147,7 +147,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
         EXPECT_EQ(probes[0].hostname, "old-host");
         // The version-2 tables are there and usable.
         c.upsert_run({"r1", "exp", "", "/runs/r1", "/runs/r1/run.h5", "2026-11-29T09:00:00Z", std::nullopt, "running",
-                      "0.1.0", "h", std::nullopt, ""});
+                      "0.1.0", "h", std::nullopt, "", ""});
         EXPECT_EQ(c.runs().size(), 1u);
     }
     // Opening again is a no-op (already current).
@@ -165,7 +165,7 @@ TEST(Catalog, MigratesAVersion2FileKeepingLegRowsAndAcceptsPausedAndStoppedLegs)
     raw_exec(file, "INSERT INTO legs (run_id, name, implementation, status, updates_done, final_loss) VALUES "
                    "('r1', 'engine', 'engine', 'finished', 30, 11.5)");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 5);
+    EXPECT_EQ(c.schema_version(), 6);
     auto legs = c.legs("r1");
     ASSERT_EQ(legs.size(), 1u);
     EXPECT_EQ(legs[0].status, "finished");
@@ -222,10 +222,10 @@ TEST(Catalog, RunsAndLegsUpsertListAndDeleteTogether) {
     const fs::path file = tandem::test::fresh_dir("catalog-runs") / "tandem.db";
     ex::Catalog c(file);
     ex::RunRecord run{"clinical-tiny-20261129-090000", "clinical-tiny", "abc", "/r", "/r/run.h5",
-                      "2026-11-29T09:00:00Z", std::nullopt, "running", "0.1.0", "host", 4242, ""};
+                      "2026-11-29T09:00:00Z", std::nullopt, "running", "0.1.0", "host", 4242, "", ""};
     c.upsert_run(run);
     c.upsert_run({"older", "clinical-tiny", "abc", "/o", "/o/run.h5", "2026-11-28T09:00:00Z", "2026-11-28T10:00:00Z",
-                  "finished", "0.1.0", "host", std::nullopt, ""});
+                  "finished", "0.1.0", "host", std::nullopt, "", ""});
     ex::LegRecord leg;
     leg.run_id = run.id;
     leg.name = "engine-cpu";
@@ -342,7 +342,7 @@ TEST(Catalog, MigratesAVersion2FileToTagsAndNotesKeepingRuns) {
     raw_exec(file, "INSERT INTO runs (id, experiment, folder, started_at, status, note) VALUES "
                    "('old-run', 'clinical-tiny', '/runs/old-run', '2026-11-28T10:00:00Z', 'finished', 'all cross-checks passed')");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 5);
+    EXPECT_EQ(c.schema_version(), 6);
     ASSERT_EQ(c.runs().size(), 1u);
     EXPECT_EQ(c.runs()[0].note, "all cross-checks passed");  // the runner's note is untouched
     EXPECT_TRUE(c.annotation("old-run").tags.empty());

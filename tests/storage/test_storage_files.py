@@ -225,7 +225,7 @@ def test_probe_cpu_writes_h5_and_catalog_that_agree(tmp_path):
         assert f["host"].attrs["cpu_model"] == cpu_model_from_proc()
         assert f["host"].attrs["logical_cores"] == os.cpu_count()
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         rows = c.execute("SELECT device, gbps_memcpy, gbps_h2d, bytes, run_file FROM probes").fetchall()
     assert rows == [("cpu", gbps, None, copy_bytes, str(out))]

@@ -38,7 +38,10 @@ SupervisionSpan supervision_span(const std::vector<int32_t>& ids, const std::vec
 
 TokenizedRecord tokenize_record(const Tokenizer& tokenizer, TemplateKind kind, const std::vector<Message>& messages,
                                 size_t max_len) {
-    RenderedRecord rendered = render_record(kind, messages);
+    return tokenize_rendered(tokenizer, render_record(kind, messages), max_len);
+}
+
+TokenizedRecord tokenize_rendered(const Tokenizer& tokenizer, RenderedRecord rendered, size_t max_len) {
     if (rendered.full_text.compare(0, rendered.prompt_text.size(), rendered.prompt_text) != 0)
         throw RecordRejected("full_text does not start with prompt_text");
     const auto im_end = tokenizer.token_id("<|im_end|>");

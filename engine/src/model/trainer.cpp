@@ -4,6 +4,7 @@
 // the host waits once per update (for the loss) and once more for the grad norm.
 #include "tandem/engine/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@ struct Trainer::Impl {
     uint64_t native_counter = 0;
     int64_t warmup = 0;
     bool evaluated_since_update = false;        // the slow_after_eval fault's trigger
+    double last_normal_update_s = 0;            // the slow_after_eval fault's unit: the last update not slowed
 
     const FaultConfig& faults() const { return opts.model.faults; }
 
@@ -206,9 +208,13 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     be.download(&out.grad_norm, s.norm.get(), sizeof(double));  // waits for the update
     out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (f.slow_after_eval > 1 && s.evaluated_since_update) {
-        // the runtime fault: this update takes slow_after_eval times as long; no number changes
-        std::this_thread::sleep_for(std::chrono::duration<double>((f.slow_after_eval - 1) * out.wall_seconds));
+        // the runtime fault: this update takes slow_after_eval times as long as a normal one (the last
+        // update not slowed, or this one's own time if longer); no number changes
+        const double unit = std::max(out.wall_seconds, s.last_normal_update_s);
+        std::this_thread::sleep_for(std::chrono::duration<double>(f.slow_after_eval * unit - out.wall_seconds));
         out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } else {
+        s.last_normal_update_s = out.wall_seconds;
     }
     s.evaluated_since_update = false;
     return out;

@@ -361,9 +361,37 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
 
 }  // namespace
 
+namespace {
+
+// The pairs compared: every pair (i < j) in run order, or (leg, anchor) for every other leg.
+std::vector<std::pair<size_t, size_t>> pairs_of(const std::vector<LegData>& legs, const std::string& against) {
+    std::vector<std::pair<size_t, size_t>> out;
+    if (against.empty()) {
+        for (size_t i = 0; i < legs.size(); ++i)
+            for (size_t j = i + 1; j < legs.size(); ++j) out.emplace_back(i, j);
+        return out;
+    }
+    size_t anchor = legs.size();
+    for (size_t i = 0; i < legs.size(); ++i)
+        if (legs[i].name == against) anchor = i;
+    if (anchor == legs.size()) throw Error("compare: no leg '" + against + "' to compare the others with");
+    for (size_t i = 0; i < legs.size(); ++i)
+        if (i != anchor) out.emplace_back(i, anchor);
+    return out;
+}
+
+}  // namespace
+
 Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t,
                         const std::optional<ErrorModel>& model, const std::vector<SeedEnvelope>& envelopes) {
+    return compare_legs_against(legs, spec, "", t, model, envelopes);
+}
+
+Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
+                                const Thresholds& t, const std::optional<ErrorModel>& model,
+                                const std::vector<SeedEnvelope>& envelopes) {
     Comparison c;
+    std::vector<std::pair<std::string, std::string>> faulty;
     std::string model_error;
     if (model) c.error_model = *model;
     else {
@@ -382,83 +410,84 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
         c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
         c.grads.push_back(grad_stats(l, spec.clip));
         c.timing.push_back(timing_row(l));
+        faulty.emplace_back(l.name, l.faults);
     }
-    for (size_t i = 0; i < legs.size(); ++i)
-        for (size_t j = i + 1; j < legs.size(); ++j) {
-            const LegData& a = legs[i];
-            const LegData& b = legs[j];
-            // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
-            const bool imported = is_imported(a) || is_imported(b);
-            const size_t failures_before = c.failures.size();
-            L1Entry l1 = compare_l1(a, b, t);
-            if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
-            if (!l1.pass && l1.na.empty()) {
-                std::ostringstream w;
-                w.precision(3);
-                w << "L1 " << a.name << "~" << b.name << ": relative difference "
-                  << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
-                c.failures.push_back(w.str());
-            }
-            c.l1.push_back(l1);
-            L2Entry l2 = compare_l2(a, b);
-            if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
-                l2.na = "imported";
-                l2.mismatches.clear();
-            }
-            if (!l2.pass && l2.na.empty())
-                c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
-                                     " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
-            c.l2.push_back(l2);
-            L3Entry l3 = compare_l3(a, b);
-            if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
-            if (!l3.pass && l3.na.empty())
-                c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
-            c.l3.push_back(l3);
-
-            L4Entry l4;
-            l4.leg_a = a.name;
-            l4.leg_b = b.name;
-            l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
-            l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
-            l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);
-            l4.eval = diff_stats(l4.eval_points);
-            l4.loss = diff_stats(l4.loss_points);
-            l4.grad = diff_stats(l4.grad_points);
-            const bool ref_first = reference_is_first(a.implementation, b.implementation);
-            l4.residual_leg = ref_first ? b.name : a.name;
-            l4.residual_reference = ref_first ? a.name : b.name;
-            l4.eval_percent = residual_percent(l4.eval_points, ref_first);
-            l4.loss_percent = residual_percent(l4.loss_points, ref_first);
-            l4.grad_percent = residual_percent(l4.grad_points, ref_first);
-            if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
-            if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
-            l4.imported = imported;
-            l4.gated = !imported && legs_are_paired(spec, a.name, b.name) && model_error.empty();
-            if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
-            else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
-            else if (!model_error.empty()) l4.note = "no error model: " + model_error;
-            else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
-            // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
-            // The leg judged is the imported one when one is (the envelope must speak about it, not
-            // about the run's own leg), else the non-reference side.
-            const bool a_judged = is_imported(a) != is_imported(b) ? is_imported(a) : !ref_first;
-            const LegData& judged = a_judged ? a : b;
-            const LegData& reference_side = a_judged ? b : a;
-            const SeedEnvelope* env = pick_envelope(c.envelopes, reference_side.implementation);
-            if (!env) env = pick_envelope(c.envelopes, judged.implementation);
-            if (env) {
-                l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, c.error_model);
-                l4.envelope.alpha = t.envelope_alpha;
-            }
-            const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
-                                                          c.failures.end());
-            judge_pair(l4, level_failures,
-                       "no seed envelope of this experiment (key " + key.substr(0, 12) + ") for " + reference_side.implementation +
-                           " or " + judged.implementation + ": build one with `tandem envelope EXPERIMENT --legs " +
-                           reference_side.implementation + "`");
-            l4.pass = verdict_passes(l4.verdict);
-            c.l4.push_back(std::move(l4));
+    c.fault_banner = fault_banner(faulty);
+    for (const auto& [i, j] : pairs_of(legs, against)) {
+        const LegData& a = legs[i];
+        const LegData& b = legs[j];
+        // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
+        const bool imported = is_imported(a) || is_imported(b);
+        const size_t failures_before = c.failures.size();
+        L1Entry l1 = compare_l1(a, b, t);
+        if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
+        if (!l1.pass && l1.na.empty()) {
+            std::ostringstream w;
+            w.precision(3);
+            w << "L1 " << a.name << "~" << b.name << ": relative difference "
+              << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
+            c.failures.push_back(w.str());
         }
+        c.l1.push_back(l1);
+        L2Entry l2 = compare_l2(a, b);
+        if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
+            l2.na = "imported";
+            l2.mismatches.clear();
+        }
+        if (!l2.pass && l2.na.empty())
+            c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
+                                 " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
+        c.l2.push_back(l2);
+        L3Entry l3 = compare_l3(a, b);
+        if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
+        if (!l3.pass && l3.na.empty())
+            c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
+        c.l3.push_back(l3);
+
+        L4Entry l4;
+        l4.leg_a = a.name;
+        l4.leg_b = b.name;
+        l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
+        l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
+        l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);
+        l4.eval = diff_stats(l4.eval_points);
+        l4.loss = diff_stats(l4.loss_points);
+        l4.grad = diff_stats(l4.grad_points);
+        const bool ref_first = reference_is_first(a.implementation, b.implementation);
+        l4.residual_leg = ref_first ? b.name : a.name;
+        l4.residual_reference = ref_first ? a.name : b.name;
+        l4.eval_percent = residual_percent(l4.eval_points, ref_first);
+        l4.loss_percent = residual_percent(l4.loss_points, ref_first);
+        l4.grad_percent = residual_percent(l4.grad_points, ref_first);
+        if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
+        if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
+        l4.imported = imported;
+        l4.gated = !imported && legs_are_paired(spec, a.name, b.name) && model_error.empty();
+        if (l4.gated) l4.numerics = paired_distance(l4.eval_points, c.error_model, ref_first);
+        else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
+        else if (!model_error.empty()) l4.note = "no error model: " + model_error;
+        else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
+        // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
+        // The leg judged is the imported one when one is (the envelope must speak about it, not
+        // about the run's own leg), else the non-reference side.
+        const bool a_judged = is_imported(a) != is_imported(b) ? is_imported(a) : !ref_first;
+        const LegData& judged = a_judged ? a : b;
+        const LegData& reference_side = a_judged ? b : a;
+        const SeedEnvelope* env = pick_envelope(c.envelopes, reference_side.implementation);
+        if (!env) env = pick_envelope(c.envelopes, judged.implementation);
+        if (env) {
+            l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, c.error_model);
+            l4.envelope.alpha = t.envelope_alpha;
+        }
+        const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
+                                                      c.failures.end());
+        judge_pair(l4, level_failures,
+                   "no seed envelope of this experiment (key " + key.substr(0, 12) + ") for " + reference_side.implementation +
+                       " or " + judged.implementation + ": build one with `tandem envelope EXPERIMENT --legs " +
+                       reference_side.implementation + "`");
+        l4.pass = verdict_passes(l4.verdict);
+        c.l4.push_back(std::move(l4));
+    }
     return c;
 }
 
@@ -692,6 +721,7 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
         if (auto j = reader.flags(name)) l.flags = flags_from_json(json::parse(*j));
         std::string err = str(attrs, "error");
         if (!err.empty()) t.error = err;
+        l.faults = str(attrs, "faults");
         t.done = l.status == "finished";
         out.push_back(std::move(l));
     }

@@ -15,6 +15,7 @@
 #include "tandem/engine_devices/make_backend.h"
 #include "tandem/error.h"
 #include "tandem/experiments/experiment.h"
+#include "tandem/experiments/faults.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/localise.h"
 #include "tandem/experiments/prepare.h"
@@ -356,14 +357,23 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     const std::string spec_sha = spec.sha256();
     // The backend this leg really computes on (cpu, or cuda:N when the build has CUDA).
     const std::shared_ptr<engine::Backend> backend = engine::make_backend(opt.device, opt.threads);
+    // Injected faults (docs/faults.md): announced in the hello event and on stderr, so the leg's own
+    // record says it is faulty.
+    const std::vector<FaultSwitch> fault_list = parse_fault_list(opt.faults, "--faults");
+    const LegFaults faults = leg_faults(fault_list);
 
-    const std::vector<TestFault> faults = test_faults_for(opt.leg);
+    // TANDEM_TEST_ENGINE_FAULT (tests only; below) and the catalogue's fault switches (docs/faults.md)
+    const std::vector<TestFault> test_faults = test_faults_for(opt.leg);
     json hello{{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
                {"stack", backend->stack()},
                {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend->device()},
                {"device_name", backend->device_name()}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
                {"spec_sha256", spec_sha}, {"resume", opt.resume}};
-    if (!faults.empty()) {
+    if (!fault_list.empty()) {
+        hello["faults"] = faults_text(fault_list);
+        std::fprintf(stderr, "engine leg: %s\n", fault_banner({{opt.leg, faults_text(fault_list)}}).c_str());
+    }
+    if (!test_faults.empty()) {
         hello["test_fault"] = std::getenv("TANDEM_TEST_ENGINE_FAULT");
         std::fprintf(stderr, "engine leg: TEST FAULT injected (TANDEM_TEST_ENGINE_FAULT=%s)\n", std::getenv("TANDEM_TEST_ENGINE_FAULT"));
     }
@@ -382,6 +392,13 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     // Model: base weights + the shared initial adapter.
     auto t0 = std::chrono::steady_clock::now();
     engine::HfCheckpoint base = engine::load_hf_checkpoint(run_dir / "base");
+    if (const int bits = faults.engine.truncated_mantissa_bits; bits > 0) {
+        // the loading fault bf16-truncation: one tensor as loaded (before L2's digests)
+        auto it = base.tensors.find(engine::kTruncatedTensor);
+        if (it == base.tensors.end())
+            throw Error(std::string("fault bf16-truncation: the base has no tensor ") + engine::kTruncatedTensor);
+        engine::truncate_mantissa(it->second.ptr(), static_cast<int64_t>(it->second.data.size()), bits);
+    }
     engine::LoraConfig lora = lora_config_of(spec);
     engine::LoraAdapter init = engine::load_peft_adapter(run_dir / "init", base.config);
     std::vector<TensorDigest> digests;
@@ -393,7 +410,8 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
 
     // Data: tandem's own rendering and tokenization of every record this leg needs.
     auto t1 = std::chrono::steady_clock::now();
-    const std::string template_name = spec.leg_setting(opt.leg, "template");
+    // the data path's faults render with ChatML under template-chatml (encode_record)
+    const std::string template_name = faults.data.chatml ? "chatml" : spec.leg_setting(opt.leg, "template");
     const data::TemplateKind kind = data::parse_template_kind(template_name);
     data::Tokenizer tokenizer = data::Tokenizer::load(run_dir / "tokenizer");
     const int32_t pad_id = tokenizer.token_id("<|endoftext|>").value_or(0);
@@ -418,7 +436,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         if (it != encoded.end()) return it->second;
         if (i >= records.size()) throw Error("record index " + std::to_string(i) + " out of range in the run folder");
         Encoded e;
-        e.full = data::tokenize_record(tokenizer, kind, records[i].messages, static_cast<size_t>(spec.max_len));
+        e.full = encode_record(tokenizer, kind, records[i].messages, static_cast<size_t>(spec.max_len), faults.data);
         e.ids = e.full.ids;
         e.supervised = e.full.supervised;
         return encoded.emplace(i, std::move(e)).first->second;
@@ -454,7 +472,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
     to.adamw.weight_decay = spec.weight_decay;
     to.total_updates = total_updates;
     to.warmup_ratio = spec.warmup_fraction;
-    for (const auto& f : faults)
+    for (const auto& f : test_faults)
         if (f.kind == "warmup_shift")
             to.warmup_updates = static_cast<int64_t>(std::ceil(spec.warmup_fraction * static_cast<double>(total_updates))) +
                                 static_cast<int64_t>(f.value);
@@ -463,6 +481,7 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
                                                                               : engine::DropoutMode::Native;
     to.seed = spec.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
     to.threads = opt.threads;
+    to.model.faults = faults.engine;
     const engine::Qwen3Config config = base.config;
     engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);
     trainer.load_adapter(init.tensors);
@@ -549,12 +568,12 @@ int run(const EngineLegOptions& opt, EventWriter& out) {
         }
         auto tu = std::chrono::steady_clock::now();
         std::optional<engine::TrainerState> before;
-        for (const auto& f : faults)
+        for (const auto& f : test_faults)
             if (f.kind == "lr_scale" && u >= f.from_update) before = trainer.state();
         const bool observed = recorder && spec.observes(u);
         if (observed) recorder->begin_update(u);
         engine::UpdateMetrics m = trainer.train_update(mbs, observed ? recorder.get() : nullptr);
-        if (!faults.empty()) apply_test_faults(trainer, faults, u, before);
+        if (!test_faults.empty()) apply_test_faults(trainer, test_faults, u, before);
         if (u == inject_at) m.loss = std::nan("");
         double wall = seconds_since(tu);
         train_s += wall;

@@ -209,6 +209,14 @@ const ExperimentSpec::LegDefinition* ExperimentSpec::leg_definition(const std::s
     return nullptr;
 }
 
+std::vector<FaultSwitch> ExperimentSpec::leg_fault_switches(const std::string& leg) const {
+    if (const LegDefinition* d = leg_definition(leg)) {
+        if (d->implementation != "engine") return {};
+        if (d->faults) return *d->faults;
+    }
+    return faults;
+}
+
 std::string ExperimentSpec::leg_setting(const std::string& leg, const std::string& field) const {
     if (auto it = overrides.find(leg); it != overrides.end())
         if (auto f = it->second.find(field); f != it->second.end()) return f->second;
@@ -344,7 +352,8 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     }
     if (top.has("legs")) {
         const json& o = top.raw("legs");
-        if (!o.is_object() || o.empty()) top.fail("legs", "must be an object {leg: {implementation, command?, device?, devices?, slurm?}}");
+        if (!o.is_object() || o.empty())
+            top.fail("legs", "must be an object {leg: {implementation, command?, device?, devices?, slurm?, faults?}}");
         for (auto it = o.begin(); it != o.end(); ++it) {
             Fields f(it.value(), source, "legs." + it.key());
             ExperimentSpec::LegDefinition d;
@@ -369,6 +378,11 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
             d.device = f.str("device", std::string());
             if (!d.device.empty() && d.device != "cpu" && d.device.rfind("cuda:", 0) != 0)
                 f.fail("device", "must be cpu or cuda:N, not '" + d.device + "'");
+            if (f.has("faults")) {
+                d.faults = faults_from_json(f.raw("faults"), source + ": field " + f.path("faults"));
+                if (d.implementation != "engine")
+                    f.fail("faults", "faults are injected into engine legs only (docs/faults.md), not '" + d.implementation + "'");
+            }
             if (f.has("devices")) {
                 const char* what = "must be a list of at least two devices, all cpu or all distinct cuda:N (one rank each)";
                 const json& v = f.raw("devices");
@@ -410,6 +424,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         s.observe_every = f.integer("every", 0, 0, "must be a non-negative integer (0: only the listed updates)");
         f.reject_unknown();
     }
+    if (top.has("faults")) s.faults = faults_from_json(top.raw("faults"), source + ": field faults");
     top.str("$schema", std::string());  // allowed, ignored
     top.reject_unknown();
     return s;
@@ -457,6 +472,7 @@ json ExperimentSpec::to_json() const {
             json x{{"implementation", d.implementation}};
             if (!d.command.empty()) x["command"] = d.command;
             if (!d.device.empty()) x["device"] = d.device;
+            if (d.faults) x["faults"] = faults_to_json(*d.faults);
             if (!d.devices.empty()) x["devices"] = d.devices;  // present only when used: hashes stay
             if (!d.slurm.empty()) x["slurm"] = d.slurm.to_json();
             lj[d.name] = x;
@@ -470,6 +486,7 @@ json ExperimentSpec::to_json() const {
         for (const auto& n : seed_names()) sj[n] = seed_of(n);
         j["seeds"] = sj;
     }
+    if (!faults.empty()) j["faults"] = faults_to_json(faults);  // only when used: clean specs keep their hash
     return j;
 }
 

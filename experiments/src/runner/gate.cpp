@@ -130,6 +130,28 @@ std::vector<GateFlag> flags_from_json(const json& j) {
     return out;
 }
 
+std::optional<double> step_time_running_median(const std::vector<StepRow>& steps, size_t i, const GateConfig& config,
+                                               int64_t attempt_first_update) {
+    std::vector<double> recent;
+    for (size_t k = i; k-- > 0 && static_cast<int64_t>(recent.size()) < config.step_time_window;) {
+        if (steps[k].update < attempt_first_update) break;
+        if (std::isfinite(steps[k].wall_s)) recent.push_back(steps[k].wall_s);
+    }
+    if (static_cast<int64_t>(recent.size()) < config.step_time_min_history) return std::nullopt;
+    return percentile(recent, 50);
+}
+
+double largest_step_time_ratio(const std::vector<StepRow>& steps, const GateConfig& config) {
+    double worst = std::nan("");
+    for (size_t i = 0; i < steps.size(); ++i) {
+        const auto median = step_time_running_median(steps, i, config, steps.empty() ? 0 : steps.front().update);
+        if (!median || !(*median > 0) || !std::isfinite(steps[i].wall_s)) continue;
+        const double r = steps[i].wall_s / *median;
+        if (!(r <= worst)) worst = r;
+    }
+    return worst;
+}
+
 std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTrace& trace, int64_t attempt_first_update) {
     std::vector<GateFlag> out;
     Seen& seen = seen_[leg];
@@ -148,13 +170,9 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             continue;
         }
         // Step time against this attempt's last `window` updates before this one.
-        std::vector<double> recent;
-        for (size_t k = i; k-- > 0 && static_cast<int64_t>(recent.size()) < config_.step_time_window;) {
-            if (steps[k].update < attempt_first_update) break;
-            if (std::isfinite(steps[k].wall_s)) recent.push_back(steps[k].wall_s);
-        }
-        if (static_cast<int64_t>(recent.size()) >= config_.step_time_min_history && std::isfinite(s.wall_s)) {
-            const double median = percentile(recent, 50);
+        if (const auto running = step_time_running_median(steps, i, config_, attempt_first_update);
+            running && std::isfinite(s.wall_s)) {
+            const double median = *running;
             const double limit = std::max(config_.step_time_factor * median, median + config_.step_time_min_excess_s);
             if (s.wall_s > limit)
                 out.push_back({leg, "step-time", s.update, s.wall_s, limit, config_.step_time,

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -51,7 +52,7 @@ std::string ResourceEstimate::summary() const {
 }
 
 ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vector<LegPlan>& legs,
-                                    const fs::path& out_dir, const std::optional<fs::path>& assets) {
+                                    const fs::path& out_dir, const std::optional<fs::path>& assets, int max_concurrent) {
     const engine::Qwen3Config c = model_config_of(spec, assets);
     const double V = static_cast<double>(c.vocab_size), H = static_cast<double>(c.hidden_size);
     const double I = static_cast<double>(c.intermediate_size), L = static_cast<double>(c.num_hidden_layers);
@@ -85,12 +86,18 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
 
     ResourceEstimate e;
     e.host_bytes_per_cpu_leg = tensors + kReferenceOverheadBytes;
+    // Legs that run at once: all of them, or (RunnerOptions::max_concurrent_legs, `tandem faults --jobs`)
+    // the largest max_concurrent of them.
+    std::vector<double> per_leg;
     for (const auto& l : legs) {
         if (l.executor == "slurm") continue;  // runs on a cluster node, not in this machine's memory
         const double overhead = l.implementation == "reference" ? kReferenceOverheadBytes : kEngineOverheadBytes;
         const double ranks = static_cast<double>(std::max<size_t>(1, l.devices.size()));  // one process each
-        e.host_bytes_all_legs += ranks * ((l.device == "cpu" ? tensors : 4 * params) + overhead);
+        per_leg.push_back(ranks * ((l.device == "cpu" ? tensors : 4 * params) + overhead));
     }
+    std::sort(per_leg.begin(), per_leg.end(), std::greater<double>());
+    const size_t at_once = max_concurrent > 0 ? std::min(per_leg.size(), static_cast<size_t>(max_concurrent)) : per_leg.size();
+    for (size_t i = 0; i < at_once; ++i) e.host_bytes_all_legs += per_leg[i];
     const double updates = spec.max_updates > 0 ? static_cast<double>(spec.max_updates) : 10000.0;
     const double checkpoints = spec.checkpoint_interval > 0 ? std::max(0.0, updates / static_cast<double>(spec.checkpoint_interval)) : 0;
     const double base_on_disk = spec.model_base.empty() ? 4 * params : 0;  // a given base is linked, not copied
@@ -102,7 +109,7 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
 }
 
 ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan>& legs, const fs::path& out_dir,
-                           const std::optional<fs::path>& assets) {
+                           const std::optional<fs::path>& assets, int max_concurrent) {
     const std::string source = "experiment '" + spec.name + "'";
     try {
         model_config_of(spec, assets);
@@ -112,7 +119,7 @@ ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan
         throw Error(source + ": " + (what.rfind(named, 0) == 0 ? what.substr(std::string("experiment ").size())
                                                                : "field model." + std::string(spec.model_base.empty() ? "config" : "base") + ": " + what));
     }
-    ResourceEstimate e = estimate_resources(spec, legs, out_dir, assets);
+    ResourceEstimate e = estimate_resources(spec, legs, out_dir, assets, max_concurrent);
     const std::string sizes = "model, lora.rank " + std::to_string(spec.lora_rank) + ", batch.micro_batch " +
                               std::to_string(spec.micro_batch) + ", sequence.max_len " + std::to_string(spec.max_len);
     if (e.memory_available_bytes > 0 && e.host_bytes_all_legs > e.memory_available_bytes)

@@ -24,15 +24,18 @@ struct ResourceEstimate {
 // The estimate of docs/run-folder.md "Size estimate". Pure arithmetic in double (no overflow for
 // absurd sizes).
 // assets: where "assets:NAME" bases are looked up (RunnerOptions::assets, as prepare does).
+// max_concurrent > 0: at most that many legs run at once (RunnerOptions::max_concurrent_legs).
 ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vector<LegPlan>& legs,
                                     const std::filesystem::path& out_dir,
-                                    const std::optional<std::filesystem::path>& assets = std::nullopt);
+                                    const std::optional<std::filesystem::path>& assets = std::nullopt,
+                                    int max_concurrent = 0);
 
 // Validates the experiment as far as it can without preparing (the model config resolves, the
 // estimate fits the machine) and returns the estimate. Throws tandem::Error naming the experiment
 // field at fault.
 ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan>& legs,
                            const std::filesystem::path& out_dir,
-                           const std::optional<std::filesystem::path>& assets = std::nullopt);
+                           const std::optional<std::filesystem::path>& assets = std::nullopt,
+                           int max_concurrent = 0);
 
 }  // namespace tandem::experiments

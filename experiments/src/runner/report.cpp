@@ -42,8 +42,102 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 
 }  // namespace
 
+namespace {
+
+std::string size_cell(const std::optional<double>& v) { return v ? fmt(*v, "%.6g") : "-"; }
+
+// The cell of one level: the first update it fired at, "-" when it did not.
+std::string level_cell(const FaultRow& r, size_t level) {
+    if (level >= r.first_update.size() || !r.first_update[level]) return "-";
+    std::string cell = std::to_string(*r.first_update[level]);
+    if (fault_matrix_levels()[level] == "gate" && !r.flags.empty()) {
+        std::string kinds;
+        for (const auto& k : r.flags)  // the live L4 flags (paired-bound, envelope) are L4's, not the gate column's
+            if (k != "paired-bound" && k != "envelope") kinds += (kinds.empty() ? "" : ", ") + k;
+        if (!kinds.empty()) cell += " (" + kinds + ")";
+    }
+    return cell;
+}
+
+std::string words(const std::vector<std::string>& v) {
+    std::string o;
+    for (const auto& x : v) o += (o.empty() ? "" : " ") + x;
+    return o.empty() ? "-" : o;
+}
+
+}  // namespace
+
+std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
+    std::vector<Table> out;
+    const auto& levels = fault_matrix_levels();
+    {
+        Table tb{"faults", "Fault matrix: the first update at which each level caught each fault", {"fault", "size"}, {}, {}};
+        for (const auto& l : levels) tb.columns.push_back(l);
+        tb.columns.push_back("expected");
+        tb.transpose_when_wide = false;
+        auto row_of = [&](const FaultRow& r, const std::string& name) {
+            std::vector<std::string> cells{name, size_cell(r.size)};
+            for (size_t i = 0; i < levels.size(); ++i) cells.push_back(level_cell(r, i));
+            cells.push_back(words(r.expected));
+            return cells;
+        };
+        tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
+        int caught = 0, as_expected = 0;
+        for (const auto& r : m.rows) {
+            tb.rows.push_back(row_of(r, r.fault));
+            caught += r.caught();
+            bool all = true;
+            for (const auto& e : r.expected) all = all && r.fired(e);
+            as_expected += all;
+            if (!all) tb.notes.push_back(r.fault + ": expected " + words(r.expected) + ", caught by " + words(r.caught_by()));
+            if (r.status != "finished") tb.notes.push_back(r.fault + ": leg " + r.leg + " " + r.status);
+        }
+        tb.notes.insert(tb.notes.begin(),
+                        std::to_string(caught) + " of " + std::to_string(m.rows.size()) + " faults caught by at least one level; " +
+                            std::to_string(as_expected) + " caught by every level docs/faults.md expects");
+        tb.notes.push_back("every faulty engine leg is compared with the reference leg '" + m.reference_leg +
+                           "' only; a cell is the first update at which the level fired (L1-L3: 0, judged before training; "
+                           "L4: the first paired evaluation whose held-out CE differs from the reference's by more than the float32 "
+                           "error-model bound; gate: the first update flagged by the leg's own anomaly flags), "
+                           "- = did not fire");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"fault-effects", "Fault matrix: held-out CE at the end, leg minus reference",
+                 {"fault", "update", "held-out CE", "difference", "relative", "x clean pair"}, {}, {}};
+        auto row_of = [&](const FaultRow& r, const std::string& name) {
+            return std::vector<std::string>{name,
+                                            r.end_update ? std::to_string(*r.end_update) : "n/a",
+                                            r.ce_leg ? fmt(*r.ce_leg, "%.6f") : "n/a",
+                                            r.ce_diff_abs ? fmt(*r.ce_diff_abs, "%.3e") : "n/a",
+                                            r.ce_diff_rel ? fmt(*r.ce_diff_rel, "%.3e") : "n/a",
+                                            r.ce_diff_clean_units ? fmt(*r.ce_diff_clean_units, "%.3g") : "n/a"};
+        };
+        tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
+        for (const auto& r : m.rows) tb.rows.push_back(row_of(r, r.fault));
+        tb.notes.push_back("difference = leg - reference at the last paired evaluation; relative = difference / |reference|; "
+                           "x clean pair = difference / |the clean pair's difference| at the same update (n/a when that is 0)");
+        out.push_back(tb);
+    }
+    if (m.size_search) {
+        Table tb{"fault-sizes", "Fault matrix: the smallest size each level detects (binary search)",
+                 {"fault", "unit", "level", "smallest detected", "largest missed", "probes"}, {}, {}};
+        for (const auto& r : m.rows)
+            for (const auto& s : r.searches) {
+                const FaultInfo& info = fault_info(r.fault);
+                tb.rows.push_back({r.fault, info.size ? info.size->unit : "-", s.level, size_cell(s.smallest_detected),
+                                   size_cell(s.largest_missed), std::to_string(s.steps)});
+            }
+        tb.notes.push_back("for each level that caught a fault at its injected size: the weakest size first, then midpoints "
+                           "(geometric for a ratio, whole numbers for a count) between the largest size missed and the smallest detected");
+        out.push_back(tb);
+    }
+    return out;
+}
+
 std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     std::vector<Table> out;
+    if (c.fault_matrix) out = fault_matrix_tables(*c.fault_matrix);
     {
         Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
         for (const auto& e : c.l1)
@@ -198,6 +292,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     }
     // docs/observables.md: where a failing pair diverged, when both legs recorded fingerprints
     for (const auto& l : c.localisations) out.push_back(localisation_table(l));
+    for (auto& tb : out) tb.banner = c.fault_banner;  // docs/faults.md: no table of a faulty run without it
     return out;
 }
 
@@ -305,7 +400,7 @@ std::string latex_header(const std::string& text, char align) {
 // The LaTeX body of a table: at most 6 columns stay as they are; a wider table is set transposed
 // (its leading text columns become the column headers, its other columns the rows) in blocks of at
 // most 3 value columns, so it fits an article's text width at \footnotesize.
-std::string latex_tabulars(const Table& t) {
+std::string latex_tabulars(const Table& t) {  // (t.transpose_when_wide: see report.h)
     const size_t ncols = t.columns.size();
     std::vector<bool> numeric(ncols, false);
     for (size_t c = 0; c < ncols; ++c) {
@@ -323,7 +418,7 @@ std::string latex_tabulars(const Table& t) {
         for (size_t i = 0; i < cells.size(); ++i) o << (i ? " & " : "") << cells[i];
         o << " \\\\\n";
     };
-    if (ncols <= 6 || t.rows.empty()) {
+    if (ncols <= 6 || t.rows.empty() || !t.transpose_when_wide) {
         o << "\\begin{tabular}{@{}";
         for (size_t c = 0; c < ncols; ++c) o << (numeric[c] ? 'r' : 'l');
         o << "@{}}\n\\toprule\n";
@@ -383,6 +478,7 @@ std::string render_table(const Table& t, ReportFormat f) {
     std::ostringstream o;
     switch (f) {
         case ReportFormat::Text: {
+            if (!t.banner.empty()) o << t.banner << "\n";
             std::vector<size_t> w(t.columns.size(), 0);
             for (size_t i = 0; i < t.columns.size(); ++i) w[i] = t.columns[i].size();
             for (const auto& r : t.rows)
@@ -401,6 +497,7 @@ std::string render_table(const Table& t, ReportFormat f) {
             break;
         }
         case ReportFormat::Markdown: {
+            if (!t.banner.empty()) o << "**" << md_escape(t.banner) << "**\n\n";
             o << "### " << md_escape(t.title) << "\n\n|";
             for (const auto& c : t.columns) o << " " << md_escape(c) << " |";
             o << "\n|";
@@ -416,6 +513,7 @@ std::string render_table(const Table& t, ReportFormat f) {
             break;
         }
         case ReportFormat::Csv: {
+            if (!t.banner.empty()) o << "# " << t.banner << "\n";
             for (size_t i = 0; i < t.columns.size(); ++i) o << (i ? "," : "") << csv_escape(t.columns[i]);
             o << "\n";
             for (const auto& r : t.rows) {
@@ -429,6 +527,9 @@ std::string render_table(const Table& t, ReportFormat f) {
             // the notes (what "pass" means, "differences are a - b") stay under the table.
             o << "\\begin{table}[htbp]\n\\centering\n\\footnotesize\n\\setlength{\\tabcolsep}{4pt}\n\\caption{"
               << latex_escape(t.title) << "}\n\\label{tab:tandem-" << t.id << "}\n";
+            if (!t.banner.empty())  // visible in the typeset table, not a comment
+                o << "\\begin{minipage}{\\linewidth}\\raggedright\\textbf{" << latex_escape(t.banner)
+                  << "}\\end{minipage}\\par\\smallskip\n";
             o << latex_tabulars(t);
             if (!t.notes.empty()) {
                 o << "\\par\\smallskip\n\\begin{minipage}{\\linewidth}\\raggedright\\scriptsize\n";
@@ -445,12 +546,22 @@ std::string render_table(const Table& t, ReportFormat f) {
 std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t) {
     std::ostringstream o;
     auto tables = report_tables(c, t);
+    // The banner leads the report once (docs/faults.md); the tables below then do not repeat it.
+    for (auto& tb : tables) tb.banner.clear();
+    if (!c.fault_banner.empty()) {
+        if (f == ReportFormat::Latex) o << "% " << latex_escape(c.fault_banner) << "\n";
+        else if (f == ReportFormat::Csv) o << "# " << c.fault_banner << "\n";
+        else if (f == ReportFormat::Markdown) o << "**" << md_escape(c.fault_banner) << "**\n\n";
+        else o << c.fault_banner << "\n\n";
+    }
     if (f == ReportFormat::Latex)
         o << "% tandem report: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
     else if (f == ReportFormat::Markdown)
         o << "## tandem report: " << md_escape(title) << "\n\n";
     else if (f == ReportFormat::Text)
         o << "tandem report: " << title << "\n\n";
+    if (f == ReportFormat::Latex && !c.fault_banner.empty())  // typeset, not only a comment
+        o << "\\noindent\\textbf{" << latex_escape(c.fault_banner) << "}\\par\n";
     for (size_t i = 0; i < tables.size(); ++i) {
         if (f == ReportFormat::Csv) o << "# " << tables[i].title << "\n";
         o << render_table(tables[i], f) << "\n";
@@ -490,6 +601,7 @@ Table config_table(const RunsComparison& r) {
 
 std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresholds& t) {
     std::vector<Table> out{config_table(r)};
+    out[0].banner = r.comparison.fault_banner;
     for (auto& table : report_tables(r.comparison, t))
         if (table.id != "probes") out.push_back(std::move(table));  // probes belong to a run, not to a pair of legs
     return out;
@@ -498,10 +610,17 @@ std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresho
 std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, const Thresholds& t) {
     std::ostringstream o;
     const std::string title = r.label_a + " vs " + r.label_b;
+    if (const std::string& banner = r.comparison.fault_banner; !banner.empty()) {  // once, at the top
+        if (f == ReportFormat::Latex) o << "% " << latex_escape(banner) << "\n\\noindent\\textbf{" << latex_escape(banner) << "}\\par\n";
+        else if (f == ReportFormat::Csv) o << "# " << banner << "\n";
+        else if (f == ReportFormat::Markdown) o << "**" << md_escape(banner) << "**\n\n";
+        else o << banner << "\n\n";
+    }
     if (f == ReportFormat::Latex) o << "% tandem compare: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
     else if (f == ReportFormat::Markdown) o << "## tandem compare: " << md_escape(title) << "\n\n";
     else if (f == ReportFormat::Text) o << "tandem compare: " << title << "\n\n";
-    for (const auto& table : runs_comparison_tables(r, t)) {
+    for (auto table : runs_comparison_tables(r, t)) {
+        table.banner.clear();  // printed once above
         if (f == ReportFormat::Csv) o << "# " << table.title << "\n";
         o << render_table(table, f) << "\n";
     }
@@ -541,7 +660,12 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
     std::vector<SeedEnvelope> envelopes = read_envelopes(reader);
     if (envelopes.empty() && !catalog.empty() && fs::exists(catalog)) envelopes = find_envelopes(Catalog(catalog), spec.sha256_without_seeds());
-    Comparison c = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, file.parent_path()), envelopes);
+    // a faults run compares every leg with its reference only (docs/faults.md), as the runner did
+    std::optional<FaultMatrix> matrix;
+    if (auto j = reader.fault_matrix()) matrix = fault_matrix_from_json(nlohmann::json::parse(*j));
+    Comparison c = compare_legs_against(legs, spec, matrix ? matrix->reference_leg : std::string(), Thresholds{},
+                                        error_model_or_none(spec, file.parent_path()), envelopes);
+    c.fault_matrix = matrix;
     judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
     c.localisations = localise_failed_pairs(c, reader);

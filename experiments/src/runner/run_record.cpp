@@ -241,6 +241,11 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
     run_.hostname = host.hostname;
     run_.runner_pid = static_cast<int64_t>(::getpid());
     run_.note = resumed ? "resumed" : "";
+    {
+        std::vector<std::pair<std::string, std::string>> faulty;  // docs/faults.md: never mistaken for a clean run
+        for (const auto& l : legs) faulty.emplace_back(l.plan->name, faults_text(l.plan->faults));
+        run_.faults = fault_banner(faulty);
+    }
     catalog_.upsert_run(run_);
 
     tracked_.clear();
@@ -268,8 +273,10 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
         if (prepared.summary.contains("base_sha256")) info.base_sha256 = prepared.summary["base_sha256"].dump();
         w.write_experiment(info);
         for (const auto& l : legs) {
-            w.create_leg(l.plan->name, {{"implementation", l.plan->implementation}, {"device", l.plan->device},
-                                        {"threads", static_cast<int64_t>(l.threads)}, {"status", l.status}});
+            Attributes attrs{{"implementation", l.plan->implementation}, {"device", l.plan->device},
+                             {"threads", static_cast<int64_t>(l.threads)}, {"status", l.status}};
+            if (!l.plan->faults.empty()) attrs["faults"] = faults_text(l.plan->faults);  // docs/faults.md
+            w.create_leg(l.plan->name, attrs);
             Tracked t;
             t.name = l.plan->name;
             t.trace = l.trace;
@@ -375,6 +382,7 @@ LegRecord RunRecorder::leg_record(const LegState& l) const {
     r.implementation = l.plan->implementation;
     r.device = l.plan->device;
     r.status = l.status;
+    r.faults = faults_text(l.plan->faults);
     const LegTrace& t = *l.trace;
     if (l.status != "running" && l.status != "pending") r.exit_status = l.exit_status;
     if (!l.started_at.empty()) r.started_at = l.started_at;
@@ -397,13 +405,14 @@ LegRecord RunRecorder::leg_record(const LegState& l) const {
 
 void RunRecorder::update_leg(const LegState& l) { catalog_.upsert_leg(leg_record(l)); }
 
-Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected) {
+Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected,
+                                          const std::string& against) {
     Comparison cmp;
     std::vector<LegData> legs;
     {
         RunFileReader r(run_file_);
         legs = read_legs(r);
-        cmp = compare_legs(legs, spec, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
+        cmp = compare_legs_against(legs, spec, against, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
         cmp.probes = r.probes();
         cmp.localisations = localise_failed_pairs(cmp, r);  // docs/observables.md: when L4 fails
         cmp.observables = compare_pair_observables(cmp, r);

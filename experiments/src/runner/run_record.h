@@ -106,7 +106,8 @@ public:
     void set_flags(const std::string& leg, const std::vector<GateFlag>& flags);  // written at the next flush
     void update_leg(const LegState& leg);         // the catalog's legs row
     // Compares the legs as run.h5 holds them, judges completeness, stores /comparisons.
-    Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected);
+    // `against`: compare every leg with that leg only (compare_legs_against); "" = every pair.
+    Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected, const std::string& against = "");
     void finish(const std::string& run_status, const std::string& verdict);
     // The experiment's seed envelopes (docs/envelope.md): the catalog's newest per stack, found at
     // register_run and copied into run.h5 (/envelope); on resume without one in the catalog, run.h5's.

@@ -167,6 +167,12 @@ std::vector<std::string> leg_argv(const LegPlan& plan, const fs::path& run_dir, 
         argv.push_back(list);
     }
     if (resume) argv.push_back("--resume");
+    if (!plan.faults.empty()) {  // engine legs only (plan_legs): docs/faults.md
+        std::string list;
+        for (const auto& f : plan.faults) list += (list.empty() ? "" : ",") + fault_text(f);
+        argv.push_back("--faults");
+        argv.push_back(list);
+    }
     return argv;
 }
 
@@ -232,6 +238,11 @@ json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& thread
         json e{{"name", plans[i].name}, {"implementation", plans[i].implementation}, {"device", plans[i].device},
                {"threads", threads[i]}};
         if (!plans[i].command.empty()) e["command"] = plans[i].command;
+        if (!plans[i].faults.empty()) {
+            json f = json::array();
+            for (const auto& x : plans[i].faults) f.push_back(fault_text(x));
+            e["faults"] = f;
+        }
         if (!plans[i].devices.empty()) e["devices"] = plans[i].devices;
         if (plans[i].executor != "local") e["executor"] = plans[i].executor;
         if (!plans[i].slurm.empty()) e["slurm"] = plans[i].slurm.to_json();
@@ -240,13 +251,15 @@ json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& thread
     return lj;
 }
 
-// CPU threads per leg: the CPU legs split the total evenly. Recorded in legs.json, because a resumed
-// leg must use the same count to continue bit-identically (docs/decisions.md).
-std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_threads) {
+// CPU threads per leg: the CPU legs that run at once (all of them, or at most max_concurrent) split the
+// total evenly. Recorded in legs.json, because a resumed leg must use the same count to continue
+// bit-identically (docs/decisions.md).
+std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_threads, int max_concurrent = 0) {
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     const int total = cpu_threads > 0 ? cpu_threads : static_cast<int>(hw);
     int cpu_legs = 0;
     for (const auto& p : plans) cpu_legs += p.device == "cpu";
+    if (max_concurrent > 0) cpu_legs = std::min(cpu_legs, max_concurrent);
     std::vector<int> out;
     // Slurm legs count as if they ran here: the same count under either executor gives bit-identical
     // CPU trajectories (docs/cluster.md); a Slurm CPU leg asks its job for that many CPUs.
@@ -291,7 +304,7 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     if (legs.empty())
         for (const auto& d : run.spec.legs) legs += (legs.empty() ? "" : ",") + d.name;
     if (legs.empty()) legs = "engine,reference";
-    std::vector<LegPlan> plans = plan_legs(legs, opt.devices, &run.spec);
+    std::vector<LegPlan> plans = opt.leg_plans.empty() ? plan_legs(legs, opt.devices, &run.spec) : opt.leg_plans;
     const auto& executors = leg_executors();
     if (std::find(executors.begin(), executors.end(), opt.executor) == executors.end())
         throw Error("--executor: '" + opt.executor + "' is not local or slurm");
@@ -303,9 +316,9 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     {
         Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
     }
-    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.assets);
+    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.assets, opt.max_concurrent_legs);
     say("estimate: " + est.summary());
-    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads);
+    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
     run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));
     try {
         take_folder_lock(run);
@@ -348,6 +361,8 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
             p.implementation = e.at("implementation").get<std::string>();
             p.device = e.at("device").get<std::string>();
             if (e.contains("command")) p.command = e.at("command").get<std::vector<std::string>>();
+            if (e.contains("faults"))
+                for (const auto& f : e.at("faults")) p.faults.push_back(parse_fault_switch(f.get<std::string>(), legs_file.string()));
             if (e.contains("devices")) p.devices = e.at("devices").get<std::vector<std::string>>();
             p.executor = e.value("executor", std::string("local"));
             if (e.contains("slurm")) p.slurm = SlurmOptions::from_json(e.at("slurm"), legs_file.string(), "slurm");
@@ -355,7 +370,7 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
             plans.push_back(std::move(p));
             threads.push_back(e.contains("threads") ? e.at("threads").get<int>() : 0);
         }
-        auto fallback = threads_per_leg(plans, opt.cpu_threads);
+        auto fallback = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
         for (size_t i = 0; i < threads.size(); ++i)
             if (threads[i] <= 0) threads[i] = fallback[i];
     } catch (const json::exception& e) {
@@ -593,7 +608,9 @@ public:
         }
         for (size_t i = 0; model_known && i < run_.legs.size(); ++i)
             for (size_t j = i + 1; j < run_.legs.size(); ++j)
-                if (legs_are_paired(run_.spec, run_.legs[i].plan.name, run_.legs[j].plan.name))
+                if (legs_are_paired(run_.spec, run_.legs[i].plan.name, run_.legs[j].plan.name) &&
+                    (opt_.compare_against.empty() || run_.legs[i].plan.name == opt_.compare_against ||
+                     run_.legs[j].plan.name == opt_.compare_against))  // `tandem faults`: (leg, reference) only
                     ctx.paired.emplace_back(run_.legs[i].plan.name, run_.legs[j].plan.name);
         ctx.envelopes = rec_.envelopes();
         for (const auto& e : ctx.envelopes)
@@ -630,7 +647,7 @@ public:
                     stop_leg(l, true);
             if (!stopping_)
                 for (auto& l : run_.legs)
-                    if (l.status == LegStatus::Pending && !devices_busy(l)) {
+                    if (l.status == LegStatus::Pending && !devices_busy(l) && !at_leg_limit()) {
                         try {
                             launch(l, run_);
                         } catch (const Error& e) {
@@ -673,6 +690,14 @@ public:
     }
 
 private:
+    // RunnerOptions::max_concurrent_legs legs are running already.
+    bool at_leg_limit() const {
+        if (opt_.max_concurrent_legs <= 0) return false;
+        int running = 0;
+        for (const auto& l : run_.legs) running += l.status == LegStatus::Running;
+        return running >= opt_.max_concurrent_legs;
+    }
+
     // One leg at a time per GPU here; CPU legs share the cores (threads split between them), and
     // the cluster's scheduler places Slurm legs.
     static std::vector<std::string> devices_of(const LegPlan& p) { return p.devices.empty() ? std::vector<std::string>{p.device} : p.devices; }
@@ -834,7 +859,8 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
         out.legs.push_back({l.plan, l.status, l.exit_status, l.trace});
     }
     out.status = interrupted ? RunStatus::Interrupted : (all_finished ? RunStatus::Finished : RunStatus::Failed);
-    Comparison cmp = rec.compare_and_store(run.spec, ExpectedSeries{run.prepared.total_updates, run.spec.eval_interval});
+    Comparison cmp = rec.compare_and_store(run.spec, ExpectedSeries{run.prepared.total_updates, run.spec.eval_interval},
+                                           opt.compare_against);
     out.checks_passed = cmp.passed();
     out.verdict = cmp.verdict();
     rec.finish(run_status_name(out.status), out.verdict);
@@ -941,6 +967,7 @@ std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devic
         validate_leg_name(p.name);
         for (const auto& o : out)
             if (o.name == p.name) throw Error("--legs: leg name '" + p.name + "' given twice");
+        if (p.implementation == "engine" && spec) p.faults = spec->leg_fault_switches(p.name);  // docs/faults.md
         p.device = def && !def->device.empty() ? def->device : devs[i % devs.size()];
         if (def && !def->devices.empty()) {
             p.devices = def->devices;

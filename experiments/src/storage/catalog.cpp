@@ -144,6 +144,24 @@ const std::vector<std::vector<const char*>>& migrations() {
               min REAL, max REAL, mean REAL, std REAL, q05 REAL, q25 REAL, q50 REAL, q75 REAL, q95 REAL,
               PRIMARY KEY (envelope_id, series, update_index)
             ))"},
+        // 5 -> 6: injected faults (docs/faults.md): what a run and a leg ran with, and the fault matrix
+        {"ALTER TABLE runs ADD COLUMN faults TEXT NOT NULL DEFAULT ''",
+         "ALTER TABLE legs ADD COLUMN faults TEXT NOT NULL DEFAULT ''",
+         R"(CREATE TABLE fault_results (
+              run_id              TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+              fault               TEXT NOT NULL,
+              leg                 TEXT NOT NULL,
+              size                REAL,
+              caught_by           TEXT NOT NULL DEFAULT '',
+              first_update        INTEGER,
+              first_update_l4     INTEGER,
+              ce_diff_abs         REAL,
+              ce_diff_rel         REAL,
+              ce_diff_clean_units REAL,
+              smallest_sizes      TEXT NOT NULL DEFAULT '',
+              position            INTEGER NOT NULL DEFAULT 0,
+              PRIMARY KEY (run_id, fault)
+            ))"},
     };
     return steps;
 }
@@ -240,7 +258,7 @@ bool looks_like_sqlite(const std::filesystem::path& path) {
 
 const char* kRunColumns =
     "id, experiment, spec_sha256, folder, run_file, started_at, finished_at, status, tandem_version, hostname, "
-    "runner_pid, note";
+    "runner_pid, note, faults";
 
 RunRecord read_run(const Statement& s) {
     RunRecord r;
@@ -256,6 +274,7 @@ RunRecord read_run(const Statement& s) {
     r.hostname = s.text(9);
     r.runner_pid = s.opt_int64(10);
     r.note = s.text(11);
+    r.faults = s.text(12);
     return r;
 }
 
@@ -395,15 +414,15 @@ std::vector<ProbeRecord> Catalog::probes() const {
 void Catalog::upsert_run(const RunRecord& run) {
     Statement s(db_, path_.string(),
                 "INSERT INTO runs (id, experiment, spec_sha256, folder, run_file, started_at, finished_at, status, "
-                "tandem_version, hostname, runner_pid, note) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                "tandem_version, hostname, runner_pid, note, faults) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT (id) DO UPDATE SET experiment = excluded.experiment, spec_sha256 = excluded.spec_sha256, "
                 "folder = excluded.folder, run_file = excluded.run_file, started_at = excluded.started_at, "
                 "finished_at = excluded.finished_at, status = excluded.status, "
                 "tandem_version = excluded.tandem_version, hostname = excluded.hostname, "
-                "runner_pid = excluded.runner_pid, note = excluded.note");
+                "runner_pid = excluded.runner_pid, note = excluded.note, faults = excluded.faults");
     s.bind(1, run.id).bind(2, run.experiment).bind(3, run.spec_sha256).bind(4, run.folder).bind(5, run.run_file);
     s.bind(6, run.started_at).bind(7, run.finished_at).bind(8, run.status).bind(9, run.tandem_version);
-    s.bind(10, run.hostname).bind(11, run.runner_pid).bind(12, run.note);
+    s.bind(10, run.hostname).bind(11, run.runner_pid).bind(12, run.note).bind(13, run.faults);
     s.run();
 }
 
@@ -435,8 +454,8 @@ void Catalog::upsert_leg(const LegRecord& leg) {
     Statement s(db_, path_.string(),
                 "INSERT INTO legs (run_id, name, implementation, device, status, exit_status, started_at, "
                 "finished_at, updates_done, updates_total, final_loss, tokens_per_s, median_update_s, "
-                "peak_device_bytes, peak_host_bytes, last_eval_update, last_eval_ce, error) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "peak_device_bytes, peak_host_bytes, last_eval_update, last_eval_ce, error, faults) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT (run_id, name) DO UPDATE SET implementation = excluded.implementation, "
                 "device = excluded.device, status = excluded.status, exit_status = excluded.exit_status, "
                 "started_at = excluded.started_at, finished_at = excluded.finished_at, "
@@ -444,12 +463,12 @@ void Catalog::upsert_leg(const LegRecord& leg) {
                 "final_loss = excluded.final_loss, tokens_per_s = excluded.tokens_per_s, "
                 "median_update_s = excluded.median_update_s, peak_device_bytes = excluded.peak_device_bytes, "
                 "peak_host_bytes = excluded.peak_host_bytes, last_eval_update = excluded.last_eval_update, "
-                "last_eval_ce = excluded.last_eval_ce, error = excluded.error");
+                "last_eval_ce = excluded.last_eval_ce, error = excluded.error, faults = excluded.faults");
     s.bind(1, leg.run_id).bind(2, leg.name).bind(3, leg.implementation).bind(4, leg.device).bind(5, leg.status);
     s.bind(6, leg.exit_status).bind(7, leg.started_at).bind(8, leg.finished_at).bind(9, leg.updates_done);
     s.bind(10, leg.updates_total).bind(11, leg.final_loss).bind(12, leg.tokens_per_s).bind(13, leg.median_update_s);
     s.bind(14, leg.peak_device_bytes).bind(15, leg.peak_host_bytes).bind(16, leg.last_eval_update);
-    s.bind(17, leg.last_eval_ce).bind(18, leg.error);
+    s.bind(17, leg.last_eval_ce).bind(18, leg.error).bind(19, leg.faults);
     s.run();
 }
 
@@ -457,7 +476,7 @@ std::vector<LegRecord> Catalog::legs(const std::string& run_id) const {
     Statement s(db_, path_.string(),
                 "SELECT run_id, name, implementation, device, status, exit_status, started_at, finished_at, "
                 "updates_done, updates_total, final_loss, tokens_per_s, median_update_s, peak_device_bytes, "
-                "peak_host_bytes, last_eval_update, last_eval_ce, error FROM legs WHERE run_id = ? ORDER BY name");
+                "peak_host_bytes, last_eval_update, last_eval_ce, error, faults FROM legs WHERE run_id = ? ORDER BY name");
     s.bind(1, run_id);
     std::vector<LegRecord> out;
     while (s.step()) {
@@ -480,7 +499,49 @@ std::vector<LegRecord> Catalog::legs(const std::string& run_id) const {
         l.last_eval_update = s.opt_int64(15);
         l.last_eval_ce = s.opt_real(16);
         l.error = s.text(17);
+        l.faults = s.text(18);
         out.push_back(std::move(l));
+    }
+    return out;
+}
+
+void Catalog::upsert_fault_result(const FaultResultRecord& r) {
+    Statement s(db_, path_.string(),
+                "INSERT INTO fault_results (run_id, fault, leg, size, caught_by, first_update, first_update_l4, "
+                "ce_diff_abs, ce_diff_rel, ce_diff_clean_units, smallest_sizes, position) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?, COALESCE((SELECT position FROM fault_results WHERE run_id = ?1 AND fault = ?2), "
+                "(SELECT COUNT(*) FROM fault_results WHERE run_id = ?1))) "
+                "ON CONFLICT (run_id, fault) DO UPDATE SET leg = excluded.leg, size = excluded.size, "
+                "caught_by = excluded.caught_by, first_update = excluded.first_update, "
+                "first_update_l4 = excluded.first_update_l4, ce_diff_abs = excluded.ce_diff_abs, "
+                "ce_diff_rel = excluded.ce_diff_rel, ce_diff_clean_units = excluded.ce_diff_clean_units, "
+                "smallest_sizes = excluded.smallest_sizes");
+    s.bind(1, r.run_id).bind(2, r.fault).bind(3, r.leg).bind(4, r.size).bind(5, r.caught_by).bind(6, r.first_update);
+    s.bind(7, r.first_update_l4).bind(8, r.ce_diff_abs).bind(9, r.ce_diff_rel).bind(10, r.ce_diff_clean_units);
+    s.bind(11, r.smallest_sizes);
+    s.run();
+}
+
+std::vector<FaultResultRecord> Catalog::fault_results(const std::string& run_id) const {
+    Statement s(db_, path_.string(),
+                "SELECT run_id, fault, leg, size, caught_by, first_update, first_update_l4, ce_diff_abs, ce_diff_rel, "
+                "ce_diff_clean_units, smallest_sizes FROM fault_results WHERE run_id = ? ORDER BY position, fault");
+    s.bind(1, run_id);
+    std::vector<FaultResultRecord> out;
+    while (s.step()) {
+        FaultResultRecord r;
+        r.run_id = s.text(0);
+        r.fault = s.text(1);
+        r.leg = s.text(2);
+        r.size = s.opt_real(3);
+        r.caught_by = s.text(4);
+        r.first_update = s.opt_int64(5);
+        r.first_update_l4 = s.opt_int64(6);
+        r.ce_diff_abs = s.opt_real(7);
+        r.ce_diff_rel = s.opt_real(8);
+        r.ce_diff_clean_units = s.opt_real(9);
+        r.smallest_sizes = s.text(10);
+        out.push_back(std::move(r));
     }
     return out;
 }

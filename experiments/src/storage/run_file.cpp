@@ -68,6 +68,25 @@ Handle paired_type(bool file) {
     return type;
 }
 
+Handle probe_row_type(bool file) {
+    const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
+    const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+    Handle type(H5Tcreate(H5T_COMPOUND, file ? 56 : sizeof(FaultProbeRow)), H5Tclose);
+    H5Tinsert(type, "step", file ? 0 : offsetof(FaultProbeRow, step), i64);
+    H5Tinsert(type, "size", file ? 8 : offsetof(FaultProbeRow, size), f64);
+    H5Tinsert(type, "l1", file ? 16 : offsetof(FaultProbeRow, l1), i64);
+    H5Tinsert(type, "l2", file ? 24 : offsetof(FaultProbeRow, l2), i64);
+    H5Tinsert(type, "l3", file ? 32 : offsetof(FaultProbeRow, l3), i64);
+    H5Tinsert(type, "l4", file ? 40 : offsetof(FaultProbeRow, l4), i64);
+    H5Tinsert(type, "gate", file ? 48 : offsetof(FaultProbeRow, gate), i64);
+    return type;
+}
+
+void validate_fault_name(const std::string& f, const std::string& fault) {
+    if (fault.empty() || fault == "matrix" || fault.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
+        throw Error(f + ": fault name '" + fault + "' is not lower case letters, digits and '-'");
+}
+
 Handle envelope_type(bool file) {
     const hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64;
     const hid_t f64 = file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
@@ -673,6 +692,25 @@ void RunFileWriter::set_comparison_attributes(const std::string& leg_a, const st
     });
 }
 
+void RunFileWriter::write_faults(const Attributes& attributes, const std::string& matrix_json,
+                                 const std::vector<FaultGroup>& faults) {
+    for (const auto& g : faults) validate_fault_name(path_.string(), g.fault);
+    guarded([&] {
+        const std::string f = path_.string();
+        h5::remove_link(f, file_, "/faults");
+        Handle group = h5::require_group(f, file_, "/faults");
+        h5::write_attributes(f, group, attributes);
+        h5::write_string_dataset(f, group, "matrix", matrix_json);
+        for (const auto& g : faults) {
+            Handle fg = h5::require_group(f, group, g.fault);
+            h5::write_attributes(f, fg, g.attributes);
+            if (g.probes.empty()) continue;
+            Handle dataset = h5::create_table(f, fg, "search", probe_row_type(true), 64);
+            h5::append_rows(f, dataset, probe_row_type(false), g.probes.data(), g.probes.size());
+        }
+    });
+}
+
 void RunFileWriter::remove_envelope(const std::string& stack) {
     validate_leg_name(stack);
     guarded([=, this] {  // by value: replayed in the next session (double buffering)
@@ -970,6 +1008,23 @@ std::optional<std::string> RunFileReader::flags(const std::string& leg) const {
     const std::string path = leg_path(leg) + "/flags";
     if (!h5::exists(file_, path)) return std::nullopt;
     return h5::read_string_dataset(path_.string(), file_, path);
+}
+
+std::optional<std::string> RunFileReader::fault_matrix() const {
+    if (!h5::exists(file_, "/faults/matrix")) return std::nullopt;
+    Handle group = h5::open_group(path_.string(), file_, "/faults");
+    return h5::read_string_dataset(path_.string(), group, "matrix");
+}
+
+std::vector<FaultProbeRow> RunFileReader::fault_probes(const std::string& fault) const {
+    validate_fault_name(path_.string(), fault);
+    const std::string p = "/faults/" + fault + "/search";
+    if (!h5::exists(file_, p)) return {};
+    Handle dataset(H5Dopen2(file_, p.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + p);
+    std::vector<FaultProbeRow> rows(h5::row_count(path_.string(), dataset));
+    if (!rows.empty()) h5::read_rows(path_.string(), dataset, probe_row_type(false), rows.data());
+    return rows;
 }
 
 std::vector<std::pair<std::string, std::string>> RunFileReader::comparisons() const {

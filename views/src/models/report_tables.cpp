@@ -12,6 +12,7 @@ ReportTables load_report_tables(const std::filesystem::path& path) {
     const auto comparison = experiments::compare_run_file(file, &title);
     ReportTables out;
     out.tables = experiments::report_tables(comparison);
+    out.fault_banner = comparison.fault_banner;
     out.note = title + " — the tables of `tandem report " + file.parent_path().string() + "`; " + comparison.verdict() + ".";
     return out;
 }

@@ -375,6 +375,7 @@ std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalo
             row.leg = leg.name;
             row.implementation = leg.implementation;
             row.status = leg.status;
+            row.faults = leg.faults;
             row.device = leg.device;
             row.updates_done = leg.updates_done;
             row.updates_total = leg.updates_total;

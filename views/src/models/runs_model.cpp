@@ -116,6 +116,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         return tags.join(QStringLiteral(", "));
     }
     case Note: return QString::fromStdString(r.note);
+    case Faults: return r.faults.empty() ? QString() : QStringLiteral("FAULT INJECTED: %1").arg(QString::fromStdString(r.faults));
     case Path: return QString::fromStdString(r.run_path);
     case ColumnCount: break;
     }
@@ -125,7 +126,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     static const char* names[ColumnCount] = {"Run", "Experiment", "Leg", "Status", "Device", "Updates",
-                                             "Final loss", "Tokens/s", "Peak memory", "Started", "Tags", "Note", "Path"};
+                                             "Final loss", "Tokens/s", "Peak memory", "Started", "Tags", "Note", "Faults", "Path"};
     if (section < 0 || section >= ColumnCount) return {};
     return QString::fromLatin1(names[section]);
 }
@@ -143,7 +144,7 @@ void RunsFilterProxy::set_filter_text(const QString& text) {
 bool RunsFilterProxy::filterAcceptsRow(int source_row, const QModelIndex& source_parent) const {
     if (text_.isEmpty()) return true;
     for (int column : {RunsModel::Run, RunsModel::Experiment, RunsModel::Leg, RunsModel::Status, RunsModel::Device, RunsModel::Tags,
-                       RunsModel::Note}) {
+                       RunsModel::Note, RunsModel::Faults}) {
         const auto idx = sourceModel()->index(source_row, column, source_parent);
         if (idx.data(Qt::DisplayRole).toString().contains(text_, Qt::CaseInsensitive)) return true;
     }

@@ -16,6 +16,7 @@
 #include <QSvgGenerator>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -37,6 +38,60 @@ std::optional<FigureFormat> figure_format_for(const QString& path) {
     if (suffix == "svg") return FigureFormat::Svg;
     if (suffix == "pdf") return FigureFormat::Pdf;
     return std::nullopt;
+}
+
+void write_painted_figure(const std::function<void(QPainter&, const QRectF&)>& paint, const FigureSize& size,
+                          FigureFormat format, const std::filesystem::path& path, const QString& title) {
+    if (!(size.width > 0 && size.height > 0)) throw Error("figure export " + path.string() + ": size must be positive");
+    const QSizeF logical(size.width_inches() * kLayoutDpi, size.height_inches() * kLayoutDpi);
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    switch (format) {
+    case FigureFormat::Png: {
+        const QSize pixels(static_cast<int>(std::lround(size.width_inches() * size.png_dpi)),
+                           static_cast<int>(std::lround(size.height_inches() * size.png_dpi)));
+        QImage image(pixels, QImage::Format_ARGB32);
+        image.setDotsPerMeterX(static_cast<int>(std::lround(size.png_dpi / 0.0254)));
+        image.setDotsPerMeterY(static_cast<int>(std::lround(size.png_dpi / 0.0254)));
+        image.fill(Qt::white);
+        {
+            QPainter painter(&image);
+            painter.setRenderHint(QPainter::Antialiasing);
+            paint(painter, QRectF(QPointF(0, 0), QSizeF(pixels)));
+        }
+        if (!image.save(&buffer, "PNG")) throw Error("figure export " + path.string() + ": PNG encoding failed");
+        break;
+    }
+    case FigureFormat::Svg: {
+        QSvgGenerator svg;
+        svg.setOutputDevice(&buffer);
+        svg.setResolution(static_cast<int>(kLayoutDpi));
+        svg.setSize(logical.toSize());
+        svg.setViewBox(QRectF(QPointF(0, 0), logical));
+        svg.setTitle(title);
+        svg.setDescription(QStringLiteral("tandem-workbench figure"));
+        QPainter painter(&svg);
+        paint(painter, QRectF(QPointF(0, 0), logical));
+        painter.end();
+        break;
+    }
+    case FigureFormat::Pdf: {
+        // QPdfWriter embeds the fonts it uses (TrueType subsets): the figure prints as it looks.
+        QPdfWriter pdf(&buffer);
+        pdf.setPageSize(QPageSize(QSizeF(size.width_inches() * 25.4, size.height_inches() * 25.4), QPageSize::Millimeter));
+        pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
+        pdf.setResolution(1200);
+        pdf.setTitle(title);
+        pdf.setCreator(QStringLiteral("tandem-workbench"));
+        QPainter painter(&pdf);
+        paint(painter, QRectF(QPointF(0, 0), QSizeF(size.width_inches() * 1200, size.height_inches() * 1200)));
+        painter.end();
+        break;
+    }
+    }
+    buffer.close();
+    write_file_atomic(path, std::string_view(bytes.constData(), static_cast<std::size_t>(bytes.size())));
 }
 
 void export_figure(const RunSnapshot& snapshot, ChartOptions options, const FigureSize& size,
@@ -111,54 +166,7 @@ void export_figure_panels(const std::vector<PanelFigure>& panels, const FigureSi
                                       QRectF(QPointF(0, 0), QSizeF(logical.width(), panel_height)));
     };
 
-    QByteArray bytes;
-    QBuffer buffer(&bytes);
-    buffer.open(QIODevice::WriteOnly);
-    switch (format) {
-    case FigureFormat::Png: {
-        const QSize pixels(static_cast<int>(std::lround(size.width_inches() * size.png_dpi)),
-                           static_cast<int>(std::lround(size.height_inches() * size.png_dpi)));
-        QImage image(pixels, QImage::Format_ARGB32);
-        image.setDotsPerMeterX(static_cast<int>(std::lround(size.png_dpi / 0.0254)));
-        image.setDotsPerMeterY(static_cast<int>(std::lround(size.png_dpi / 0.0254)));
-        image.fill(Qt::white);
-        {
-            QPainter painter(&image);
-            painter.setRenderHint(QPainter::Antialiasing);
-            paint(painter, QRectF(QPointF(0, 0), QSizeF(pixels)));
-        }
-        if (!image.save(&buffer, "PNG")) throw Error("figure export " + path.string() + ": PNG encoding failed");
-        break;
-    }
-    case FigureFormat::Svg: {
-        QSvgGenerator svg;
-        svg.setOutputDevice(&buffer);
-        svg.setResolution(static_cast<int>(kLayoutDpi));
-        svg.setSize(logical.toSize());
-        svg.setViewBox(QRectF(QPointF(0, 0), logical));
-        svg.setTitle(title);
-        svg.setDescription(QStringLiteral("tandem-workbench figure"));
-        QPainter painter(&svg);
-        paint(painter, QRectF(QPointF(0, 0), logical));
-        painter.end();
-        break;
-    }
-    case FigureFormat::Pdf: {
-        // QPdfWriter embeds the fonts it uses (TrueType subsets): the figure prints as it looks.
-        QPdfWriter pdf(&buffer);
-        pdf.setPageSize(QPageSize(QSizeF(size.width_inches() * 25.4, size.height_inches() * 25.4), QPageSize::Millimeter));
-        pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
-        pdf.setResolution(1200);
-        pdf.setTitle(title);
-        pdf.setCreator(QStringLiteral("tandem-workbench"));
-        QPainter painter(&pdf);
-        paint(painter, QRectF(QPointF(0, 0), QSizeF(size.width_inches() * 1200, size.height_inches() * 1200)));
-        painter.end();
-        break;
-    }
-    }
-    buffer.close();
-    write_file_atomic(path, std::string_view(bytes.constData(), static_cast<std::size_t>(bytes.size())));
+    write_painted_figure(paint, size, format, path, title);
 }
 
 std::optional<TableFormat> table_format_for(const QString& path) {

@@ -1,5 +1,7 @@
 #include "tandem/views/main_window.h"
 
+#include "tandem/views/fault_heatmap.h"
+
 #include "tandem/assets.h"
 #include "tandem/data/chat_template.h"
 #include "tandem/data/corpus.h"
@@ -8,6 +10,7 @@
 #include "tandem/views/divergence_view.h"
 #include "tandem/views/export.h"
 #include "tandem/views/export_dialog.h"
+#include "tandem/views/fault_heatmap.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/report_tables.h"
 #include "tandem/views/run_follower.h"
@@ -42,7 +45,8 @@ namespace tandem::views {
 
 namespace {
 constexpr int kMaxRecent = 10;
-const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png", "divergence.png"};
+const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png", "faults.png",
+                             "divergence.png"};
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -57,6 +61,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     token_diff_ = new TokenDiffView(pages_);
     tables_ = new TablesView(pages_);
     compare_ = new CompareView(pages_);
+    faults_ = new FaultHeatmapView(pages_);
     divergence_ = new DivergenceView(pages_);
     pages_->addTab(runs_, tr("&Runs"));
     pages_->addTab(launcher_, tr("&Launch"));
@@ -64,6 +69,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     pages_->addTab(token_diff_, tr("Token &diff"));
     pages_->addTab(tables_, tr("Ta&bles"));
     pages_->addTab(compare_, tr("&Compare"));
+    pages_->addTab(faults_, tr("&Faults"));
     pages_->addTab(divergence_, tr("Di&vergence"));
     auto* central = new QWidget(this);
     auto* central_layout = new QVBoxLayout(central);
@@ -76,6 +82,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     error_->setStyleSheet(QStringLiteral("QLabel { background: #fde2d8; color: #7a1f00; padding: 6px; border: 1px solid #d55e00; }"));
     error_->hide();
     central_layout->addWidget(error_);
+    // A run with an injected fault (docs/faults.md) is never shown without this, above every page.
+    fault_banner_ = new QLabel(central);
+    fault_banner_->setObjectName(QStringLiteral("fault-banner"));
+    fault_banner_->setWordWrap(true);
+    fault_banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    fault_banner_->setStyleSheet(QStringLiteral("QLabel { background: #b00020; color: white; font-weight: bold; padding: 6px; }"));
+    fault_banner_->hide();
+    central_layout->addWidget(fault_banner_);
     central_layout->addWidget(pages_, 1);
     setCentralWidget(central);
     // Below this the charts collapse and the tool rows clip (issue 14, item 11).
@@ -142,8 +156,9 @@ void MainWindow::build_menus() {
     add(file, tr("&Quit"), QKeySequence::Quit, &QWidget::close);
 
     auto* view = menuBar()->addMenu(tr("&View"));
-    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles"), tr("&Compare")};
-    for (int i = 0; i < 6; ++i)
+    const QString names[] = {tr("&Runs"), tr("&Launch"), tr("Tra&jectories"), tr("Token &diff"), tr("Ta&bles"), tr("&Compare"),
+                             tr("&Faults"), tr("Di&vergence")};
+    for (int i = 0; i < 8; ++i)
         add(view, names[i], QKeySequence(QStringLiteral("Ctrl+%1").arg(i + 1)), [this, i] { show_page(static_cast<Page>(i)); });
     view->addSeparator();
     auto* log = add(view, tr("&Log y axis"), QKeySequence(tr("Ctrl+L")), [this](bool on) { trajectories_->set_log_y(on); });
@@ -226,9 +241,17 @@ void MainWindow::load_static_pages(const QString& run_file) {
     // Tables: the report's numbers.
     try {
         auto report = load_report_tables(run_file.toStdString());
+        fault_banner_->setText(QString::fromStdString(report.fault_banner));
+        fault_banner_->setVisible(!report.fault_banner.empty());
         tables_->set_tables(std::move(report.tables), QString::fromStdString(report.note));
     } catch (const std::exception& e) {
         tables_->set_tables({}, QString::fromUtf8(e.what()));
+    }
+    // Faults: the fault matrix's heatmap (a `tandem faults` run)
+    try {
+        faults_->set_matrix(load_fault_matrix(run_file.toStdString()));
+    } catch (const std::exception& e) {
+        faults_->set_matrix(std::nullopt, QString::fromUtf8(e.what()));
     }
     // Divergence: the localisation of the run's fingerprints (docs/observables.md), when recorded.
     divergence_->load(run_file.toStdString());
@@ -462,6 +485,24 @@ void MainWindow::dropEvent(QDropEvent* event) {
         event->acceptProposedAction();
         return;
     }
+}
+
+QString MainWindow::fault_banner_text() const { return fault_banner_->isVisible() ? fault_banner_->text() : QString(); }
+
+bool MainWindow::export_fault_heatmap(const QString& path) {
+    const auto& m = faults_->matrix();
+    const auto format = figure_format_for(path);
+    if (!m || !format) return false;
+    try {
+        FigureSize size;
+        size.width = kJournalColumnCm;
+        size.height = 4.0 + 0.45 * static_cast<double>(m->rows.size() + 1);  // cm: a line per fault
+        views::export_fault_heatmap(*m, size, *format, path.toStdString());
+    } catch (const std::exception& e) {
+        show_error(QString::fromUtf8(e.what()));
+        return false;
+    }
+    return true;
 }
 
 }  // namespace tandem::views

@@ -68,6 +68,9 @@ struct TokenizedRecord {
 // (but NOT for zero supervised tokens after truncation: callers decide; see corpus build).
 TokenizedRecord tokenize_record(const Tokenizer& tokenizer, TemplateKind kind,
                                 const std::vector<Message>& messages, size_t max_len);
+// The same from texts already rendered (tokenize_record = render_record + this): checks the prefix,
+// tokenizes, marks supervision, truncates.
+TokenizedRecord tokenize_rendered(const Tokenizer& tokenizer, RenderedRecord rendered, size_t max_len);
 
 // The supervision rule alone, on given token spans (for tests and for ids that came from elsewhere):
 // returns {boundary, supervised_end} in token indices of the untruncated sequence. `im_end_id` is

@@ -26,8 +26,9 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 5;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
+inline constexpr int kCatalogSchemaVersion = 6;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
                                                  // 5: seed envelopes
+                                                 // 6: injected faults (runs.faults, legs.faults, fault_results)
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -60,6 +61,7 @@ struct RunRecord {
     std::string hostname;
     std::optional<std::int64_t> runner_pid;  // to tell a live run from an interrupted one
     std::string note;
+    std::string faults;           // schema 6: "FAULT INJECTED: <leg>: <faults>; ..." when a leg has a fault, else ""
 };
 
 // What a user wrote about a run (schema 4): tags and a free-text note, kept apart from the runner's
@@ -86,6 +88,20 @@ struct LegRecord {
     std::optional<std::int64_t> last_eval_update;
     std::optional<double> last_eval_ce;
     std::string error;            // one-line error when failed
+    std::string faults;           // schema 6: the leg's injected faults ("rope-theta=100, ..."), "" = clean
+};
+
+// One row of `fault_results` (schema 6): one fault of a `tandem faults` run (docs/faults.md).
+struct FaultResultRecord {
+    std::string run_id;
+    std::string fault;            // catalogue name
+    std::string leg;              // the faulty leg
+    std::optional<double> size;   // the size injected (faults with a size)
+    std::string caught_by;        // levels that fired, "L1 L3 L4 gate:step-time"; "" = not caught
+    std::optional<std::int64_t> first_update;  // the first update at which any level caught it
+    std::optional<std::int64_t> first_update_l4;
+    std::optional<double> ce_diff_abs, ce_diff_rel, ce_diff_clean_units;  // held-out CE at the end vs the reference
+    std::string smallest_sizes;   // JSON {level: smallest size detected} from --size-search, "" when not searched
 };
 
 // One row of `envelopes` with its `envelope_points` (docs/envelope.md): a stack's seed envelope.
@@ -143,6 +159,9 @@ public:
     // Envelopes (schema 5): added with their points in one transaction; listed newest first for a key.
     std::int64_t add_envelope(const EnvelopeRecord& envelope);
     std::vector<EnvelopeRecord> envelopes(const std::string& spec_key) const;
+    // Fault-matrix rows (schema 6), replaced per (run, fault); listed in catalogue order of insertion.
+    void upsert_fault_result(const FaultResultRecord& row);
+    std::vector<FaultResultRecord> fault_results(const std::string& run_id) const;
 
     sqlite3* handle() const { return db_; }  // for tests and advanced queries
 

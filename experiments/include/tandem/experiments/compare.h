@@ -15,6 +15,7 @@
 #include "tandem/experiments/distance.h"
 #include "tandem/experiments/envelope.h"
 #include "tandem/experiments/experiment.h"
+#include "tandem/experiments/fault_matrix.h"
 #include "tandem/experiments/gate.h"
 #include "tandem/experiments/leg_protocol.h"
 #include "tandem/experiments/localise.h"
@@ -35,6 +36,7 @@ struct LegData {
     int64_t exit_status = 0;
     LegTrace trace;
     std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
+    std::string faults;           // injected faults (docs/faults.md), "" = a clean leg
 };
 
 struct Thresholds {
@@ -187,6 +189,11 @@ struct Comparison {
     std::vector<Localisation> localisations;
     // The evaluation observables of every L4 pair whose legs recorded them (observables.h).
     std::vector<ObservablesComparison> observables;
+    // "FAULT INJECTED: <leg>: <faults>; ..." when any leg ran with an injected fault (docs/faults.md),
+    // else "". Every rendering of the comparison leads with it.
+    std::string fault_banner;
+    // The fault matrix of a `tandem faults` run (run.h5 /faults), shown first by the report.
+    std::optional<FaultMatrix> fault_matrix;
     std::vector<std::string> failures;  // one line per level L1-L3 that failed, and per non-finite value
     ErrorModel error_model;             // the bound the paired numerics distances used
     std::vector<SeedEnvelope> envelopes;  // the seed envelopes that judged the pairs (may be empty)
@@ -235,6 +242,12 @@ std::pair<int64_t, int64_t> timing_window(int64_t updates);
 // experiment (same sha256_without_seeds), any stacks.
 Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {},
                         const std::optional<ErrorModel>& model = std::nullopt, const std::vector<SeedEnvelope>& envelopes = {});
+// The same, pairing every leg with `against` only, as (leg, against) — `tandem faults` compares each
+// faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
+// has that name.
+Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
+                                const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
+                                const std::vector<SeedEnvelope>& envelopes = {});
 
 // Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
 std::vector<LegData> read_legs(const RunFileReader& reader);

@@ -1,7 +1,7 @@
 #pragma once
 // The engine leg: tandem's own stack (tokenizer, chat template, supervision, batch plan, the C++
 // engine's Trainer) run as a leg process that speaks the leg protocol on stdout
-// (`tandem leg engine --run DIR --leg NAME --device cpu [--resume] [--threads N]`).
+// (`tandem leg engine --run DIR --leg NAME --device cpu [--resume] [--threads N] [--faults LIST]`).
 #include <filesystem>
 #include <string>
 
@@ -13,6 +13,8 @@ struct EngineLegOptions {
     std::string device = "cpu";
     bool resume = false;
     int threads = 0;  // <= 0: the engine's default
+    // Faults to inject (docs/faults.md), "name=size,..." as the runner passes them (--faults); "" = none.
+    std::string faults;
 };
 
 // Runs the leg to the end; returns the process exit status (0 done, 1 error). Every failure is

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/experiments/faults.h"
 #include "tandem/experiments/gate_config.h"
 
 namespace tandem::experiments {
@@ -90,6 +91,10 @@ struct ExperimentSpec {
     // Per-leg overrides of dropout_masks / plan / template: overrides[leg][field] = value.
     std::map<std::string, std::map<std::string, std::string>> overrides;
 
+    // Faults injected into every engine leg (docs/faults.md; `faults`, absent = none) — unless the leg's
+    // definition has its own `faults` list, which replaces this one for that leg ([] = a clean leg).
+    std::vector<FaultSwitch> faults;
+
     // Legs the experiment defines (docs/legs.md), in name order: a name, what runs it, and for a
     // `command` leg its argument list with {run}, {leg}, {device}, {threads}, {resume} placeholders.
     struct LegDefinition {
@@ -97,6 +102,7 @@ struct ExperimentSpec {
         std::string implementation;        // engine | reference | sdk-python | sdk-go | command
         std::vector<std::string> command;  // command legs only
         std::string device;                // "" = from --devices
+        std::optional<std::vector<FaultSwitch>> faults;  // engine legs only; replaces the spec's `faults`
         // Data-parallel ranks of a reference leg, one per entry ("cpu", "cpu" or "cuda:0", "cuda:1"):
         // torch.distributed, one micro-batch per rank, gradients all-reduced. Empty: one process.
         std::vector<std::string> devices;
@@ -118,6 +124,9 @@ struct ExperimentSpec {
 
     // The setting a leg uses: its override when there is one, else the spec's.
     std::string leg_setting(const std::string& leg, const std::string& field) const;
+    // The faults an engine leg of this name runs with: its definition's list when it has one, else
+    // `faults` (docs/faults.md). Legs of other implementations run no faults.
+    std::vector<FaultSwitch> leg_fault_switches(const std::string& leg) const;
 
     // The resolved spec as JSON (every field present); this is experiment.json's "spec".
     nlohmann::json to_json() const;

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,14 @@ struct GateFlag {
 
 nlohmann::json flags_to_json(const std::vector<GateFlag>& flags);
 std::vector<GateFlag> flags_from_json(const nlohmann::json& j);
+
+// The step-time flag's yardstick for update row i: the median wall time of the attempt's last `window`
+// updates before it, or nullopt before `min_history` of them.
+std::optional<double> step_time_running_median(const std::vector<StepRow>& steps, size_t i, const GateConfig& config,
+                                               int64_t attempt_first_update);
+// The largest wall time / running median over a leg's updates (one attempt starting at its first row):
+// the clean spread the step-time factor is set from (docs/gate.md). NaN when no update was judged.
+double largest_step_time_ratio(const std::vector<StepRow>& steps, const GateConfig& config);
 
 class TrajectoryGate {
 public:

@@ -10,14 +10,23 @@
 namespace tandem::experiments {
 
 struct Table {
-    std::string id;       // "l1", "l2", "l3", "l4", "distances", "gate", "grad-norm", "timing", "probes"
+    std::string id;       // "faults", "fault-effects", "fault-sizes", "l1", "l2", "l3", "l4", "distances", "gate", "grad-norm", "timing", "probes"
     std::string title;
     std::vector<std::string> columns;
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> notes;  // printed under the table
+    // "FAULT INJECTED: ..." when the run had an injected fault (docs/faults.md): every rendering of the
+    // table leads with it, so an exported table cannot lose it.
+    std::string banner{};
+    // LaTeX: a table wider than 6 columns is set transposed unless this is false (long tables with
+    // narrow columns, like the fault matrix, keep their orientation).
+    bool transpose_when_wide = true;
 };
 
 std::vector<Table> report_tables(const Comparison& c, const Thresholds& t = {});
+// The fault matrix's tables (docs/faults.md): "faults" (levels, first update caught), "fault-effects"
+// (held-out CE at the end), "fault-sizes" (--size-search only).
+std::vector<Table> fault_matrix_tables(const FaultMatrix& m);
 
 // `tandem localise` and the report: the chain around the first divergence (or around the largest
 // ratio): `context` points before and after it, the point itself marked "<<". Table id "localisation".

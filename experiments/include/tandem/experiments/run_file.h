@@ -186,6 +186,20 @@ struct DistancePoint {
     double value = 0, reference = 0, difference = 0, scale = 0, distance = 0;
 };
 
+// /faults/<fault>/search: one probe of a fault's size search (docs/faults.md); 1 = the level caught it.
+struct FaultProbeRow {
+    std::int64_t step = 0;   // 0-based probe number of this fault
+    double size = 0;
+    std::int64_t l1 = 0, l2 = 0, l3 = 0, l4 = 0, gate = 0;
+};
+
+// /faults/<fault>: one fault of a `tandem faults` run.
+struct FaultGroup {
+    std::string fault;       // catalogue name (lower case, digits, '-')
+    Attributes attributes;   // leg, size, the levels that fired, first updates, held-out CE differences
+    std::vector<FaultProbeRow> probes;  // --size-search only
+};
+
 // The check levels stored per leg: /legs/<leg>/checks/<level>.
 enum class CheckLevel { L1, L2, L3 };
 const char* check_level_name(CheckLevel level);  // "l1", "l2", "l3"
@@ -256,6 +270,9 @@ public:
     void write_distance(const std::string& leg_a, const std::string& leg_b, const std::string& name,
                         const std::vector<DistancePoint>& points, const Attributes& attributes);
     void set_distance_attributes(const std::string& leg_a, const std::string& leg_b, const Attributes& attributes);
+    // /faults (replaced when written again): the group's attributes, the whole matrix as JSON text
+    // (/faults/matrix, what the report reads) and one group per fault (what h5py users read).
+    void write_faults(const Attributes& attributes, const std::string& matrix_json, const std::vector<FaultGroup>& faults);
 
     // Publishes everything written so far (atomic rename, fsynced). The writer stays usable: the
     // next write call starts a new copy. flush() is the same as commit().
@@ -326,6 +343,8 @@ public:
     // /localisation/<legA>~<legB>: pairs stored, and one pair's points and attributes.
     std::vector<std::pair<std::string, std::string>> localisations() const;
     std::vector<LocalisedPoint> localisation_points(const std::string& leg_a, const std::string& leg_b) const;
+    std::optional<std::string> fault_matrix() const;  // /faults/matrix (JSON text); nullopt: not a faults run
+    std::vector<FaultProbeRow> fault_probes(const std::string& fault) const;  // /faults/<fault>/search
     std::vector<std::pair<std::string, std::string>> comparisons() const;  // (legA, legB) pairs
     Attributes comparison_attributes(const std::string& leg_a, const std::string& leg_b) const;
     std::vector<ComparisonSeries> comparison_series(const std::string& leg_a, const std::string& leg_b) const;

@@ -28,9 +28,10 @@ struct LegPlan {
     std::string implementation;        // engine | reference | sdk-python | sdk-go | command
     std::string device;                // "cpu", "cuda:0", ...
     std::vector<std::string> command;  // command legs: the argument template (experiment `legs`)
-    std::vector<std::string> devices;  // data-parallel ranks of a reference leg (device = devices[0]); empty: one
+    std::vector<FaultSwitch> faults{}; // engine legs: faults injected (docs/faults.md), passed as --faults
+    std::vector<std::string> devices{};  // data-parallel ranks of a reference leg (device = devices[0]); empty: one
     std::string executor = "local";    // local (child process) | slurm (sbatch job), docs/cluster.md
-    SlurmOptions slurm;                // sbatch options (executor slurm)
+    SlurmOptions slurm{};              // sbatch options (executor slurm)
 };
 
 // The executors a leg can run under: "local" (a child process of the runner) and "slurm" (docs/cluster.md).
@@ -86,6 +87,13 @@ struct RunnerOptions {
     int cpu_threads = 0;                           // total for CPU legs; 0: hardware concurrency
     bool probe = true;                             // bandwidth probes of every device used
     std::string report_format = "text";            // printed at the end ("" for none)
+    // At most this many legs run at once (0: no limit; CPU legs then share the threads evenly). The
+    // CPU threads are split over min(this, CPU legs). `tandem faults --jobs`.
+    int max_concurrent_legs = 0;
+    // New runs only: run exactly these legs instead of --legs (tandem faults builds them).
+    std::vector<LegPlan> leg_plans;
+    // Compare every leg with this leg only, not every pair (tandem faults: the reference). "" = pairs.
+    std::string compare_against;
     // Called for every flag of the live gate (docs/gate.md) as it is raised. May be empty (the flags
     // are still recorded and acted on).
     std::function<void(const GateFlag&)> on_flag;

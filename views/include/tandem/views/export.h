@@ -6,12 +6,18 @@
 #include "tandem/views/string_table.h"
 #include "tandem/views/trajectory_chart.h"
 
+#include <QRectF>
 #include <QString>
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
+
+QT_BEGIN_NAMESPACE
+class QPainter;
+QT_END_NAMESPACE
 
 namespace tandem::views {
 
@@ -50,6 +56,11 @@ struct PanelFigure {
 // first shows its legend only when its curves differ from the panel above (the residual panel).
 void export_figure_panels(const std::vector<PanelFigure>& panels, const FigureSize& size, FigureFormat format,
                           const std::filesystem::path& path, const QString& title = {});
+
+// Writes what `paint` draws (onto a page rectangle in the device's units) as PNG, SVG or PDF at
+// `size`: the one writer every figure export goes through (atomic; throws tandem::Error naming the file).
+void write_painted_figure(const std::function<void(QPainter&, const QRectF&)>& paint, const FigureSize& size,
+                          FigureFormat format, const std::filesystem::path& path, const QString& title);
 
 enum class TableFormat { Latex, Csv, Markdown };
 std::optional<TableFormat> table_format_for(const QString& path);  // .tex, .csv, .md

@@ -18,6 +18,7 @@ QT_END_NAMESPACE
 namespace tandem::views {
 
 class CompareView;
+class FaultHeatmapView;
 class DivergenceView;
 class LauncherView;
 class RunFollower;
@@ -29,7 +30,7 @@ class TrajectoryView;
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage, DivergencePage };
+    enum Page { RunsPage, LaunchPage, TrajectoriesPage, TokenDiffPage, TablesPage, ComparePage, FaultsPage, DivergencePage };
 
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
@@ -58,6 +59,11 @@ public:
     TokenDiffView* token_diff() const { return token_diff_; }
     TablesView* tables() const { return tables_; }
     CompareView* compare() const { return compare_; }
+    FaultHeatmapView* faults() const { return faults_; }
+    // "FAULT INJECTED: ..." shown above every page while a run with an injected fault is open ("" = none).
+    QString fault_banner_text() const;
+    // The open run's fault matrix as a heatmap figure (PNG/SVG/PDF by suffix); false without one.
+    bool export_fault_heatmap(const QString& path);
     DivergenceView* divergence() const { return divergence_; }
 
 Q_SIGNALS:
@@ -87,6 +93,8 @@ private:
     TokenDiffView* token_diff_ = nullptr;
     TablesView* tables_ = nullptr;
     CompareView* compare_ = nullptr;
+    FaultHeatmapView* faults_ = nullptr;
+    QLabel* fault_banner_ = nullptr;
     DivergenceView* divergence_ = nullptr;
     RunFollower* follower_ = nullptr;
     QMenu* recent_menu_ = nullptr;

@@ -104,6 +104,7 @@ struct CatalogLegRow {
     std::optional<double> peak_memory_bytes;
     std::vector<std::string> tags;  // the run's tags (catalog schema 4)
     std::string note;               // what the user wrote about the run
+    std::string faults;             // the leg's injected faults (catalog legs.faults; docs/faults.md), "" = clean
 };
 
 }  // namespace tandem::views

@@ -13,7 +13,7 @@ namespace tandem::views {
 class RunsModel : public QAbstractTableModel {
     Q_OBJECT
 public:
-    enum Column { Run, Experiment, Leg, Status, Device, Progress, FinalLoss, TokensPerSecond, PeakMemory, Started, Tags, Note, Path, ColumnCount };
+    enum Column { Run, Experiment, Leg, Status, Device, Progress, FinalLoss, TokensPerSecond, PeakMemory, Started, Tags, Note, Faults, Path, ColumnCount };
     // Extra roles: the sort key (numbers sort as numbers, missing values last) and the run path.
     enum Role { SortRole = Qt::UserRole + 1, RunPathRole, RunIdRole, RunFileRole };
 

@@ -8,6 +8,7 @@
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
 #include "tandem/experiments/compare.h"
+#include "tandem/experiments/comparison_io.h"
 #include "tandem/experiments/host_info.h"
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/runner.h"

@@ -5,6 +5,7 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
+#include "tandem/experiments/comparison_io.h"
 #include "tandem/experiments/report.h"
 #include "tandem/experiments/run_file.h"
 

@@ -3,6 +3,7 @@
 
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
+#include "tandem/experiments/comparison_io.h"
 #include "tandem/strict_json.h"
 #include "tandem/experiments/host_info.h"
 

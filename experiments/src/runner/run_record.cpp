@@ -5,6 +5,7 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/experiments/host_info.h"
+#include "tandem/experiments/comparison_io.h"
 #include "tandem/version.h"
 
 #include <fcntl.h>

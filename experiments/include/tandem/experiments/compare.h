@@ -2,16 +2,7 @@
 // Comparison of the legs of one run (SPEC §4, docs/report.md). The report, the runner and the GUI
 // take every number from here; nothing else computes them.
 //
-// Statistics conventions (docs/report.md): differences are a - b (first leg minus second);
-// dispersion is the population standard deviation of the differences (numpy's std, ddof = 0);
-// percentiles are numpy's default (linear interpolation between closest ranks); a sign change is a
-// pair of consecutive non-zero differences of opposite sign.
-//
-// Residuals in percent ("leg minus reference", docs/report.md): for every paired point,
-// percent = 100 * (leg - reference) / |reference|. The reference side is the pair's second leg b
-// (run order, as the differences), except when a is a reference-implementation leg and b is not:
-// then a is the reference and the percent is 100 * (b - a) / |a|. A reference value of 0 (or a
-// non-finite value) gives NaN, never a made-up number.
+// The statistics themselves (pairing, summary, residuals) are in statistics.h.
 #include "tandem/experiments/distance.h"
 #include "tandem/experiments/envelope.h"
 #include "tandem/experiments/experiment.h"
@@ -21,6 +12,7 @@
 #include "tandem/experiments/localise.h"
 #include "tandem/experiments/observables.h"
 #include "tandem/experiments/run_file.h"
+#include "tandem/experiments/statistics.h"
 
 #include <cmath>
 #include <cstdint>
@@ -47,38 +39,6 @@ struct Thresholds {
     double envelope_alpha = 0.05;   // the one-sided test's level (MLPerf's)
 };
 
-// ---- plain statistics (exposed for tests) --------------------------------------------------------
-double mean(const std::vector<double>& x);
-double population_std(const std::vector<double>& x);
-double percentile(std::vector<double> x, double q);  // q in [0, 100], numpy linear method
-int64_t sign_changes(const std::vector<double>& diffs);
-
-struct DiffStats {
-    int64_t n = 0;
-    double mean_signed = 0, mean_abs = 0, std = 0, max_abs = 0;
-    int64_t max_abs_update = -1;
-    int64_t sign_changes = 0;
-    double mean_abs_rel = 0;  // mean |a-b| / mean |b|
-};
-DiffStats diff_stats(const std::vector<PairedPoint>& points);
-// Points present in both series (by update), in update order.
-std::vector<PairedPoint> pair_evals(const std::vector<EvalRow>& a, const std::vector<EvalRow>& b);
-std::vector<PairedPoint> pair_losses(const std::vector<StepRow>& a, const std::vector<StepRow>& b);
-// Grad norms at updates present in both series where both norms are finite, in update order.
-std::vector<PairedPoint> pair_grad_norms(const std::vector<StepRow>& a, const std::vector<StepRow>& b);
-
-struct PercentPoint {
-    int64_t update = 0;
-    double leg = 0, reference = 0;  // the two values, reference side as in the header comment
-    double percent = 0;             // 100 * (leg - reference) / |reference|; NaN when reference is 0
-};
-struct PercentSeries {
-    std::vector<PercentPoint> points;
-    double max_abs = std::nan("");  // largest |percent| over the finite points (NaN when none)
-    int64_t max_abs_update = -1;
-};
-// reference_is_a: the pair's first leg is the reference (see the header comment).
-PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool reference_is_a);
 // A leg added by `tandem import tensorboard|csv` (implementation "imported", experiments/import.h):
 // levels needing data it lacks are "n/a (imported)", and its L4 is reported, not gated.
 bool is_imported(const LegData& leg);
@@ -160,6 +120,23 @@ struct L4Entry {
     std::string verdict_reason;
 };
 
+// The four levels of one pair (levels.cpp). L1-L3 set `pass`; the caller marks a level "n/a
+// (imported)" where an imported leg lacks its data. L4 judges the trajectories with the two
+// distances and sets the pair's verdict; `level_failures` are the pair's L1-L3 failures (a pair
+// whose levels failed is not comparable).
+struct L4Context {
+    const ExperimentSpec& spec;
+    const Thresholds& thresholds;
+    const ErrorModel& error_model;
+    const std::string& model_error;             // why there is no error model ("" = there is one)
+    const std::vector<SeedEnvelope>& envelopes;  // the experiment's seed envelopes, any stacks
+    const std::string& key;                      // the experiment's sha256 without seeds
+};
+L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t);
+L2Entry compare_l2(const LegData& a, const LegData& b);
+L3Entry compare_l3(const LegData& a, const LegData& b);
+L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, const std::vector<std::string>& level_failures);
+
 struct TimingRow {
     std::string leg, implementation, device, status;
     double setup_s = -1, model_load_s = -1, tokenize_s = -1;
@@ -173,6 +150,10 @@ struct TimingRow {
 // The timing figures of one leg's trace (leg, implementation, device and status left empty): the
 // one place the median s/update over the window and tokens/s are computed.
 TimingRow timing_of(const LegTrace& trace);
+// The same for a leg of a run, with its name, implementation, device and status.
+TimingRow timing_row(const LegData& leg);
+// The distribution of a leg's finite pre-clip grad norms (median, p99, max, share above `clip`).
+GradStats grad_stats(const LegData& leg, double clip);
 
 struct Comparison {
     std::vector<std::string> legs;
@@ -249,8 +230,6 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
                                 const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
                                 const std::vector<SeedEnvelope>& envelopes = {});
 
-// Reads legs from a run file (steps, eval, checks, timing, memory, leg attributes).
-std::vector<LegData> read_legs(const RunFileReader& reader);
 
 // ---- legs of different runs (`tandem compare RUN_A:LEG RUN_B:LEG`, the workbench's diff view) -----
 // "RUN:LEG": RUN a run folder or its run.h5, LEG a leg of it (the text after the last ':').
@@ -281,8 +260,5 @@ struct RunsComparison {
 // and the pair is not comparable (the first differing setting is the reason).
 RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {});
 
-// Writes /comparisons/<a>~<b> (paired evals, paired losses, paired grad norms, summary attributes,
-// the pair's verdict) and /distances/<a>~<b>/{numerics,envelope} (docs/hdf5-layout.md).
-void write_comparisons(RunFileWriter& writer, const Comparison& c);
 
 }  // namespace tandem::experiments

@@ -57,7 +57,7 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
         const double y = title_h + line + cell_h * static_cast<double>(i);
         p.setPen(Qt::black);
         const QString name = r.fault.empty() ? QStringLiteral("(clean %1)").arg(QString::fromStdString(m.clean_leg))
-                                             : QString::fromStdString(r.fault);
+                                             : QString::fromStdString(r.no_effect.empty() ? r.fault : r.fault + " (no effect)");
         p.drawText(QRectF(0, y, name_w - 4, cell_h), Qt::AlignRight | Qt::AlignVCenter, name);
         for (std::size_t c = 0; c < levels.size(); ++c) {
             const QRectF cell(name_w + cell_w * static_cast<double>(c), y, cell_w, cell_h);
@@ -71,7 +71,8 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
             } else {
                 p.fillRect(cell.adjusted(1, 1, -1, -1), QColor(245, 245, 245));
             }
-            if (expected && !first) {  // docs/faults.md expects this level to catch the fault
+            // docs/faults.md expects this level to catch the fault (unless the fault changed nothing here)
+            if (expected && !first && r.no_effect.empty()) {
                 p.setPen(QPen(QColor(176, 0, 32), 2));
                 p.drawRect(cell.adjusted(2, 2, -2, -2));
             }

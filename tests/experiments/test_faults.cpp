@@ -6,6 +6,7 @@
 #include "tandem/experiments/fault_matrix.h"
 #include "tandem/experiments/faults.h"
 #include "tandem/experiments/faults_run.h"
+#include "tandem/experiments/report.h"
 
 #include <gtest/gtest.h>
 
@@ -272,6 +273,7 @@ TEST(FaultMatrix, JsonRoundTrip) {
     r.ce_diff_clean_units = 1e6;
     r.probes = {{"fault-rope-theta-s1", 1.001, {}}, {"fault-rope-theta-s2", 10, {"L1"}}};
     r.searches = {{"L1", 10, 1.001, 2}};
+    r.no_effect = "every number equals the clean engine leg's";
     m.rows.push_back(r);
     const FaultMatrix back = fault_matrix_from_json(fault_matrix_to_json(m));
     EXPECT_EQ(fault_matrix_to_json(back), fault_matrix_to_json(m));
@@ -280,6 +282,57 @@ TEST(FaultMatrix, JsonRoundTrip) {
     EXPECT_EQ(back.row("rope-theta")->first_caught(), 0);
     EXPECT_FALSE(back.clean.caught());
     EXPECT_THROW(fault_matrix_from_json(nlohmann::json::parse(R"({"rows": 3})")), tandem::Error);
+}
+
+namespace {
+// A finished leg whose L1-L3 records agree with every other leg made here, with the given held-out CE
+// at updates 0, 2, 4 and losses at updates 0-3.
+LegData matrix_leg(const std::string& name, const std::string& implementation, double ce_shift, double loss_shift) {
+    LegData l;
+    l.name = name;
+    l.implementation = implementation;
+    l.status = "finished";
+    l.trace.l1_ce = 11.9 + ce_shift;
+    l.trace.has_l2 = true;
+    l.trace.l2 = {{"model.embed_tokens.weight", "base", {4, 2}, 1, 2, 3, "ab12"}};
+    l.trace.has_l3 = true;
+    L3Record rec;
+    rec.id = "r0";
+    rec.ids = {1, 2, 3};
+    rec.boundary = 1;
+    rec.supervised_count = 2;
+    rec.full_length = 3;
+    l.trace.l3 = {rec};
+    for (int64_t u = 0; u < 4; ++u) l.trace.steps.push_back({u, 11.0 - 0.1 * static_cast<double>(u) + loss_shift, 1.5, 1e-4, 40, 0.2});
+    for (int64_t u : {0, 2, 4}) l.trace.evals.push_back({u, 11.9 - 0.01 * static_cast<double>(u) + ce_shift});
+    return l;
+}
+}  // namespace
+
+TEST(FaultMatrix, AFaultThatChangedNothingHasNoEffectAndOneThatMovedTooLittleIsUncaught) {
+    ExperimentSpec spec;
+    spec.name = "synthetic";
+    spec.model_config = "tiny";
+    const std::vector<LegData> legs{matrix_leg("reference", "reference", 0, 0), matrix_leg("engine", "engine", 0, 0),
+                                    matrix_leg("fault-bf16-truncation", "engine", 0, 0),
+                                    // 1e-12 relative: far below the float32 error-model bound, but not the clean numbers
+                                    matrix_leg("fault-dropout-mask-reused", "engine", 1.19e-11, 1e-12)};
+    const FaultMatrix m = fault_matrix_of(legs, spec, "reference", "engine",
+                                          {{{"bf16-truncation", 16}, "fault-bf16-truncation"},
+                                           {{"dropout-mask-reused", std::nullopt}, "fault-dropout-mask-reused"}});
+    ASSERT_EQ(m.rows.size(), 2u);
+    EXPECT_FALSE(m.clean.caught());
+    EXPECT_FALSE(m.rows[0].caught());
+    EXPECT_NE(m.rows[0].no_effect, "");  // bit-identical to the clean engine leg: nothing to catch
+    EXPECT_FALSE(m.rows[1].caught());
+    EXPECT_EQ(m.rows[1].no_effect, "");  // it moved the numbers: uncaught, not "no effect"
+    // The report counts only the faults that had an effect.
+    const auto tables = fault_matrix_tables(m);
+    ASSERT_FALSE(tables.empty());
+    ASSERT_FALSE(tables[0].notes.empty());
+    EXPECT_EQ(tables[0].notes[0].rfind("0 of 1 faults caught by at least one level; 0 caught by every level docs/faults.md expects; "
+                                       "1 had no effect on this experiment (not counted)", 0), 0u)
+        << tables[0].notes[0];
 }
 
 TEST(SizeSearch, BisectsBetweenTheWeakestSizeAndTheDetectedOne) {

@@ -57,7 +57,7 @@ const std::vector<FaultInfo>& fault_catalogue() {
          {"L1", "L4"}, std::nullopt, ""},
         {"bf16-truncation", "loading/config",
          "the low N mantissa bits of one base tensor (layer 0 q_proj) are zeroed at load (16: F32->BF16 by truncation)",
-         {"L2", "L4"}, FaultSize{"mantissa bits", 16, 1, true, false}, ""},
+         {"L2"}, FaultSize{"mantissa bits", 16, 1, true, false}, ""},
         // ---- adapter
         {"adapter-wrong-projection", "adapter",
          "k_proj runs with v_proj's adapter (the same shape under GQA; q's adapter has another shape)", {"L4"},

@@ -77,6 +77,36 @@ FaultRow fault_row_of(const LegData& leg, const LegData& reference, const Experi
     return r;
 }
 
+namespace {
+
+// Whether two legs recorded the same numbers, bit for bit: initial held-out CE, parameter digests,
+// token records, every update's loss, grad norm, lr and tokens, every held-out CE (wall times aside).
+bool same_numbers(const LegTrace& a, const LegTrace& b) {
+    auto same_digests = [](const std::vector<TensorDigest>& x, const std::vector<TensorDigest>& y) {
+        return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                          [](const TensorDigest& p, const TensorDigest& q) { return p.name == q.name && p.sha256 == q.sha256; });
+    };
+    auto same_records = [](const std::vector<L3Record>& x, const std::vector<L3Record>& y) {
+        return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const L3Record& p, const L3Record& q) {
+            return p.index == q.index && p.ids == q.ids && p.boundary == q.boundary && p.supervised_count == q.supervised_count &&
+                   p.full_length == q.full_length && p.truncated_at == q.truncated_at;
+        });
+    };
+    auto same_steps = [](const std::vector<StepRow>& x, const std::vector<StepRow>& y) {
+        return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const StepRow& p, const StepRow& q) {
+            return p.update == q.update && p.loss == q.loss && p.grad_norm == q.grad_norm && p.lr == q.lr && p.tokens == q.tokens;
+        });
+    };
+    auto same_evals = [](const std::vector<EvalRow>& x, const std::vector<EvalRow>& y) {
+        return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                          [](const EvalRow& p, const EvalRow& q) { return p.update == q.update && p.heldout_ce == q.heldout_ce; });
+    };
+    return a.l1_ce == b.l1_ce && a.has_l2 == b.has_l2 && same_digests(a.l2, b.l2) && a.has_l3 == b.has_l3 &&
+           same_records(a.l3, b.l3) && same_steps(a.steps, b.steps) && same_evals(a.evals, b.evals) && !a.steps.empty();
+}
+
+}  // namespace
+
 FaultMatrix fault_matrix_of(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& reference,
                             const std::string& clean, const std::vector<std::pair<FaultSwitch, std::string>>& faults,
                             const Thresholds& t) {
@@ -101,6 +131,10 @@ FaultMatrix fault_matrix_of(const std::vector<LegData>& legs, const ExperimentSp
         r.category = info.category;
         r.size = sw.size;
         r.expected = info.expected;
+        // A fault that changed nothing on this experiment cannot be caught: say so instead of "uncaught"
+        // (e.g. bf16-truncation on a base stored in BF16, whose low 16 mantissa bits are already zero).
+        if (!r.caught() && r.status == "finished" && same_numbers(find(leg).trace, find(clean).trace))
+            r.no_effect = "every loss, grad norm, held-out CE, parameter digest and token record equals the clean engine leg's";
         m.rows.push_back(std::move(r));
     }
     return m;
@@ -161,7 +195,7 @@ double or_nan(const std::optional<double>& v) { return v ? *v : std::nan(""); }
 void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const std::string& run_id, const FaultMatrix& m) {
     const auto& levels = fault_matrix_levels();
     std::vector<FaultGroup> groups;
-    int64_t caught = 0;
+    int64_t caught = 0, no_effect = 0;
     std::vector<std::string> names;
     for (const auto& r : m.rows) {
         FaultGroup g;
@@ -169,7 +203,8 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
         g.attributes = {{"leg", r.leg}, {"category", r.category}, {"status", r.status},
                         {"caught_by", joined(r.caught_by())}, {"expected", joined(r.expected)},
                         {"flags", joined(r.flags, ",")}, {"ce_diff_abs", or_nan(r.ce_diff_abs)},
-                        {"ce_diff_rel", or_nan(r.ce_diff_rel)}, {"ce_diff_clean_units", or_nan(r.ce_diff_clean_units)}};
+                        {"ce_diff_rel", or_nan(r.ce_diff_rel)}, {"ce_diff_clean_units", or_nan(r.ce_diff_clean_units)},
+                        {"no_effect", r.no_effect}};
         if (r.size) g.attributes["size"] = *r.size;
         for (size_t i = 0; i < levels.size(); ++i)  // -1: the level did not fire
             g.attributes["first_update_" + levels[i]] = i < r.first_update.size() && r.first_update[i] ? *r.first_update[i] : int64_t{-1};
@@ -184,6 +219,7 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
         }
         groups.push_back(std::move(g));
         caught += r.caught();
+        no_effect += !r.no_effect.empty();
         names.push_back(r.fault);
     }
     Attributes attrs{{"reference_leg", m.reference_leg}, {"clean_leg", m.clean_leg}, {"faults", joined(names, ",")},
@@ -218,8 +254,8 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
     }
     // The run's note says what the run is: a fault matrix, not a cross-check that failed.
     if (auto run = cat.run(run_id)) {
-        run->note = "fault matrix: " + std::to_string(caught) + " of " + std::to_string(m.rows.size()) +
-                    " faults caught; clean pair: " + (m.clean.caught() ? "FLAGGED by " + joined(m.clean.caught_by()) : "no level fired");
+        run->note = "fault matrix: " + std::to_string(caught) + " of " + std::to_string(m.rows.size() - no_effect) +
+                    " faults caught" + (no_effect ? " (" + std::to_string(no_effect) + " more had no effect)" : "") + "; clean pair: " + (m.clean.caught() ? "FLAGGED by " + joined(m.clean.caught_by()) : "no level fired");
         cat.upsert_run(*run);
     }
 }
@@ -461,7 +497,7 @@ FaultsOutcome run_faults(const FaultsOptions& opt) {
     for (const auto& l : legs_of(run.folder / "run.h5")) out.all_legs_finished = out.all_legs_finished && l.status == "finished";
     out.clean_pair_passed = !out.matrix.clean.caught();
     out.every_fault_caught = true;
-    for (const auto& r : out.matrix.rows) out.every_fault_caught = out.every_fault_caught && r.caught();
+    for (const auto& r : out.matrix.rows) out.every_fault_caught = out.every_fault_caught && (r.caught() || !r.no_effect.empty());
 
     const ReportFormat f = parse_report_format(format);
     std::ostringstream o;

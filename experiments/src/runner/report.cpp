@@ -83,19 +83,26 @@ std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
             return cells;
         };
         tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
-        int caught = 0, as_expected = 0;
+        int caught = 0, as_expected = 0, no_effect = 0;
         for (const auto& r : m.rows) {
-            tb.rows.push_back(row_of(r, r.fault));
+            tb.rows.push_back(row_of(r, r.no_effect.empty() ? r.fault : r.fault + " (no effect)"));
             caught += r.caught();
+            if (!r.no_effect.empty()) {
+                ++no_effect;
+                tb.notes.push_back(r.fault + ": no effect on this experiment, nothing to catch: " + r.no_effect);
+                continue;
+            }
             bool all = true;
             for (const auto& e : r.expected) all = all && r.fired(e);
             as_expected += all;
             if (!all) tb.notes.push_back(r.fault + ": expected " + words(r.expected) + ", caught by " + words(r.caught_by()));
             if (r.status != "finished") tb.notes.push_back(r.fault + ": leg " + r.leg + " " + r.status);
         }
+        const int with_effect = static_cast<int>(m.rows.size()) - no_effect;
         tb.notes.insert(tb.notes.begin(),
-                        std::to_string(caught) + " of " + std::to_string(m.rows.size()) + " faults caught by at least one level; " +
-                            std::to_string(as_expected) + " caught by every level docs/faults.md expects");
+                        std::to_string(caught) + " of " + std::to_string(with_effect) + " faults caught by at least one level; " +
+                            std::to_string(as_expected) + " caught by every level docs/faults.md expects" +
+                            (no_effect ? "; " + std::to_string(no_effect) + " had no effect on this experiment (not counted)" : ""));
         tb.notes.push_back("every faulty engine leg is compared with the reference leg '" + m.reference_leg +
                            "' only; a cell is the first update at which the level fired (L1-L3: 0, judged before training; "
                            "L4: the first paired evaluation whose held-out CE differs from the reference's by more than the float32 "

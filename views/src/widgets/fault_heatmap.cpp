@@ -3,6 +3,7 @@
 #include "tandem/experiments/faults_run.h"
 
 #include <QPaintEvent>
+#include <QFontMetricsF>
 #include <QPainter>
 
 #include <algorithm>
@@ -42,12 +43,31 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
     const double title_h = line * 1.4;
     std::vector<const ex::FaultRow*> rows{&m.clean};
     for (const auto& r : m.rows) rows.push_back(&r);
-    const double name_w = W * 0.42;
+    auto row_name = [&](const ex::FaultRow& r) {
+        return r.fault.empty() ? QStringLiteral("(clean %1)").arg(QString::fromStdString(m.clean_leg))
+                               : QString::fromStdString(r.no_effect.empty() ? r.fault : r.fault + " (no effect)");
+    };
+    // A font that fits `text` into `width` (never larger than the figure's font): exported figures are
+    // a column wide, and a name cut off at the edge is a wrong name.
+    auto fitting = [&](const QFont& base, const QString& text, double width) {
+        QFont f = base;
+        const double natural = QFontMetricsF(base).horizontalAdvance(text);
+        if (natural > width && natural > 0)
+            f.setPixelSize(std::max(1, static_cast<int>(std::floor(base.pixelSize() * width / natural))));
+        return f;
+    };
+    QString widest;
+    for (const auto* r : rows)
+        if (QFontMetricsF(font).horizontalAdvance(row_name(*r)) > QFontMetricsF(font).horizontalAdvance(widest)) widest = row_name(*r);
+    const double name_w = std::min(W * 0.5, std::max(W * 0.3, QFontMetricsF(font).horizontalAdvance(widest) + 8));
+    const QFont name_font = fitting(font, widest, name_w - 4);
     const double cell_w = (W - name_w) / static_cast<double>(levels.size());
     const double cell_h = std::min(line * 1.2, (H - title_h - line) / static_cast<double>(rows.size()));
     p.setPen(Qt::black);
-    p.drawText(QRectF(0, 0, W, title_h), Qt::AlignLeft | Qt::AlignVCenter,
-               QStringLiteral("Fault matrix: first update each level caught (of %1; blank = not caught)").arg(m.updates));
+    const QString title = QStringLiteral("Fault matrix: first update each level caught (of %1; blank = not caught)").arg(m.updates);
+    p.setFont(fitting(font, title, W));
+    p.drawText(QRectF(0, 0, W, title_h), Qt::AlignLeft | Qt::AlignVCenter, title);
+    p.setFont(font);
     for (std::size_t c = 0; c < levels.size(); ++c)
         p.drawText(QRectF(name_w + cell_w * static_cast<double>(c), title_h, cell_w, line), Qt::AlignCenter,
                    QString::fromStdString(levels[c]));
@@ -56,9 +76,9 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
         const ex::FaultRow& r = *rows[i];
         const double y = title_h + line + cell_h * static_cast<double>(i);
         p.setPen(Qt::black);
-        const QString name = r.fault.empty() ? QStringLiteral("(clean %1)").arg(QString::fromStdString(m.clean_leg))
-                                             : QString::fromStdString(r.fault);
-        p.drawText(QRectF(0, y, name_w - 4, cell_h), Qt::AlignRight | Qt::AlignVCenter, name);
+        p.setFont(name_font);
+        p.drawText(QRectF(0, y, name_w - 4, cell_h), Qt::AlignRight | Qt::AlignVCenter, row_name(r));
+        p.setFont(font);
         for (std::size_t c = 0; c < levels.size(); ++c) {
             const QRectF cell(name_w + cell_w * static_cast<double>(c), y, cell_w, cell_h);
             const auto& first = c < r.first_update.size() ? r.first_update[c] : std::nullopt;
@@ -71,7 +91,8 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
             } else {
                 p.fillRect(cell.adjusted(1, 1, -1, -1), QColor(245, 245, 245));
             }
-            if (expected && !first) {  // docs/faults.md expects this level to catch the fault
+            // docs/faults.md expects this level to catch the fault (unless the fault changed nothing here)
+            if (expected && !first && r.no_effect.empty()) {
                 p.setPen(QPen(QColor(176, 0, 32), 2));
                 p.drawRect(cell.adjusted(2, 2, -2, -2));
             }

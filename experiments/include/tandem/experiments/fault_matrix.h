@@ -48,6 +48,9 @@ struct FaultRow {
     // units of the clean pair's |difference| there.
     std::optional<int64_t> end_update;
     std::optional<double> ce_leg, ce_reference, ce_diff_abs, ce_diff_rel, ce_diff_clean_units;
+    // Why the fault had no effect on this experiment ("" = it had one): nothing fired and the faulty
+    // leg recorded exactly the clean engine leg's numbers. Not counted as uncaught: there was nothing to catch.
+    std::string no_effect;
     std::vector<SizeProbe> probes;       // --size-search: every probe of this fault, in order
     std::vector<SizeSearch> searches;    // --size-search: per level caught at `size`
 

@@ -10,6 +10,8 @@
 // The data/template faults are record-level tests in tests/experiments/test_faults.cpp.
 #include <gtest/gtest.h>
 
+#include "random_batches.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -227,19 +229,7 @@ Qwen3Config tiny_config() {
 
 // Micro-batches with different supervised counts (the accumulation fault shows only then) unless
 // `equal_counts`.
-MicroBatch random_mb(std::mt19937_64& rng, int64_t vocab, int32_t len1) {
-    MicroBatch mb;
-    mb.batch = 2;
-    mb.seq = 9;
-    mb.lengths = {9, len1};
-    mb.ids.resize(18);
-    mb.supervised.assign(18, 0);
-    std::uniform_int_distribution<int32_t> tok(0, int32_t(vocab - 1));
-    for (auto& id : mb.ids) id = tok(rng);
-    for (int64_t b = 0; b < 2; ++b)
-        for (int64_t t = 2; t < mb.lengths[size_t(b)]; ++t) mb.supervised[size_t(b * 9 + t)] = 1;
-    return mb;
-}
+MicroBatch random_mb(std::mt19937_64& rng, int64_t vocab, int32_t len1) { return tandem::test::random_micro_batch(rng, vocab, len1); }
 
 std::vector<std::vector<MicroBatch>> make_plan(int updates, bool equal_counts) {
     std::mt19937_64 rng(99);

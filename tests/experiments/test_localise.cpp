@@ -6,6 +6,8 @@
 // tests/experiments/test_localise_run.py.
 #include <gtest/gtest.h>
 
+#include "random_batches.h"
+
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -41,26 +43,7 @@ Qwen3Config tiny_config() {
     return c;
 }
 
-MicroBatch random_mb(std::mt19937_64& rng, int64_t vocab) {
-    MicroBatch mb;
-    mb.batch = 2;
-    mb.seq = 9;
-    mb.lengths = {9, 6};
-    mb.ids.resize(18);
-    mb.supervised.assign(18, 0);
-    std::uniform_int_distribution<int32_t> tok(0, int32_t(vocab - 1));
-    for (auto& id : mb.ids) id = tok(rng);
-    for (int64_t b = 0; b < 2; ++b)
-        for (int64_t t = 2; t < mb.lengths[size_t(b)]; ++t) mb.supervised[size_t(b * 9 + t)] = 1;
-    return mb;
-}
-
-std::vector<std::vector<MicroBatch>> plan(int updates, int64_t vocab) {
-    std::mt19937_64 rng(99);
-    std::vector<std::vector<MicroBatch>> out;
-    for (int u = 0; u < updates; ++u) out.push_back({random_mb(rng, vocab), random_mb(rng, vocab)});
-    return out;
-}
+std::vector<std::vector<MicroBatch>> plan(int updates, int64_t vocab) { return tandem::test::random_plan(updates, vocab); }
 
 // A backend that forwards every op to the CPU backend; tests override one op to perturb it.
 class DelegatingBackend : public Backend {

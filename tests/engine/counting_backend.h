@@ -7,32 +7,17 @@
 #include <memory>
 #include <string>
 
+#include "forwarding_backend.h"
 #include "tandem/engine/backend.h"
 
 namespace tandem::engine::test {
 
-class CountingBackend final : public Backend {
+class CountingBackend final : public ForwardingBackend {
 public:
-    explicit CountingBackend(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+    explicit CountingBackend(std::shared_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
     int64_t calls(Op op) const { return calls_[size_t(op)]; }
     void reset_counts() { calls_.fill(0); }
-
-    std::string device() const override { return inner_->device(); }
-    std::string device_name() const override { return inner_->device_name(); }
-    std::string stack() const override { return inner_->stack(); }
-    int64_t peak_device_bytes() const override { return inner_->peak_device_bytes(); }
-    void* allocate(size_t bytes, MemoryKind kind) override { return inner_->allocate(bytes, kind); }
-    void release(void* p) noexcept override { inner_->release(p); }
-    void upload(void* dst, const void* src, size_t bytes) override { inner_->upload(dst, src, bytes); }
-    void download(void* dst, const void* src, size_t bytes) override { inner_->download(dst, src, bytes); }
-    void fill_zero(void* dst, size_t bytes) override { inner_->fill_zero(dst, bytes); }
-    const float* take_weight(Tensor&& t) override { return inner_->take_weight(std::move(t)); }
-    int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const override {
-        return inner_->attention_cache_floats(B, T, H);
-    }
-    bool keeps_dropout_masks() const override { return inner_->keeps_dropout_masks(); }
-    void check_supported(const Qwen3Config& c) const override { inner_->check_supported(c); }
 
 #define TANDEM_COUNTING_OP(name, params, args) \
     void name params override {                \
@@ -43,7 +28,6 @@ public:
 #undef TANDEM_COUNTING_OP
 
 private:
-    std::shared_ptr<Backend> inner_;
     std::array<int64_t, kOpCount> calls_{};
 };
 

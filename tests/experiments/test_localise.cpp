@@ -6,6 +6,7 @@
 // tests/experiments/test_localise_run.py.
 #include <gtest/gtest.h>
 
+#include "forwarding_backend.h"
 #include "random_batches.h"
 
 #include <cmath>
@@ -46,29 +47,9 @@ Qwen3Config tiny_config() {
 std::vector<std::vector<MicroBatch>> plan(int updates, int64_t vocab) { return tandem::test::random_plan(updates, vocab); }
 
 // A backend that forwards every op to the CPU backend; tests override one op to perturb it.
-class DelegatingBackend : public Backend {
+class DelegatingBackend : public test::ForwardingBackend {
 public:
-    DelegatingBackend() : inner_(make_cpu_backend(1)) {}
-    std::string device() const override { return inner_->device(); }
-    std::string device_name() const override { return inner_->device_name(); }
-    std::string stack() const override { return inner_->stack(); }
-    void* allocate(size_t bytes, MemoryKind kind) override { return inner_->allocate(bytes, kind); }
-    void release(void* p) noexcept override { inner_->release(p); }
-    void upload(void* dst, const void* src, size_t bytes) override { inner_->upload(dst, src, bytes); }
-    void download(void* dst, const void* src, size_t bytes) override { inner_->download(dst, src, bytes); }
-    void fill_zero(void* dst, size_t bytes) override { inner_->fill_zero(dst, bytes); }
-    const float* take_weight(Tensor&& t) override { return inner_->take_weight(std::move(t)); }
-    int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const override {
-        return inner_->attention_cache_floats(B, T, H);
-    }
-    bool keeps_dropout_masks() const override { return inner_->keeps_dropout_masks(); }
-#define TANDEM_DELEGATE(name, params, args) \
-    void name params override { inner_->name args; }
-    TANDEM_BACKEND_OPS(TANDEM_DELEGATE)
-#undef TANDEM_DELEGATE
-
-protected:
-    std::shared_ptr<Backend> inner_;
+    DelegatingBackend() : ForwardingBackend(make_cpu_backend(1)) {}
 };
 
 // The MLP fault (test-only): the SwiGLU output of one decoder layer, in training forwards only,

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "qwen3_records.h"
+
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -24,20 +26,8 @@ using tandem::data::Tokenizer;
 
 namespace {
 
-const Tokenizer& qwen3() {
-    static const Tokenizer tok =
-        Tokenizer::load(fs::path(TANDEM_TEST_SOURCE_DIR) / ".." / "shared" / "assets" / "qwen3-tokenizer");
-    return tok;
-}
-
-std::vector<Message> qa(const std::string& question, const std::string& answer) {
-    std::vector<Message> m(2);
-    m[0].role = "user";
-    m[0].content = question;
-    m[1].role = "assistant";
-    m[1].content = answer;
-    return m;
-}
+const Tokenizer& qwen3() { return tandem::test::qwen3_tokenizer(); }
+using tandem::test::qa;
 
 const auto kRecord = qa("Which drug lowers blood pressure by blocking ACE?", "Lisinopril, an ACE inhibitor.");
 

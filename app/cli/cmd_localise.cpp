@@ -7,8 +7,8 @@
 #include "commands.h"
 
 #include "tandem/error.h"
-#include "tandem/experiments/localise.h"
-#include "tandem/experiments/report.h"
+#include "tandem/compare/judge/localise.h"
+#include "tandem/compare/report.h"
 
 #include <cstdio>
 #include <memory>

@@ -5,10 +5,10 @@
 #include "commands.h"
 
 #include "tandem/error.h"
-#include "tandem/experiments/catalog.h"
-#include "tandem/experiments/host_info.h"
-#include "tandem/experiments/probe.h"
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/catalog.h"
+#include "tandem/store/host_info.h"
+#include "tandem/store/probe.h"
+#include "tandem/store/run_file.h"
 
 #include <fcntl.h>
 #include <hdf5.h>

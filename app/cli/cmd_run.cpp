@@ -6,10 +6,10 @@
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
-#include "tandem/experiments/engine_leg.h"
-#include "tandem/experiments/envelope.h"
-#include "tandem/experiments/report.h"
-#include "tandem/experiments/runner.h"
+#include "tandem/legs/engine_leg.h"
+#include "tandem/compare/judge/envelope.h"
+#include "tandem/compare/report.h"
+#include "tandem/runner/runner.h"
 
 #include <unistd.h>
 

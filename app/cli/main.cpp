@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
         return kError;
     } catch (const std::exception& e) {
         // Reaching this is a bug in tandem (an input path without its own error message): the
-        // bad-input suite (tests/faults_io) keeps the known paths away from here.
+        // bad-input suite (tests/cli) keeps the known paths away from here.
         std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
         return kError;
     }

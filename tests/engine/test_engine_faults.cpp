@@ -7,7 +7,7 @@
 //     observables compared one by one — the held-out CE before training, each update's loss, its
 //     pre-clip grad norm, its lr, the adapter after it, the held-out CE after training — asserting
 //     exactly which of them the fault moves.
-// The data/template faults are record-level tests in tests/experiments/test_faults.cpp.
+// The data/template faults are record-level tests in tests/spec/test_faults.cpp.
 #include <gtest/gtest.h>
 
 #include "random_batches.h"

@@ -4,8 +4,8 @@
 // tables are what `tandem compare RUN_A:LEG RUN_B:LEG` prints.
 #include "views_test_support.h"
 
-#include "tandem/experiments/catalog.h"
-#include "tandem/experiments/report.h"
+#include "tandem/store/catalog.h"
+#include "tandem/compare/report.h"
 #include "tandem/views/compare_view.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/runs_browser.h"

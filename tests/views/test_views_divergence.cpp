@@ -3,7 +3,7 @@
 // chooser, and the page on a run file without fingerprints (says how to record them); the per-layer
 // LoRA update-norm curves overlaid across legs equal what h5py reads from the run file (the layer's
 // sqrt(sum of |dW|^2) recomputed in Python).
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/run_file.h"
 #include "tandem/views/divergence_model.h"
 #include "tandem/views/divergence_view.h"
 #include "tandem/views/trajectory_chart.h"

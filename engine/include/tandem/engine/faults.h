@@ -16,7 +16,7 @@
 //   - the loader of the engine leg: truncate_mantissa() on one base tensor before L2's digests.
 // The data/template faults live in the engine leg's data path (experiments/faults.h), and the
 // catalogue — names, one-line descriptions, sizes, the level expected to catch each — is
-// experiments/include/tandem/experiments/faults.h. Faults are set only through an experiment's
+// experiments/spec/include/tandem/spec/faults.h. Faults are set only through an experiment's
 // `faults` list or `tandem faults`; a run with any fault says "FAULT INJECTED" wherever it is shown.
 #include <cstdint>
 

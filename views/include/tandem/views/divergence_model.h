@@ -3,8 +3,8 @@
 // layer x op grid — rows (pass, layer) in chain order, columns the ops in chain order, each cell the
 // largest ratio (difference / bound) over the update's micro-batches, as experiments/ localise()
 // computed it; the localised point (the first over its bound) is marked. Draws, computes nothing.
-#include "tandem/experiments/localise.h"
-#include "tandem/experiments/observables.h"
+#include "tandem/compare/judge/localise.h"
+#include "tandem/compare/observables.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <QAbstractTableModel>

@@ -5,7 +5,7 @@
 // reached one would be reported by libFuzzer as a crash (a find), never pass silently.
 #include "tandem/engine/io.h"
 #include "tandem/compare/judge/envelope.h"
-#include "tandem/runner/prepare.h"
+#include "tandem/spec/model.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -7,7 +7,7 @@
 #include "commands.h"
 
 #include "tandem/error.h"
-#include "tandem/compare/judge/localise.h"
+#include "tandem/studies/localise_run.h"
 #include "tandem/compare/report.h"
 
 #include <cstdio>

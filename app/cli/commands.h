@@ -19,7 +19,10 @@ void add_probe_command(CLI::App& app, int& exit_code);    // cmd_probe.cpp
 void add_tokenizer_commands(CLI::App& app, int& exit_code);  // cmd_tokenizer.cpp: tokens encode, template render, bench tokenizer
 void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, tokens show, tokens diff
 void add_engine_commands(CLI::App& app, int& exit_code);     // cmd_engine.cpp: inspect, bench engine
-void add_run_commands(CLI::App& app, int& exit_code);        // cmd_run.cpp: run, report, leg
+void add_run_command(CLI::App& app, int& exit_code);         // cmd_run.cpp: run EXPERIMENT | --resume RUN
+void add_report_command(CLI::App& app, int& exit_code);      // cmd_report.cpp: report RUN
+void add_envelope_command(CLI::App& app, int& exit_code);    // cmd_envelope.cpp: envelope EXPERIMENT
+void add_leg_commands(CLI::App& app, int& exit_code);        // cmd_leg.cpp: leg stop|pause|resume, leg engine
 void add_import_commands(CLI::App& app, int& exit_code);     // cmd_import.cpp: import tensorboard|csv|events
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG
 void add_localise_command(CLI::App& app, int& exit_code);    // cmd_localise.cpp: localise RUN [--update K]

@@ -24,7 +24,10 @@ int main(int argc, char** argv) {
     add_tokenizer_commands(app, exit_code);
     add_corpus_commands(app, exit_code);
     add_engine_commands(app, exit_code);
-    add_run_commands(app, exit_code);
+    add_run_command(app, exit_code);
+    add_report_command(app, exit_code);
+    add_envelope_command(app, exit_code);
+    add_leg_commands(app, exit_code);
     add_import_commands(app, exit_code);
     add_compare_command(app, exit_code);
     add_localise_command(app, exit_code);

@@ -20,6 +20,8 @@
 #include "tandem/spec/experiment.h"
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/compare/judge/localise.h"
+#include "tandem/legs/engine_leg.h"
+#include "tandem/studies/localise_run.h"
 #include "tandem/compare/observables.h"
 #include "tandem/compare/report.h"
 #include "tandem/store/run_file.h"

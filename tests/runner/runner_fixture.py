@@ -9,17 +9,25 @@ SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__
 TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "tandem"))
 
 
-def small_experiment(tmp, name, **changes):
-    """clinical-tiny cut to 6 updates (evaluations at 0, 2, 4, 6; checkpoints every 2 updates)."""
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny-random.json")) as f:
+def cut_spec(experiment, name, updates, eval_interval, checkpoint_interval, records, max_len, l3_records=None):
+    """experiments/<experiment> cut to `updates` updates on `records` records per source (evaluations
+    every `eval_interval` updates on an 8-example prefix, checkpoints every `checkpoint_interval`)."""
+    with open(os.path.join(SOURCE_DIR, "experiments", experiment)) as f:
         spec = json.load(f)
     spec["name"] = name
-    spec["batch"]["max_updates"] = 6
-    spec["eval"] = {"interval": 2, "prefix_size": 8}
-    spec["checkpoint"] = {"interval": 2}
-    spec["corpus"]["max_records_per_source"] = 40
-    spec["sequence"]["max_len"] = 128
-    spec["l3_records"] = 16
+    spec["batch"]["max_updates"] = updates
+    spec["eval"] = {"interval": eval_interval, "prefix_size": 8}
+    spec["checkpoint"] = {"interval": checkpoint_interval}
+    spec["corpus"]["max_records_per_source"] = records
+    spec["sequence"]["max_len"] = max_len
+    if l3_records is not None:
+        spec["l3_records"] = l3_records
+    return spec
+
+
+def small_experiment(tmp, name, **changes):
+    """clinical-tiny cut to 6 updates (evaluations at 0, 2, 4, 6; checkpoints every 2 updates)."""
+    spec = cut_spec("clinical-tiny-random.json", name, 6, 2, 2, 40, 128, l3_records=16)
     for k, v in changes.items():
         spec[k] = v  # top-level fields (legs, gate, ...)
     path = os.path.join(tmp, name + ".json")

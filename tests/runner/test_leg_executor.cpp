@@ -2,7 +2,7 @@
 // commands, shell quoting (checked by a real shell), finding a left-over local leg, and how much of
 // a Slurm job's output a journal already holds (the re-attach offset).
 #include "executors/executor.h"
-#include "leg_process.h"
+#include "tandem/runner/leg_process.h"
 #include "tandem/error.h"
 #include "test_support.h"
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from runner_fixture import cut_spec
 from test_run_end_to_end import SOURCE_DIR, TANDEM, check_json, h5, only_run_folder, tandem_run, write_spec
 
 ASSET = "qwen3-tiny-clinical"
@@ -26,16 +27,8 @@ def asset_dir():
 
 
 def pretrained_spec(name):
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny.json")) as f:
-        spec = json.load(f)
+    spec = cut_spec("clinical-tiny.json", name, 8, 4, 0, 60, 192, l3_records=16)
     assert spec["model"] == {"base": f"assets:{ASSET}"}  # the main job runs on the shipped base
-    spec["name"] = name
-    spec["batch"]["max_updates"] = 8
-    spec["eval"] = {"interval": 4, "prefix_size": 8}
-    spec["checkpoint"] = {"interval": 0}
-    spec["corpus"]["max_records_per_source"] = 60
-    spec["sequence"]["max_len"] = 192
-    spec["l3_records"] = 16
     return spec
 
 

@@ -16,24 +16,14 @@ import time
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runner"))
-from runner_fixture import verdict_of  # noqa: E402
-
-SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "tandem"))
+sys.path.insert(0, os.path.dirname(__file__))
+from runner_fixture import SOURCE_DIR, TANDEM, cut_spec, verdict_of  # noqa: E402
 
 
 def small_spec(name, **changes):
     # The random-base variant: these tests check the legs' agreement and the runner, and run twice as
     # fast on the 2-layer generated base (test_pretrained_base.py runs the shipped pretrained one).
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny-random.json")) as f:
-        spec = json.load(f)
-    spec["name"] = name
-    spec["batch"]["max_updates"] = 8
-    spec["eval"] = {"interval": 2, "prefix_size": 8}
-    spec["checkpoint"] = {"interval": 2}
-    spec["corpus"]["max_records_per_source"] = 60
-    spec["sequence"]["max_len"] = 192
+    spec = cut_spec("clinical-tiny-random.json", name, 8, 2, 2, 60, 192)
     spec.update(changes)
     return spec
 

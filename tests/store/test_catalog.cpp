@@ -3,6 +3,7 @@
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"
 #include "test_support.h"
+#include "killed_writer.h"
 #include "tandem/atomic_file.h"
 
 #include <gtest/gtest.h>
@@ -296,32 +297,13 @@ TEST(Catalog, SurvivesAWriterKilledMidInsert) {
     std::mt19937 rng(99);
     for (int trial = 0; trial < 5; ++trial) {
         const std::string db = (dir / ("kill-" + std::to_string(trial) + ".db")).string();
-        int out[2];
-        ASSERT_EQ(::pipe(out), 0);
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-        posix_spawn_file_actions_addclose(&actions, out[0]);
-        std::vector<char*> argv{const_cast<char*>(tool.c_str()), const_cast<char*>("catalog-forever"),
-                                const_cast<char*>(db.c_str()), nullptr};
-        pid_t pid = 0;
-        ASSERT_EQ(posix_spawn(&pid, tool.c_str(), &actions, nullptr, argv.data(), environ), 0);
-        posix_spawn_file_actions_destroy(&actions);
-        ::close(out[1]);
-        FILE* progress = fdopen(out[0], "r");
         const int commits_before_kill = 2 + static_cast<int>(rng() % 30);
-        long long reported = 0;
-        int seen = 0;
-        while (seen < commits_before_kill && std::fscanf(progress, "%lld", &reported) == 1) ++seen;
-        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));
-        ::kill(pid, SIGKILL);
-        int status = 0;
-        ::waitpid(pid, &status, 0);
-        long long more = 0;
-        while (std::fscanf(progress, "%lld", &more) == 1) reported = more;
-        std::fclose(progress);
-        ASSERT_TRUE(WIFSIGNALED(status));
-        ASSERT_GE(seen, commits_before_kill);
+        const long sleep_us = static_cast<long>(rng() % 5000);
+        tandem::test::KilledWriter k;
+        ASSERT_NO_FATAL_FAILURE(tandem::test::run_and_kill(tool, {"catalog-forever", db}, commits_before_kill, sleep_us, k));
+        const long long reported = k.reported;
+        ASSERT_TRUE(WIFSIGNALED(k.status));
+        ASSERT_GE(k.seen, commits_before_kill);
 
         ex::Catalog c(db);
         EXPECT_EQ(pragma(c.handle(), "integrity_check"), "ok");

@@ -4,6 +4,7 @@
 #include "tandem/store/host_info.h"
 #include "tandem/store/run_file.h"
 #include "test_support.h"
+#include "killed_writer.h"
 #include "tandem/atomic_file.h"
 
 #include <gtest/gtest.h>
@@ -236,37 +237,15 @@ TEST(RunFile, FileLeftByAWriterKilledMidAppendStillOpensWithEveryFlushedRow) {
     std::mt19937 rng(12345);
     for (int trial = 0; trial < 8; ++trial) {
         const fs::path file = dir / ("kill-" + std::to_string(trial) + ".h5");
-        int out[2];
-        ASSERT_EQ(::pipe(out), 0);
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-        posix_spawn_file_actions_addclose(&actions, out[0]);
-        const std::string path = file.string();
-        std::vector<char*> argv{const_cast<char*>(tool.c_str()), const_cast<char*>("append-forever"),
-                                const_cast<char*>(path.c_str()), const_cast<char*>("engine"),
-                                const_cast<char*>("10"), nullptr};
-        pid_t pid = 0;
-        ASSERT_EQ(posix_spawn(&pid, tool.c_str(), &actions, nullptr, argv.data(), environ), 0);
-        posix_spawn_file_actions_destroy(&actions);
-        ::close(out[1]);
-
         // Let it write a random number of batches (and a random sliver of time) before the kill.
         const int batches_before_kill = 3 + static_cast<int>(rng() % 40);
-        FILE* progress = fdopen(out[0], "r");
-        long long reported = 0;
-        int seen = 0;
-        while (seen < batches_before_kill && std::fscanf(progress, "%lld", &reported) == 1) ++seen;
-        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-        ::kill(pid, SIGKILL);
-        int status = 0;
-        ::waitpid(pid, &status, 0);
-        // Rows reported after our last read were flushed too; count them.
-        long long more = 0;
-        while (std::fscanf(progress, "%lld", &more) == 1) reported = more;
-        std::fclose(progress);
-        ASSERT_TRUE(WIFSIGNALED(status)) << "the writer ended on its own, status " << status;
-        ASSERT_GE(seen, batches_before_kill) << "writer stopped early";
+        const long sleep_us = static_cast<long>(rng() % 3000);
+        tandem::test::KilledWriter k;
+        ASSERT_NO_FATAL_FAILURE(
+            tandem::test::run_and_kill(tool, {"append-forever", file.string(), "engine", "10"}, batches_before_kill, sleep_us, k));
+        const long long reported = k.reported;
+        ASSERT_TRUE(WIFSIGNALED(k.status)) << "the writer ended on its own, status " << k.status;
+        ASSERT_GE(k.seen, batches_before_kill) << "writer stopped early";
 
         // The reader is closed before the writer below opens: one process must not hold both.
         const auto rows = ex::RunFileReader(file, 0.5).steps("engine");

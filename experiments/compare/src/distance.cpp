@@ -5,7 +5,7 @@
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
 #include "tandem/compare/compare.h"
-#include "tandem/runner/prepare.h"
+#include "tandem/spec/model.h"
 
 #include <algorithm>
 #include <cstdio>

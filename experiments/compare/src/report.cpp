@@ -1,4 +1,4 @@
-// Tables of the comparison in text, Markdown, CSV and LaTeX (booktabs).
+// The comparison's tables (docs/report.md); rendered by tandem/table.h in text, Markdown, CSV and LaTeX.
 #include "tandem/compare/report.h"
 
 #include "tandem/error.h"
@@ -304,278 +304,12 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     return out;
 }
 
-ReportFormat parse_report_format(const std::string& name) {
-    if (name == "text" || name == "txt") return ReportFormat::Text;
-    if (name == "md" || name == "markdown") return ReportFormat::Markdown;
-    if (name == "csv") return ReportFormat::Csv;
-    if (name == "tex" || name == "latex") return ReportFormat::Latex;
-    throw Error("report format '" + name + "' is not one of text, md, csv, tex");
-}
-
-std::string latex_escape(const std::string& s) {
-    std::string o;
-    for (char ch : s) {
-        switch (ch) {
-            case '&': o += "\\&"; break;
-            case '%': o += "\\%"; break;
-            case '$': o += "\\$"; break;
-            case '#': o += "\\#"; break;
-            case '_': o += "\\_"; break;
-            case '{': o += "\\{"; break;
-            case '}': o += "\\}"; break;
-            case '~': o += "\\textasciitilde{}"; break;
-            case '^': o += "\\textasciicircum{}"; break;
-            case '\\': o += "\\textbackslash{}"; break;
-            case '|': o += "\\textbar{}"; break;
-            case '<': o += "\\textless{}"; break;
-            case '>': o += "\\textgreater{}"; break;
-            default: o += ch;
-        }
-    }
-    return o;
-}
-
-std::string csv_escape(const std::string& s) {
-    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-    std::string o = "\"";
-    for (char ch : s) {
-        if (ch == '"') o += '"';
-        o += ch;
-    }
-    return o + "\"";
-}
-
 namespace {
 
-// ---- LaTeX layout (docs/report.md "LaTeX tables") ------------------------------------------------
-// A cell that starts with a number ("-1.177e-07", "3.2 (40)", "12.5%", "1.2 GiB"): the number and
-// the rest. siunitx typesets the number (\num), so exponents read 1.177×10^-7, not e-07.
-bool split_number(const std::string& cell, std::string& number, std::string& rest) {
-    size_t i = 0;
-    if (i < cell.size() && (cell[i] == '-' || cell[i] == '+')) ++i;
-    const size_t digits_from = i;
-    while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
-    if (i < cell.size() && cell[i] == '.') {
-        ++i;
-        while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
-    }
-    if (i == digits_from || (i == digits_from + 1 && cell[digits_from] == '.')) return false;
-    if (i < cell.size() && (cell[i] == 'e' || cell[i] == 'E')) {
-        size_t j = i + 1;
-        if (j < cell.size() && (cell[j] == '-' || cell[j] == '+')) ++j;
-        const size_t exp_from = j;
-        while (j < cell.size() && std::isdigit(static_cast<unsigned char>(cell[j]))) ++j;
-        if (j > exp_from) i = j;
-    }
-    if (i < cell.size() && cell[i] != ' ' && cell[i] != '%') return false;  // "4x", "2026-11-29": not a number
-    number = cell.substr(0, i);
-    rest = cell.substr(i);
-    return true;
-}
-
-bool missing_cell(const std::string& cell) { return cell.empty() || cell == "n/a" || cell == "-" || cell == "none"; }
-
-std::string latex_cell(const std::string& cell) {
-    std::string number, rest;
-    if (split_number(cell, number, rest)) return "\\num{" + number + "}" + latex_escape(rest);
-    return latex_escape(cell);
-}
-
-// Header words stacked on lines of about 12 characters, so narrow numeric columns stay narrow.
-std::string latex_header(const std::string& text, char align) {
-    std::vector<std::string> lines;
-    std::string line;
-    size_t start = 0;
-    while (start <= text.size()) {
-        size_t end = text.find(' ', start);
-        if (end == std::string::npos) end = text.size();
-        const std::string word = text.substr(start, end - start);
-        if (!line.empty() && line.size() + 1 + word.size() > 12) {
-            lines.push_back(line);
-            line = word;
-        } else {
-            line += (line.empty() ? "" : " ") + word;
-        }
-        start = end + 1;
-    }
-    if (!line.empty()) lines.push_back(line);
-    if (lines.size() <= 1) return latex_escape(text);
-    std::string out = std::string("\\shortstack[") + align + "]{";
-    for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\\\\" : "") + latex_escape(lines[i]);
-    return out + "}";
-}
-
-// The LaTeX body of a table: at most 6 columns stay as they are; a wider table is set transposed
-// (its leading text columns become the column headers, its other columns the rows) in blocks of at
-// most 3 value columns, so it fits an article's text width at \footnotesize.
-std::string latex_tabulars(const Table& t) {  // (t.transpose_when_wide: see report.h)
-    const size_t ncols = t.columns.size();
-    std::vector<bool> numeric(ncols, false);
-    for (size_t c = 0; c < ncols; ++c) {
-        bool any = false, all = true;
-        for (const auto& r : t.rows) {
-            const std::string cell = c < r.size() ? r[c] : "";
-            std::string n, rest;
-            if (split_number(cell, n, rest)) any = true;
-            else if (!missing_cell(cell)) all = false;
-        }
-        numeric[c] = any && all;
-    }
-    std::ostringstream o;
-    auto row_line = [&](const std::vector<std::string>& cells) {
-        for (size_t i = 0; i < cells.size(); ++i) o << (i ? " & " : "") << cells[i];
-        o << " \\\\\n";
-    };
-    if (ncols <= 6 || t.rows.empty() || !t.transpose_when_wide) {
-        o << "\\begin{tabular}{@{}";
-        for (size_t c = 0; c < ncols; ++c) o << (numeric[c] ? 'r' : 'l');
-        o << "@{}}\n\\toprule\n";
-        std::vector<std::string> header;
-        for (size_t c = 0; c < ncols; ++c) header.push_back(latex_header(t.columns[c], numeric[c] ? 'r' : 'l'));
-        row_line(header);
-        o << "\\midrule\n";
-        for (const auto& r : t.rows) {
-            std::vector<std::string> cells;
-            for (size_t c = 0; c < r.size(); ++c) cells.push_back(numeric[c] ? latex_cell(r[c]) : latex_escape(r[c]));
-            row_line(cells);
-        }
-        o << "\\bottomrule\n\\end{tabular}\n";
-        return o.str();
-    }
-    // Transposed: keys = the leading non-numeric columns (at least one).
-    size_t keys = 0;
-    while (keys < ncols && !numeric[keys]) ++keys;
-    keys = std::max<size_t>(1, std::min(keys, ncols - 1));
-    constexpr size_t kBlock = 3;
-    for (size_t first = 0; first < t.rows.size(); first += kBlock) {
-        const size_t last = std::min(t.rows.size(), first + kBlock);
-        if (first) o << "\\par\\medskip\n";
-        o << "\\begin{tabular}{@{}l" << std::string(last - first, 'r') << "@{}}\n\\toprule\n";
-        std::vector<std::string> header{""};
-        for (size_t r = first; r < last; ++r) {
-            std::string key;
-            for (size_t k = 0; k < keys; ++k) key += (k ? " " : "") + (k < t.rows[r].size() ? t.rows[r][k] : std::string());
-            header.push_back(latex_header(key, 'r'));
-        }
-        row_line(header);
-        o << "\\midrule\n";
-        for (size_t c = keys; c < ncols; ++c) {
-            std::vector<std::string> cells{latex_escape(t.columns[c])};
-            for (size_t r = first; r < last; ++r) {
-                const auto& cell = c < t.rows[r].size() ? t.rows[r][c] : std::string();
-                cells.push_back(latex_cell(cell));
-            }
-            row_line(cells);
-        }
-        o << "\\bottomrule\n\\end{tabular}\n";
-    }
-    return o.str();
-}
-
-std::string md_escape(const std::string& s) {
-    std::string o;
-    for (char ch : s) {
-        if (ch == '|') o += "\\";
-        o += ch;
-    }
-    return o;
-}
-}  // namespace
-
-std::string render_table(const Table& t, ReportFormat f) {
-    std::ostringstream o;
-    switch (f) {
-        case ReportFormat::Text: {
-            if (!t.banner.empty()) o << t.banner << "\n";
-            std::vector<size_t> w(t.columns.size(), 0);
-            for (size_t i = 0; i < t.columns.size(); ++i) w[i] = t.columns[i].size();
-            for (const auto& r : t.rows)
-                for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
-            o << t.title << "\n";
-            auto line = [&](const std::vector<std::string>& cells) {
-                for (size_t i = 0; i < cells.size(); ++i) {
-                    o << (i ? "  " : "  ") << cells[i];
-                    if (i + 1 < cells.size()) o << std::string(w[i] - cells[i].size(), ' ');
-                }
-                o << "\n";
-            };
-            line(t.columns);
-            for (const auto& r : t.rows) line(r);
-            for (const auto& n : t.notes) o << "  * " << n << "\n";
-            break;
-        }
-        case ReportFormat::Markdown: {
-            if (!t.banner.empty()) o << "**" << md_escape(t.banner) << "**\n\n";
-            o << "### " << md_escape(t.title) << "\n\n|";
-            for (const auto& c : t.columns) o << " " << md_escape(c) << " |";
-            o << "\n|";
-            for (size_t i = 0; i < t.columns.size(); ++i) o << " --- |";
-            o << "\n";
-            for (const auto& r : t.rows) {
-                o << "|";
-                for (const auto& c : r) o << " " << md_escape(c) << " |";
-                o << "\n";
-            }
-            if (!t.notes.empty()) o << "\n";
-            for (const auto& n : t.notes) o << "- " << md_escape(n) << "\n";
-            break;
-        }
-        case ReportFormat::Csv: {
-            if (!t.banner.empty()) o << "# " << t.banner << "\n";
-            for (size_t i = 0; i < t.columns.size(); ++i) o << (i ? "," : "") << csv_escape(t.columns[i]);
-            o << "\n";
-            for (const auto& r : t.rows) {
-                for (size_t i = 0; i < r.size(); ++i) o << (i ? "," : "") << csv_escape(r[i]);
-                o << "\n";
-            }
-            break;
-        }
-        case ReportFormat::Latex: {
-            // booktabs rules, siunitx numbers, \footnotesize, text columns left and numbers right;
-            // the notes (what "pass" means, "differences are a - b") stay under the table.
-            o << "\\begin{table}[htbp]\n\\centering\n\\footnotesize\n\\setlength{\\tabcolsep}{4pt}\n\\caption{"
-              << latex_escape(t.title) << "}\n\\label{tab:tandem-" << t.id << "}\n";
-            if (!t.banner.empty())  // visible in the typeset table, not a comment
-                o << "\\begin{minipage}{\\linewidth}\\raggedright\\textbf{" << latex_escape(t.banner)
-                  << "}\\end{minipage}\\par\\smallskip\n";
-            o << latex_tabulars(t);
-            if (!t.notes.empty()) {
-                o << "\\par\\smallskip\n\\begin{minipage}{\\linewidth}\\raggedright\\scriptsize\n";
-                for (const auto& n : t.notes) o << latex_escape(n) << "\\par\n";
-                o << "\\end{minipage}\n";
-            }
-            o << "\\end{table}\n";
-            break;
-        }
-    }
-    return o.str();
-}
-
-std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t) {
-    std::ostringstream o;
-    auto tables = report_tables(c, t);
-    // The banner leads the report once (docs/faults.md); the tables below then do not repeat it.
-    for (auto& tb : tables) tb.banner.clear();
-    if (!c.fault_banner.empty()) {
-        if (f == ReportFormat::Latex) o << "% " << latex_escape(c.fault_banner) << "\n";
-        else if (f == ReportFormat::Csv) o << "# " << c.fault_banner << "\n";
-        else if (f == ReportFormat::Markdown) o << "**" << md_escape(c.fault_banner) << "**\n\n";
-        else o << c.fault_banner << "\n\n";
-    }
-    if (f == ReportFormat::Latex)
-        o << "% tandem report: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
-    else if (f == ReportFormat::Markdown)
-        o << "## tandem report: " << md_escape(title) << "\n\n";
-    else if (f == ReportFormat::Text)
-        o << "tandem report: " << title << "\n\n";
-    if (f == ReportFormat::Latex && !c.fault_banner.empty())  // typeset, not only a comment
-        o << "\\noindent\\textbf{" << latex_escape(c.fault_banner) << "}\\par\n";
-    for (size_t i = 0; i < tables.size(); ++i) {
-        if (f == ReportFormat::Csv) o << "# " << tables[i].title << "\n";
-        o << render_table(tables[i], f) << "\n";
-    }
-    // The verdict line, then every reason: what is incomplete first (it makes the levels moot).
-    const std::string verdict = c.verdict();
+// Why the run got its verdict: what is incomplete first (it makes the levels moot), then the failed
+// checks, the pairs whose L4 verdict does not pass (docs/thresholds.md "The verdict") and where a
+// failing pair was localised. Empty when the verdict line alone says it.
+std::vector<std::string> verdict_reasons(const Comparison& c) {
     std::vector<std::string> reasons;
     for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
     for (const auto& x : c.failures) reasons.push_back(x);
@@ -586,16 +320,51 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
                                   pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
     for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
-    if (f == ReportFormat::Latex) {
-        o << "% verdict: " << latex_escape(verdict) << "\n";
-        for (const auto& x : reasons) o << "% " << latex_escape(x) << "\n";
-    } else if (f == ReportFormat::Csv) {
-        o << "# verdict: " << verdict << "\n";
-        for (const auto& x : reasons) o << "# " << x << "\n";
+    return reasons;
+}
+
+// The verdict line and its reasons, the last lines of a report (comments in LaTeX and CSV).
+std::string verdict_block(const Comparison& c, ReportFormat f) {
+    std::ostringstream o;
+    const std::string verdict = c.verdict();
+    const std::vector<std::string> reasons = verdict_reasons(c);
+    if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
+        const char* lead = f == ReportFormat::Latex ? "% " : "# ";
+        o << lead << "verdict: " << (f == ReportFormat::Latex ? latex_escape(verdict) : verdict) << "\n";
+        for (const auto& x : reasons) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
     } else {
-        o << (f == ReportFormat::Markdown ? "**" + md_escape(verdict) + "**" : verdict) << "\n";
+        o << (f == ReportFormat::Markdown ? "**" + markdown_escape(verdict) + "**" : verdict) << "\n";
         for (const auto& x : reasons) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
     }
+    return o.str();
+}
+
+}  // namespace
+
+std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t) {
+    std::ostringstream o;
+    auto tables = report_tables(c, t);
+    // The banner leads the report once (docs/faults.md); the tables below then do not repeat it.
+    for (auto& tb : tables) tb.banner.clear();
+    if (!c.fault_banner.empty()) {
+        if (f == ReportFormat::Latex) o << "% " << latex_escape(c.fault_banner) << "\n";
+        else if (f == ReportFormat::Csv) o << "# " << c.fault_banner << "\n";
+        else if (f == ReportFormat::Markdown) o << "**" << markdown_escape(c.fault_banner) << "**\n\n";
+        else o << c.fault_banner << "\n\n";
+    }
+    if (f == ReportFormat::Latex)
+        o << "% tandem report: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
+    else if (f == ReportFormat::Markdown)
+        o << "## tandem report: " << markdown_escape(title) << "\n\n";
+    else if (f == ReportFormat::Text)
+        o << "tandem report: " << title << "\n\n";
+    if (f == ReportFormat::Latex && !c.fault_banner.empty())  // typeset, not only a comment
+        o << "\\noindent\\textbf{" << latex_escape(c.fault_banner) << "}\\par\n";
+    for (size_t i = 0; i < tables.size(); ++i) {
+        if (f == ReportFormat::Csv) o << "# " << tables[i].title << "\n";
+        o << render_table(tables[i], f) << "\n";
+    }
+    o << verdict_block(c, f);
     return o.str();
 }
 
@@ -621,38 +390,18 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     if (const std::string& banner = r.comparison.fault_banner; !banner.empty()) {  // once, at the top
         if (f == ReportFormat::Latex) o << "% " << latex_escape(banner) << "\n\\noindent\\textbf{" << latex_escape(banner) << "}\\par\n";
         else if (f == ReportFormat::Csv) o << "# " << banner << "\n";
-        else if (f == ReportFormat::Markdown) o << "**" << md_escape(banner) << "**\n\n";
+        else if (f == ReportFormat::Markdown) o << "**" << markdown_escape(banner) << "**\n\n";
         else o << banner << "\n\n";
     }
     if (f == ReportFormat::Latex) o << "% tandem compare: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
-    else if (f == ReportFormat::Markdown) o << "## tandem compare: " << md_escape(title) << "\n\n";
+    else if (f == ReportFormat::Markdown) o << "## tandem compare: " << markdown_escape(title) << "\n\n";
     else if (f == ReportFormat::Text) o << "tandem compare: " << title << "\n\n";
     for (auto table : runs_comparison_tables(r, t)) {
         table.banner.clear();  // printed once above
         if (f == ReportFormat::Csv) o << "# " << table.title << "\n";
         o << render_table(table, f) << "\n";
     }
-    // The verdict as `tandem report` words it (Comparison::verdict), then every reason.
-    const auto& c = r.comparison;
-    const std::string verdict = c.verdict();
-    std::vector<std::string> reasons;
-    for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
-    for (const auto& x : c.failures) reasons.push_back(x);
-    if (c.incomplete.empty() && c.failures.empty())
-        for (const auto& e : c.l4)
-            if (!verdict_passes(e.verdict))
-                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
-                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
-    for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
-    if (reasons.size() == 1) reasons.clear();
-    if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
-        const char* lead = f == ReportFormat::Latex ? "% " : "# ";
-        o << lead << "verdict: " << (f == ReportFormat::Latex ? latex_escape(verdict) : verdict) << "\n";
-        for (const auto& x : reasons) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
-    } else {
-        o << (f == ReportFormat::Markdown ? "**" + md_escape(verdict) + "**" : verdict) << "\n";
-        for (const auto& x : reasons) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
-    }
+    o << verdict_block(r.comparison, f);  // as `tandem report` words it
     return o.str();
 }
 

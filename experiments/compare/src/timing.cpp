@@ -1,5 +1,7 @@
 // Per-leg figures beside the levels: grad-norm distribution, median s/update over the timing
 // window, tokens/s, memory high-water marks (docs/report.md "Timing").
+#include "tandem/compare/timing.h"
+
 #include "tandem/compare/compare.h"
 
 #include <algorithm>
@@ -61,6 +63,28 @@ TimingRow timing_of(const LegTrace& t) {
     r.peak_device_bytes = t.peak_device_bytes;
     r.peak_host_bytes = t.peak_host_bytes;
     return r;
+}
+
+LegTiming timing_record(const LegTrace& t) {
+    const TimingRow figures = timing_of(t);
+    LegTiming tm;
+    tm.model_load_s = t.model_load_s;
+    tm.tokenize_s = t.tokenize_s;
+    tm.total_s = t.total_s;
+    tm.window_first = figures.window_first;
+    tm.window_last = figures.window_last;
+    tm.median_update_s = figures.median_update_s;
+    tm.tokens_per_s = figures.tokens_per_s;
+    tm.extra["setup_s"] = t.setup_s;
+    tm.extra["train_s"] = t.train_s;
+    return tm;
+}
+
+LegMemory memory_record(const LegTrace& t) {
+    LegMemory m;
+    m.peak_device_bytes = t.peak_device_bytes;
+    m.peak_host_bytes = t.peak_host_bytes;
+    return m;
 }
 
 }  // namespace tandem::experiments

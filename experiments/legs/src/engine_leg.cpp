@@ -17,8 +17,7 @@
 #include "tandem/spec/experiment.h"
 #include "tandem/spec/faults.h"
 #include "tandem/legs/leg_protocol.h"
-#include "tandem/compare/judge/localise.h"
-#include "tandem/runner/prepare.h"
+#include "tandem/spec/model.h"
 #include "tandem/sha256.h"
 #include "tandem/strict_json.h"
 #include "tandem/version.h"
@@ -350,265 +349,340 @@ void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& f
     if (touched) trainer.restore(st);
 }
 
-int run(const EngineLegOptions& opt, EventWriter& out) {
-    const auto t_start = std::chrono::steady_clock::now();
-    const fs::path run_dir = fs::absolute(opt.run);
-    ExperimentSpec spec = load_run_spec(run_dir);
-    const std::string spec_sha = spec.sha256();
-    // The backend this leg really computes on (cpu, or cuda:N when the build has CUDA).
-    const std::shared_ptr<engine::Backend> backend = engine::make_backend(opt.device, opt.threads);
-    // Injected faults (docs/faults.md): announced in the hello event and on stderr, so the leg's own
-    // record says it is faulty.
-    const std::vector<FaultSwitch> fault_list = parse_fault_list(opt.faults, "--faults");
-    const LegFaults faults = leg_faults(fault_list);
+// The engine leg as named steps, in the order its events come (docs/leg-protocol.md): open (the
+// run's spec, the backend, the faults, hello, the checkpoint to resume from), load the model, encode
+// the data, build the trainer, then either resume or report the checks (L2, L3, L1 with the first
+// evaluation), the update loop (step, fingerprints, evaluate, checkpoint) and finish (the adapter,
+// timing, memory, done). Mirrors experiments/legs/reference_leg.py step for step.
+class EngineLeg {
+public:
+    EngineLeg(const EngineLegOptions& opt, EventWriter& out) : opt_(opt), out_(out) {}
 
-    // TANDEM_TEST_ENGINE_FAULT (tests only; below) and the catalogue's fault switches (docs/faults.md)
-    const std::vector<TestFault> test_faults = test_faults_for(opt.leg);
-    json hello{{"implementation", "engine"}, {"leg", opt.leg}, {"language", "c++"},
-               {"stack", backend->stack()},
-               {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend->device()},
-               {"device_name", backend->device_name()}, {"threads", opt.threads}, {"pid", static_cast<int64_t>(getpid())},
-               {"spec_sha256", spec_sha}, {"resume", opt.resume}};
-    if (!fault_list.empty()) {
-        hello["faults"] = faults_text(fault_list);
-        std::fprintf(stderr, "engine leg: %s\n", fault_banner({{opt.leg, faults_text(fault_list)}}).c_str());
-    }
-    if (!test_faults.empty()) {
-        hello["test_fault"] = std::getenv("TANDEM_TEST_ENGINE_FAULT");
-        std::fprintf(stderr, "engine leg: TEST FAULT injected (TANDEM_TEST_ENGINE_FAULT=%s)\n", std::getenv("TANDEM_TEST_ENGINE_FAULT"));
-    }
-    out.emit("hello", hello);
-
-    const fs::path leg_dir = run_dir / "legs" / opt.leg;
-    fs::create_directories(leg_dir);
-    std::optional<engine::LoadedCheckpoint> resume_from;
-    if (opt.resume) {
-        std::vector<std::string> skipped;
-        resume_from = engine::find_latest_checkpoint(leg_dir, spec_sha, &skipped);
-        for (const auto& s : skipped) std::fprintf(stderr, "engine leg: skipping checkpoint %s\n", s.c_str());
-        if (!resume_from) std::fprintf(stderr, "engine leg: no valid checkpoint: starting from the beginning\n");
+    int run() {
+        open();
+        load_model();
+        encode_data();
+        build_trainer();
+        if (resume_from_) resume();
+        else report_checks();
+        out_.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s_}, {"tokenize_s", tokenize_s_},
+                             {"setup_s", seconds_since(t_start_)}});
+        train();
+        finish();
+        return 0;
     }
 
-    // Model: base weights + the shared initial adapter.
-    auto t0 = std::chrono::steady_clock::now();
-    engine::HfCheckpoint base = engine::load_hf_checkpoint(run_dir / "base");
-    if (const int bits = faults.engine.truncated_mantissa_bits; bits > 0) {
-        // the loading fault bf16-truncation: one tensor as loaded (before L2's digests)
-        auto it = base.tensors.find(engine::kTruncatedTensor);
-        if (it == base.tensors.end())
-            throw Error(std::string("fault bf16-truncation: the base has no tensor ") + engine::kTruncatedTensor);
-        engine::truncate_mantissa(it->second.ptr(), static_cast<int64_t>(it->second.data.size()), bits);
+private:
+    void open() {
+        t_start_ = std::chrono::steady_clock::now();
+        run_dir_ = fs::absolute(opt_.run);
+        spec_ = load_run_spec(run_dir_);
+        spec_sha_ = spec_.sha256();
+        // The backend this leg really computes on (cpu, or cuda:N when the build has CUDA).
+        backend_ = engine::make_backend(opt_.device, opt_.threads);
+        // Injected faults (docs/faults.md): announced in the hello event and on stderr, so the leg's own
+        // record says it is faulty.
+        fault_list_ = parse_fault_list(opt_.faults, "--faults");
+        faults_ = leg_faults(fault_list_);
+
+        // TANDEM_TEST_ENGINE_FAULT (tests only; below) and the catalogue's fault switches (docs/faults.md)
+        test_faults_ = test_faults_for(opt_.leg);
+        json hello{{"implementation", "engine"}, {"leg", opt_.leg}, {"language", "c++"},
+                   {"stack", backend_->stack()},
+                   {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend_->device()},
+                   {"device_name", backend_->device_name()}, {"threads", opt_.threads}, {"pid", static_cast<int64_t>(getpid())},
+                   {"spec_sha256", spec_sha_}, {"resume", opt_.resume}};
+        if (!fault_list_.empty()) {
+            hello["faults"] = faults_text(fault_list_);
+            std::fprintf(stderr, "engine leg: %s\n", fault_banner({{opt_.leg, faults_text(fault_list_)}}).c_str());
+        }
+        if (!test_faults_.empty()) {
+            hello["test_fault"] = std::getenv("TANDEM_TEST_ENGINE_FAULT");
+            std::fprintf(stderr, "engine leg: TEST FAULT injected (TANDEM_TEST_ENGINE_FAULT=%s)\n", std::getenv("TANDEM_TEST_ENGINE_FAULT"));
+        }
+        out_.emit("hello", hello);
+
+        leg_dir_ = run_dir_ / "legs" / opt_.leg;
+        fs::create_directories(leg_dir_);
+        if (opt_.resume) {
+            std::vector<std::string> skipped;
+            resume_from_ = engine::find_latest_checkpoint(leg_dir_, spec_sha_, &skipped);
+            for (const auto& s : skipped) std::fprintf(stderr, "engine leg: skipping checkpoint %s\n", s.c_str());
+            if (!resume_from_) std::fprintf(stderr, "engine leg: no valid checkpoint: starting from the beginning\n");
+        }
     }
-    engine::LoraConfig lora = lora_config_of(spec);
-    engine::LoraAdapter init = engine::load_peft_adapter(run_dir / "init", base.config);
-    std::vector<TensorDigest> digests;
-    if (!resume_from) {
-        // L2 over the tensors as loaded (names sorted, as the files name them): base, then adapter.
-        for (const auto& [name, t] : base.tensors)
-            digests.push_back(digest_tensor(name, "base", t.shape, t.ptr(), t.data.size()));
+
+    // Model: base weights + the shared initial adapter (docs/spec.md §Shared artifacts).
+    void load_model() {
+        t_model_ = std::chrono::steady_clock::now();
+        base_ = engine::load_hf_checkpoint(run_dir_ / "base");
+        if (const int bits = faults_.engine.truncated_mantissa_bits; bits > 0) {
+            // the loading fault bf16-truncation: one tensor as loaded (before L2's digests)
+            auto it = base_.tensors.find(engine::kTruncatedTensor);
+            if (it == base_.tensors.end())
+                throw Error(std::string("fault bf16-truncation: the base has no tensor ") + engine::kTruncatedTensor);
+            engine::truncate_mantissa(it->second.ptr(), static_cast<int64_t>(it->second.data.size()), bits);
+        }
+        lora_ = lora_config_of(spec_);
+        init_ = engine::load_peft_adapter(run_dir_ / "init", base_.config);
+        if (!resume_from_) {
+            // L2 over the tensors as loaded (names sorted, as the files name them): base, then adapter.
+            for (const auto& [name, t] : base_.tensors)
+                digests_.push_back(digest_tensor(name, "base", t.shape, t.ptr(), t.data.size()));
+        }
     }
 
     // Data: tandem's own rendering and tokenization of every record this leg needs.
-    auto t1 = std::chrono::steady_clock::now();
-    // the data path's faults render with ChatML under template-chatml (encode_record)
-    const std::string template_name = faults.data.chatml ? "chatml" : spec.leg_setting(opt.leg, "template");
-    const data::TemplateKind kind = data::parse_template_kind(template_name);
-    data::Tokenizer tokenizer = data::Tokenizer::load(run_dir / "tokenizer");
-    const int32_t pad_id = tokenizer.token_id("<|endoftext|>").value_or(0);
-    std::vector<data::Record> records = data::read_records(run_dir / "corpus" / "records.jsonl");
-    data::BatchPlan plan = data::read_plan(run_dir / "plan.json");
-    json prefix_json = read_json(run_dir / "corpus" / "eval_prefix.json");
-    std::vector<size_t> eval_indices;
-    if (!prefix_json.is_object() || !prefix_json.contains("indices") || !prefix_json["indices"].is_array())
-        throw Error((run_dir / "corpus" / "eval_prefix.json").string() + ": field indices missing or not a list");
-    for (const auto& i : prefix_json["indices"]) {
-        if (!i.is_number_unsigned())
-            throw Error((run_dir / "corpus" / "eval_prefix.json").string() + ": field indices: " + i.dump() +
-                        " is not a record index");
-        eval_indices.push_back(i.get<size_t>());
+    void encode_data() {
+        t_data_ = std::chrono::steady_clock::now();
+        // the data path's faults render with ChatML under template-chatml (encode_record)
+        template_name_ = faults_.data.chatml ? "chatml" : spec_.leg_setting(opt_.leg, "template");
+        kind_ = data::parse_template_kind(template_name_);
+        tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::load(run_dir_ / "tokenizer"));
+        pad_id_ = tokenizer_->token_id("<|endoftext|>").value_or(0);
+        records_ = data::read_records(run_dir_ / "corpus" / "records.jsonl");
+        plan_ = data::read_plan(run_dir_ / "plan.json");
+        json prefix_json = read_json(run_dir_ / "corpus" / "eval_prefix.json");
+        if (!prefix_json.is_object() || !prefix_json.contains("indices") || !prefix_json["indices"].is_array())
+            throw Error((run_dir_ / "corpus" / "eval_prefix.json").string() + ": field indices missing or not a list");
+        for (const auto& i : prefix_json["indices"]) {
+            if (!i.is_number_unsigned())
+                throw Error((run_dir_ / "corpus" / "eval_prefix.json").string() + ": field indices: " + i.dump() +
+                            " is not a record index");
+            eval_indices_.push_back(i.get<size_t>());
+        }
+        l3_count_ = std::min(static_cast<size_t>(spec_.l3_records), records_.size());
+        if (spec_.leg_setting(opt_.leg, "plan") == "native") {
+            // The engine's own sampler: tandem's batch-plan algorithm over the lengths this leg measured.
+            data::Split split = data::read_split(run_dir_ / "corpus" / "split.json");
+            std::vector<size_t> lengths;
+            for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
+            data::PlanOptions po;
+            po.seed = spec_.seeds.plan;
+            po.micro_batch = static_cast<size_t>(spec_.micro_batch);
+            po.accumulation = static_cast<size_t>(spec_.accumulation);
+            po.max_len = static_cast<size_t>(spec_.max_len);
+            po.epochs = static_cast<size_t>(spec_.epochs);
+            size_t total = plan_.updates.size();
+            plan_ = data::make_batch_plan(split.train, lengths, po);
+            if (plan_.updates.size() > total) plan_.updates.resize(total);
+        }
+        for (size_t i : eval_indices_) encode(i);
+        for (size_t i = 0; i < l3_count_; ++i) encode(i);
+        for (const auto& u : plan_.updates)
+            for (const auto& mb : u)
+                for (size_t i : mb) encode(i);
+        tokenize_s_ = seconds_since(t_data_);
     }
-    const size_t l3_count = std::min(static_cast<size_t>(spec.l3_records), records.size());
-    const std::string plan_mode = spec.leg_setting(opt.leg, "plan");
 
-    std::map<size_t, Encoded> encoded;
-    auto encode = [&](size_t i) -> const Encoded& {
-        auto it = encoded.find(i);
-        if (it != encoded.end()) return it->second;
-        if (i >= records.size()) throw Error("record index " + std::to_string(i) + " out of range in the run folder");
+    const Encoded& encode(size_t i) {
+        auto it = encoded_.find(i);
+        if (it != encoded_.end()) return it->second;
+        if (i >= records_.size()) throw Error("record index " + std::to_string(i) + " out of range in the run folder");
         Encoded e;
-        e.full = encode_record(tokenizer, kind, records[i].messages, static_cast<size_t>(spec.max_len), faults.data);
+        e.full = encode_record(*tokenizer_, kind_, records_[i].messages, static_cast<size_t>(spec_.max_len), faults_.data);
         e.ids = e.full.ids;
         e.supervised = e.full.supervised;
-        return encoded.emplace(i, std::move(e)).first->second;
-    };
-    if (plan_mode == "native") {
-        // The engine's own sampler: tandem's batch-plan algorithm over the lengths this leg measured.
-        data::Split split = data::read_split(run_dir / "corpus" / "split.json");
-        std::vector<size_t> lengths;
-        for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
-        data::PlanOptions po;
-        po.seed = spec.seeds.plan;
-        po.micro_batch = static_cast<size_t>(spec.micro_batch);
-        po.accumulation = static_cast<size_t>(spec.accumulation);
-        po.max_len = static_cast<size_t>(spec.max_len);
-        po.epochs = static_cast<size_t>(spec.epochs);
-        size_t total = plan.updates.size();
-        plan = data::make_batch_plan(split.train, lengths, po);
-        if (plan.updates.size() > total) plan.updates.resize(total);
-    }
-    for (size_t i : eval_indices) encode(i);
-    for (size_t i = 0; i < l3_count; ++i) encode(i);
-    for (const auto& u : plan.updates)
-        for (const auto& mb : u)
-            for (size_t i : mb) encode(i);
-    const double tokenize_s = seconds_since(t1);
-
-    const int64_t total_updates = static_cast<int64_t>(plan.updates.size());
-    engine::TrainOptions to;
-    to.lr = spec.lr;
-    to.adamw.beta1 = spec.beta1;
-    to.adamw.beta2 = spec.beta2;
-    to.adamw.eps = spec.eps;
-    to.adamw.weight_decay = spec.weight_decay;
-    to.total_updates = total_updates;
-    to.warmup_ratio = spec.warmup_fraction;
-    for (const auto& f : test_faults)
-        if (f.kind == "warmup_shift")
-            to.warmup_updates = static_cast<int64_t>(std::ceil(spec.warmup_fraction * static_cast<double>(total_updates))) +
-                                static_cast<int64_t>(f.value);
-    to.max_grad_norm = spec.clip;
-    to.dropout_mode = spec.leg_setting(opt.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
-                                                                              : engine::DropoutMode::Native;
-    to.seed = spec.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
-    to.threads = opt.threads;
-    to.model.faults = faults.engine;
-    const engine::Qwen3Config config = base.config;
-    engine::Trainer trainer = engine::Trainer::create(config, std::move(base.tensors), lora, to, backend);
-    trainer.load_adapter(init.tensors);
-    const double model_load_s = std::chrono::duration<double>(t1 - t0).count() + seconds_since(t1) - tokenize_s;
-
-    // The probe set (docs/observables.md): the first kProbeCount records of the eval prefix; a probe's
-    // position is the token before the record's first kept supervised token (records without one
-    // are left out, keeping their index).
-    std::vector<Probe> probes;
-    for (size_t k = 0; k < eval_indices.size() && k < static_cast<size_t>(kProbeCount); ++k) {
-        const Encoded& e = encoded.at(eval_indices[k]);
-        for (size_t t = 1; t < e.supervised.size(); ++t)
-            if (e.supervised[t]) {
-                probes.push_back(Probe{static_cast<int64_t>(k), eval_indices[k], static_cast<int64_t>(t) - 1});
-                break;
-            }
-    }
-    // docs/observables.md: with `observe`, the probes' full logits per evaluation, for the KL between legs
-    auto logits_file = [&](int64_t update) {
-        return spec.observes_any() ? leg_dir / "next_token" / ("update-" + std::to_string(update) + ".f32") : fs::path{};
-    };
-    auto emit_observables = [&](int64_t update) {
-        auto ids_of = [&](size_t record) -> const std::vector<int32_t>& { return encoded.at(record).ids; };
-        out.emit("observables", observables_event(update, adapter_norms(trainer, lora.scaling(), update),
-                                                  probe_rows(trainer, probes, ids_of, pad_id, spec.micro_batch, update, logits_file(update))));
-    };
-    std::unique_ptr<engine::FingerprintRecorder> recorder;
-    if (spec.observes_any()) recorder = std::make_unique<engine::FingerprintRecorder>(trainer.backend());
-
-    std::vector<engine::MicroBatch> eval_batches;
-    for (size_t i = 0; i < eval_indices.size(); i += static_cast<size_t>(spec.micro_batch)) {
-        std::vector<const Encoded*> seqs;
-        for (size_t k = i; k < std::min(eval_indices.size(), i + static_cast<size_t>(spec.micro_batch)); ++k)
-            seqs.push_back(&encoded.at(eval_indices[k]));
-        eval_batches.push_back(make_micro_batch(seqs, pad_id));
+        return encoded_.emplace(i, std::move(e)).first->second;
     }
 
-    int64_t start_update = 0;
-    if (resume_from) {
-        trainer.restore(from_checkpoint(resume_from->checkpoint));
-        start_update = resume_from->checkpoint.update;
-        out.emit("resume", {{"update", start_update}, {"path", fs::relative(resume_from->dir, run_dir).string()}});
-    } else {
-        for (const auto& [name, t] : trainer.adapter_tensors())
-            digests.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
+    // The trainer (docs/spec.md §Recipe), the probe set, the fingerprint recorder, the evaluation batches.
+    void build_trainer() {
+        total_updates_ = static_cast<int64_t>(plan_.updates.size());
+        engine::TrainOptions to;
+        to.lr = spec_.lr;
+        to.adamw.beta1 = spec_.beta1;
+        to.adamw.beta2 = spec_.beta2;
+        to.adamw.eps = spec_.eps;
+        to.adamw.weight_decay = spec_.weight_decay;
+        to.total_updates = total_updates_;
+        to.warmup_ratio = spec_.warmup_fraction;
+        for (const auto& f : test_faults_)
+            if (f.kind == "warmup_shift")
+                to.warmup_updates = static_cast<int64_t>(std::ceil(spec_.warmup_fraction * static_cast<double>(total_updates_))) +
+                                    static_cast<int64_t>(f.value);
+        to.max_grad_norm = spec_.clip;
+        to.dropout_mode = spec_.leg_setting(opt_.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
+                                                                                   : engine::DropoutMode::Native;
+        to.seed = spec_.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
+        to.threads = opt_.threads;
+        to.model.faults = faults_.engine;
+        config_ = base_.config;
+        trainer_.emplace(engine::Trainer::create(config_, std::move(base_.tensors), lora_, to, backend_));
+        trainer_->load_adapter(init_.tensors);
+        model_load_s_ = std::chrono::duration<double>(t_data_ - t_model_).count() + seconds_since(t_data_) - tokenize_s_;
+
+        // The probe set (docs/observables.md): the first kProbeCount records of the eval prefix; a probe's
+        // position is the token before the record's first kept supervised token (records without one
+        // are left out, keeping their index).
+        for (size_t k = 0; k < eval_indices_.size() && k < static_cast<size_t>(kProbeCount); ++k) {
+            const Encoded& e = encoded_.at(eval_indices_[k]);
+            for (size_t t = 1; t < e.supervised.size(); ++t)
+                if (e.supervised[t]) {
+                    probes_.push_back(Probe{static_cast<int64_t>(k), eval_indices_[k], static_cast<int64_t>(t) - 1});
+                    break;
+                }
+        }
+        if (spec_.observes_any()) recorder_ = std::make_unique<engine::FingerprintRecorder>(trainer_->backend());
+
+        for (size_t i = 0; i < eval_indices_.size(); i += static_cast<size_t>(spec_.micro_batch)) {
+            std::vector<const Encoded*> seqs;
+            for (size_t k = i; k < std::min(eval_indices_.size(), i + static_cast<size_t>(spec_.micro_batch)); ++k)
+                seqs.push_back(&encoded_.at(eval_indices_[k]));
+            eval_batches_.push_back(make_micro_batch(seqs, pad_id_));
+        }
+    }
+
+    void resume() {
+        trainer_->restore(from_checkpoint(resume_from_->checkpoint));
+        start_update_ = resume_from_->checkpoint.update;
+        out_.emit("resume", {{"update", start_update_}, {"path", fs::relative(resume_from_->dir, run_dir_).string()}});
+    }
+
+    // L2 (the loaded tensors' digests), L3 (the first records as this leg encodes them), L1 (the
+    // untrained held-out CE, which is also the evaluation at update 0): docs/spec.md §Levels.
+    void report_checks() {
+        for (const auto& [name, t] : trainer_->adapter_tensors())
+            digests_.push_back(digest_tensor(name, "adapter", t.shape, t.ptr(), t.data.size()));
         LegTrace l2;
-        l2.l2 = digests;
-        out.emit("l2", l2_to_json(l2));
+        l2.l2 = digests_;
+        out_.emit("l2", l2_to_json(l2));
 
         json l3 = json::array();
-        for (size_t i = 0; i < l3_count; ++i) {
-            const Encoded& e = encoded.at(i);
-            json r{{"index", i}, {"id", records[i].id}, {"ids", e.ids},
+        for (size_t i = 0; i < l3_count_; ++i) {
+            const Encoded& e = encoded_.at(i);
+            json r{{"index", i}, {"id", records_[i].id}, {"ids", e.ids},
                    {"boundary", static_cast<int64_t>(e.full.boundary)},
                    {"supervised_count", static_cast<int64_t>(e.full.supervised_count)},
                    {"full_length", static_cast<int64_t>(e.full.full_length)}, {"text", e.full.full_text}};
             r["truncated_at"] = e.full.truncated() ? json(static_cast<int64_t>(e.full.truncated_length)) : json(nullptr);
             l3.push_back(std::move(r));
         }
-        out.emit("l3", {{"max_len", spec.max_len}, {"template", template_name}, {"records", l3}});
+        out_.emit("l3", {{"max_len", spec_.max_len}, {"template", template_name_}, {"records", l3}});
 
-        engine::EvalResult ev = trainer.evaluate(eval_batches);
-        emit_or_stop(out,
-                     {{"l1", {{"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}, {"examples", eval_indices.size()}}},
+        engine::EvalResult ev = trainer_->evaluate(eval_batches_);
+        emit_or_stop(out_,
+                     {{"l1", {{"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}, {"examples", eval_indices_.size()}}},
                       {"eval", {{"update", 0}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
-                     non_finite_eval(opt.leg, 0, ev.loss));
+                     non_finite_eval(opt_.leg, 0, ev.loss));
         emit_observables(0);
     }
-    out.emit("timing", {{"phase", "setup"}, {"model_load_s", model_load_s}, {"tokenize_s", tokenize_s},
-                        {"setup_s", seconds_since(t_start)}});
 
-    double train_s = 0;
-    const int64_t inject_at = injected_nonfinite_update();
-    for (int64_t u = start_update; u < total_updates; ++u) {
-        std::vector<engine::MicroBatch> mbs;
-        int64_t input_tokens = 0;
-        for (const auto& mb : plan.updates[static_cast<size_t>(u)]) {
-            std::vector<const Encoded*> seqs;
-            for (size_t i : mb) {
-                seqs.push_back(&encoded.at(i));
-                input_tokens += static_cast<int64_t>(encoded.at(i).ids.size());
+    // The update loop: each update's step event, its fingerprints when observed, the evaluations and
+    // the checkpoints on their intervals.
+    void train() {
+        const int64_t inject_at = injected_nonfinite_update();
+        for (int64_t u = start_update_; u < total_updates_; ++u) {
+            std::vector<engine::MicroBatch> mbs;
+            int64_t input_tokens = 0;
+            for (const auto& mb : plan_.updates[static_cast<size_t>(u)]) {
+                std::vector<const Encoded*> seqs;
+                for (size_t i : mb) {
+                    seqs.push_back(&encoded_.at(i));
+                    input_tokens += static_cast<int64_t>(encoded_.at(i).ids.size());
+                }
+                mbs.push_back(make_micro_batch(seqs, pad_id_));
             }
-            mbs.push_back(make_micro_batch(seqs, pad_id));
-        }
-        auto tu = std::chrono::steady_clock::now();
-        std::optional<engine::TrainerState> before;
-        for (const auto& f : test_faults)
-            if (f.kind == "lr_scale" && u >= f.from_update) before = trainer.state();
-        const bool observed = recorder && spec.observes(u);
-        if (observed) recorder->begin_update(u);
-        engine::UpdateMetrics m = trainer.train_update(mbs, observed ? recorder.get() : nullptr);
-        if (!test_faults.empty()) apply_test_faults(trainer, test_faults, u, before);
-        if (u == inject_at) m.loss = std::nan("");
-        double wall = seconds_since(tu);
-        train_s += wall;
-        emit_or_stop(out,
-                     {{"step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
-                                {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens}, {"wall_s", wall}}}},
-                     non_finite_step(opt.leg, u, m.loss, m.grad_norm));
-        if (observed) out.emit("fingerprints", fingerprints_event(u, fingerprint_rows(recorder->take_points())));
-        const int64_t done = u + 1;
-        if (done % spec.eval_interval == 0 || done == total_updates) {
-            engine::EvalResult ev = trainer.evaluate(eval_batches);
-            emit_or_stop(out, {{"eval", {{"update", done}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
-                         non_finite_eval(opt.leg, done, ev.loss));
-            emit_observables(done);
-        }
-        if (spec.checkpoint_interval > 0 && done % spec.checkpoint_interval == 0 && done < total_updates) {
-            fs::path p = engine::write_checkpoint(leg_dir, to_checkpoint(trainer.state(), spec_sha, opt.device));
-            out.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir).string()}});
+            auto tu = std::chrono::steady_clock::now();
+            std::optional<engine::TrainerState> before;
+            for (const auto& f : test_faults_)
+                if (f.kind == "lr_scale" && u >= f.from_update) before = trainer_->state();
+            const bool observed = recorder_ && spec_.observes(u);
+            if (observed) recorder_->begin_update(u);
+            engine::UpdateMetrics m = trainer_->train_update(mbs, observed ? recorder_.get() : nullptr);
+            if (!test_faults_.empty()) apply_test_faults(*trainer_, test_faults_, u, before);
+            if (u == inject_at) m.loss = std::nan("");
+            double wall = seconds_since(tu);
+            train_s_ += wall;
+            emit_or_stop(out_,
+                         {{"step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
+                                    {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens}, {"wall_s", wall}}}},
+                         non_finite_step(opt_.leg, u, m.loss, m.grad_norm));
+            if (observed) out_.emit("fingerprints", fingerprints_event(u, fingerprint_rows(recorder_->take_points())));
+            const int64_t done = u + 1;
+            if (done % spec_.eval_interval == 0 || done == total_updates_) evaluate(done);
+            if (spec_.checkpoint_interval > 0 && done % spec_.checkpoint_interval == 0 && done < total_updates_) checkpoint(done);
         }
     }
-    engine::save_peft_adapter(leg_dir / "final", lora, trainer.adapter_tensors(), config, "");
-    out.emit("timing", {{"phase", "train"}, {"train_s", train_s}, {"total_s", seconds_since(t_start)}});
-    const int64_t peak_device = backend->peak_device_bytes();
-    out.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
-                        {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
-    out.emit("done", {{"updates", total_updates}, {"final", fs::relative(leg_dir / "final", run_dir).string()}});
-    return 0;
-}
+
+    void evaluate(int64_t done) {
+        engine::EvalResult ev = trainer_->evaluate(eval_batches_);
+        emit_or_stop(out_, {{"eval", {{"update", done}, {"heldout_ce", ev.loss}, {"tokens", ev.supervised_tokens}}}},
+                     non_finite_eval(opt_.leg, done, ev.loss));
+        emit_observables(done);
+    }
+
+    void checkpoint(int64_t done) {
+        fs::path p = engine::write_checkpoint(leg_dir_, to_checkpoint(trainer_->state(), spec_sha_, opt_.device));
+        out_.emit("checkpoint", {{"update", done}, {"path", fs::relative(p, run_dir_).string()}});
+    }
+
+    // docs/observables.md: the adapter's update norms and the probes' next tokens; with `observe`,
+    // the probes' full logits per evaluation too, for the KL between legs.
+    void emit_observables(int64_t update) {
+        const fs::path logits =
+            spec_.observes_any() ? leg_dir_ / "next_token" / ("update-" + std::to_string(update) + ".f32") : fs::path{};
+        auto ids_of = [&](size_t record) -> const std::vector<int32_t>& { return encoded_.at(record).ids; };
+        out_.emit("observables", observables_event(update, adapter_norms(*trainer_, lora_.scaling(), update),
+                                                   probe_rows(*trainer_, probes_, ids_of, pad_id_, spec_.micro_batch, update, logits)));
+    }
+
+    void finish() {
+        engine::save_peft_adapter(leg_dir_ / "final", lora_, trainer_->adapter_tensors(), config_, "");
+        out_.emit("timing", {{"phase", "train"}, {"train_s", train_s_}, {"total_s", seconds_since(t_start_)}});
+        const int64_t peak_device = backend_->peak_device_bytes();
+        out_.emit("memory", {{"peak_host_rss_bytes", peak_rss_bytes()},
+                             {"peak_device_bytes", peak_device < 0 ? json(nullptr) : json(peak_device)}});
+        out_.emit("done", {{"updates", total_updates_}, {"final", fs::relative(leg_dir_ / "final", run_dir_).string()}});
+    }
+
+    const EngineLegOptions& opt_;
+    EventWriter& out_;
+    // open
+    std::chrono::steady_clock::time_point t_start_, t_model_, t_data_;
+    fs::path run_dir_, leg_dir_;
+    ExperimentSpec spec_;
+    std::string spec_sha_;
+    std::shared_ptr<engine::Backend> backend_;
+    std::vector<FaultSwitch> fault_list_;
+    LegFaults faults_;
+    std::vector<TestFault> test_faults_;
+    std::optional<engine::LoadedCheckpoint> resume_from_;
+    // load_model
+    engine::HfCheckpoint base_;
+    engine::LoraConfig lora_;
+    engine::LoraAdapter init_;
+    std::vector<TensorDigest> digests_;
+    // encode_data
+    std::string template_name_;
+    data::TemplateKind kind_{};
+    std::unique_ptr<data::Tokenizer> tokenizer_;
+    int32_t pad_id_ = 0;
+    std::vector<data::Record> records_;
+    data::BatchPlan plan_;
+    std::vector<size_t> eval_indices_;
+    size_t l3_count_ = 0;
+    std::map<size_t, Encoded> encoded_;
+    double tokenize_s_ = 0;
+    // build_trainer
+    int64_t total_updates_ = 0;
+    engine::Qwen3Config config_;
+    std::optional<engine::Trainer> trainer_;
+    double model_load_s_ = 0;
+    std::vector<Probe> probes_;
+    std::unique_ptr<engine::FingerprintRecorder> recorder_;
+    std::vector<engine::MicroBatch> eval_batches_;
+    // train
+    int64_t start_update_ = 0;
+    double train_s_ = 0;
+};
 
 }  // namespace
 
 int run_engine_leg(const EngineLegOptions& options) {
     EventWriter out(stdout);
     try {
-        return run(options, out);
+        return EngineLeg(options, out).run();
     } catch (const ReportedFailure&) {
         return 1;
     } catch (const std::exception& e) {
@@ -616,6 +690,26 @@ int run_engine_leg(const EngineLegOptions& options) {
         out.emit("error", {{"message", e.what()}});
         return 1;
     }
+}
+
+std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points) {
+    std::vector<FingerprintRow> rows;
+    rows.reserve(points.size());
+    for (const auto& p : points) {
+        FingerprintRow r;
+        r.update = p.update;
+        r.micro_batch = p.micro_batch;
+        r.layer = p.layer;
+        r.op = engine::observed_op_name(p.op);
+        r.pass = engine::pass_name(p.pass);
+        r.count = p.summary.count;
+        r.norm = p.summary.norm;
+        r.mean = p.summary.mean;
+        r.maxabs = p.summary.maxabs;
+        std::copy(p.summary.sketch.begin(), p.summary.sketch.end(), r.sketch.begin());
+        rows.push_back(std::move(r));
+    }
+    return rows;
 }
 
 }  // namespace tandem::experiments

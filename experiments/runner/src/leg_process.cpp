@@ -1,5 +1,5 @@
 // Legs as child processes: fork/exec with pipes, PR_SET_PDEATHSIG, non-blocking line reads, reaping.
-#include "leg_process.h"
+#include "tandem/runner/leg_process.h"
 
 #include "tandem/error.h"
 

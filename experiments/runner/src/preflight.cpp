@@ -5,6 +5,8 @@
 #include "tandem/error.h"
 #include "tandem/store/host_info.h"
 #include "tandem/runner/prepare.h"
+#include "tandem/spec/leg_kinds.h"
+#include "tandem/spec/model.h"
 
 #include <sys/statvfs.h>
 
@@ -35,9 +37,7 @@ double free_disk_bytes(fs::path dir) {
     return static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
 }
 
-// Rough process overhead before any tensor: the Python reference imports torch + transformers.
-constexpr double kReferenceOverheadBytes = 700.0 * 1048576;
-constexpr double kEngineOverheadBytes = 60.0 * 1048576;
+// Besides the tensors (the process overhead of each leg kind: tandem/spec/leg_kinds.h).
 constexpr double kCorpusAndTokenizerBytes = 16.0 * 1048576;  // tokenizer copy 11 MiB + corpus files
 
 }  // namespace
@@ -85,13 +85,13 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
     const double tensors = 4 * 2 * params + 4 * 4 * lora + activations + lm_head;
 
     ResourceEstimate e;
-    e.host_bytes_per_cpu_leg = tensors + kReferenceOverheadBytes;
+    e.host_bytes_per_cpu_leg = tensors + leg_kind("reference").host_overhead_bytes;
     // Legs that run at once: all of them, or (RunnerOptions::max_concurrent_legs, `tandem faults --jobs`)
     // the largest max_concurrent of them.
     std::vector<double> per_leg;
     for (const auto& l : legs) {
         if (l.executor == "slurm") continue;  // runs on a cluster node, not in this machine's memory
-        const double overhead = l.implementation == "reference" ? kReferenceOverheadBytes : kEngineOverheadBytes;
+        const double overhead = leg_kind(l.implementation).host_overhead_bytes;
         const double ranks = static_cast<double>(std::max<size_t>(1, l.devices.size()));  // one process each
         per_leg.push_back(ranks * ((l.device == "cpu" ? tensors : 4 * params) + overhead));
     }

@@ -1,6 +1,8 @@
 // Preparing the run folder's shared artifacts (docs/run-folder.md).
 #include "tandem/runner/prepare.h"
 
+#include "tandem/spec/model.h"
+
 #include "tandem/assets.h"
 #include "tandem/atomic_file.h"
 #include "tandem/data/batch_plan.h"
@@ -78,44 +80,6 @@ json base_files_sha256(const fs::path& base_dir) {
     std::sort(files.begin(), files.end());
     for (const auto& f : files) out[f.filename().string()] = sha256_file_hex(f);
     return out;
-}
-
-fs::path base_folder_of(const ExperimentSpec& spec, const std::optional<fs::path>& assets) {
-    if (spec.model_base.empty()) return {};
-    if (!is_asset_reference(spec.model_base)) {
-        const fs::path dir = fs::absolute(spec.model_base);
-        std::error_code ec;
-        if (!fs::is_regular_file(dir / "config.json", ec))
-            throw Error("experiment field model.base: " + dir.string() +
-                        " is not a checkpoint folder (no config.json); name a folder or a shipped base (assets:NAME)");
-        return dir;
-    }
-    try {
-        return resolve_asset_reference(spec.model_base, assets, "config.json");
-    } catch (const Error& e) {
-        throw Error(std::string("experiment field model.base: ") + e.what());
-    }
-}
-
-engine::Qwen3Config model_config_of(const ExperimentSpec& spec, const std::optional<fs::path>& assets) {
-    if (!spec.model_base.empty()) return engine::read_hf_config(base_folder_of(spec, assets));
-    if (spec.model_config == "inline") {
-        // Inline fields override the Qwen3-0.6B architecture's config.json (SPEC §1).
-        json full = engine::Qwen3Config::named("qwen3-0.6b").to_json();
-        for (auto it = spec.model_inline.begin(); it != spec.model_inline.end(); ++it) full[it.key()] = it.value();
-        return engine::Qwen3Config::from_json(full, "experiment field model.config");
-    }
-    return engine::Qwen3Config::named(spec.model_config);
-}
-
-engine::LoraConfig lora_config_of(const ExperimentSpec& spec) {
-    engine::LoraConfig l;
-    l.rank = spec.lora_rank;
-    l.alpha = spec.lora_alpha;
-    l.use_rslora = spec.lora_use_rslora;
-    l.dropout = spec.lora_dropout;
-    l.targets = spec.lora_targets;
-    return l;
 }
 
 PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, const PrepareOptions& opt) {

@@ -1,6 +1,8 @@
 // Leg journals, leftover leg processes, untrusted checkpoints, and the recorder that keeps run.h5
 // and the catalog in step with the legs' traces.
-#include "run_record.h"
+#include "tandem/runner/run_record.h"
+
+#include "tandem/compare/timing.h"
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
@@ -349,20 +351,8 @@ void RunRecorder::set_flags(const std::string& leg, const std::vector<GateFlag>&
 
 void RunRecorder::write_leg_summary(const LegState& l) {
     const LegTrace& t = *l.trace;
-    const TimingRow figures = timing_of(t);
-    LegTiming tm;
-    tm.model_load_s = t.model_load_s;
-    tm.tokenize_s = t.tokenize_s;
-    tm.total_s = t.total_s;
-    tm.window_first = figures.window_first;
-    tm.window_last = figures.window_last;
-    tm.median_update_s = figures.median_update_s;
-    tm.tokens_per_s = figures.tokens_per_s;
-    tm.extra["setup_s"] = t.setup_s;
-    tm.extra["train_s"] = t.train_s;
-    LegMemory m;
-    m.peak_device_bytes = t.peak_device_bytes;
-    m.peak_host_bytes = t.peak_host_bytes;
+    const LegTiming tm = timing_record(t);
+    const LegMemory m = memory_record(t);
     Attributes a{{"status", l.status}, {"exit_status", static_cast<int64_t>(l.exit_status)},
                  {"updates_done", static_cast<int64_t>(t.steps.size())}, {"resumes", static_cast<int64_t>(t.resumes)},
                  {"malformed_lines", static_cast<int64_t>(t.malformed.size())}, {"hello", t.hello.dump()}};

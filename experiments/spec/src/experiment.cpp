@@ -4,7 +4,8 @@
 #include "tandem/assets.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
-#include "tandem/store/run_file.h"  // validate_leg_name
+#include "tandem/leg_name.h"
+#include "tandem/spec/leg_kinds.h"
 #include "tandem/sha256.h"
 #include "tandem/strict_json.h"
 
@@ -174,11 +175,6 @@ SlurmOptions SlurmOptions::from_json(const json& j, const std::string& source, c
     }
     f.reject_unknown();
     return o;
-}
-
-const std::vector<std::string>& leg_implementations() {
-    static const std::vector<std::string> k = {"engine", "reference", "sdk-python", "sdk-go", "command"};
-    return k;
 }
 
 const std::vector<std::string>& ExperimentSpec::seed_names() {
@@ -363,7 +359,8 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
             } catch (const Error& e) {
                 f.fail("", e.what());
             }
-            d.implementation = f.str("implementation", std::nullopt, leg_implementations());
+            d.implementation = f.str("implementation", std::nullopt, leg_kind_names());
+            const LegKind& kind = leg_kind(d.implementation);
             if (f.has("command")) {
                 const json& c = f.raw("command");
                 if (!c.is_array() || c.empty()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
@@ -372,15 +369,15 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
                     d.command.push_back(a.get<std::string>());
                 }
             }
-            if (d.implementation == "command" && d.command.empty()) f.fail("command", "is required for a command leg");
-            if (d.implementation != "command" && !d.command.empty())
+            if (kind.takes_command && d.command.empty()) f.fail("command", "is required for a command leg");
+            if (!kind.takes_command && !d.command.empty())
                 f.fail("command", "is only for implementation command (the others start their own program)");
             d.device = f.str("device", std::string());
             if (!d.device.empty() && d.device != "cpu" && d.device.rfind("cuda:", 0) != 0)
                 f.fail("device", "must be cpu or cuda:N, not '" + d.device + "'");
             if (f.has("faults")) {
                 d.faults = faults_from_json(f.raw("faults"), source + ": field " + f.path("faults"));
-                if (d.implementation != "engine")
+                if (!kind.takes_faults)
                     f.fail("faults", "faults are injected into engine legs only (docs/faults.md), not '" + d.implementation + "'");
             }
             if (f.has("devices")) {
@@ -398,7 +395,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
                         f.fail("devices", "'" + dev + "' given twice (one rank per GPU)");
                     d.devices.push_back(dev);
                 }
-                if (d.implementation != "reference")
+                if (!kind.takes_ranks)
                     f.fail("devices", "is only for implementation reference (its ranks run with torch.distributed)");
                 if (!d.device.empty()) f.fail("devices", "give device or devices, not both");
             }

@@ -33,65 +33,93 @@ const std::vector<FaultInfo>& fault_catalogue() {
     static const std::vector<FaultInfo> c = {
         // ---- data / template (the engine leg's data path)
         {"template-chatml", "data/template", "the generic ChatML layout instead of the model's Qwen3 template",
-         {"L1", "L3", "L4"}, std::nullopt, "1"},
+         {"L1", "L3", "L4"}, std::nullopt, "1",
+         [](LegFaults& f, double) { f.data.chatml = true; }},
         {"boundary-early", "data/template", "supervision starts N tokens early (the assistant header is supervised)",
-         {"L1", "L3", "L4"}, count_size("tokens", 1), ""},
+         {"L1", "L3", "L4"}, count_size("tokens", 1), "",
+         [](LegFaults& f, double size) { f.data.boundary_shift = -static_cast<int64_t>(size); }},
         {"boundary-late", "data/template", "supervision starts N tokens late (the answer's first tokens are not labels)",
-         {"L1", "L3", "L4"}, count_size("tokens", 1), ""},
+         {"L1", "L3", "L4"}, count_size("tokens", 1), "",
+         [](LegFaults& f, double size) { f.data.boundary_shift = static_cast<int64_t>(size); }},
         {"im-end-unsupervised", "data/template", "the closing <|im_end|> of the answer is not a label",
-         {"L1", "L3", "L4"}, std::nullopt, ""},
+         {"L1", "L3", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.data.im_end_unsupervised = true; }},
         {"truncate-left", "data/template", "records longer than max_len lose their first tokens instead of their last",
-         {"L1", "L3", "L4"}, std::nullopt, ""},
+         {"L1", "L3", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.data.truncate_left = true; }},
         {"think-dropped", "data/template", "the empty <think></think> block is left out of the rendered prompt and answer",
-         {"L1", "L3", "L4"}, std::nullopt, ""},
+         {"L1", "L3", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.data.think_dropped = true; }},
         // ---- loading / config
         {"rmsnorm-eps", "loading/config", "every RMSNorm uses eps x F (F 10: 1e-5 instead of Qwen3's 1e-6)",
-         {"L1", "L4"}, FaultSize{"x the config's eps", 10, 1.001, false, true}, ""},
+         {"L1", "L4"}, FaultSize{"x the config's eps", 10, 1.001, false, true}, "",
+         [](LegFaults& f, double size) { f.engine.rms_norm_eps_factor = size; }},
         {"rope-theta", "loading/config", "RoPE uses theta / F (F 100: 1e4 instead of Qwen3's 1e6)", {"L1", "L4"},
-         FaultSize{"theta divided by", 100, 1.001, false, true}, ""},
+         FaultSize{"theta divided by", 100, 1.001, false, true}, "",
+         [](LegFaults& f, double size) { f.engine.rope_theta_divisor = size; }},
         {"rope-interleaved", "loading/config", "RoPE rotates interleaved pairs (2i, 2i+1) instead of halves (i, i+D/2)",
-         {"L1", "L4"}, std::nullopt, ""},
+         {"L1", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.rope_pairing = engine::RopePairing::Interleaved; }},
         {"qk-norm-skipped", "loading/config", "q_norm and k_norm are not applied before RoPE", {"L1", "L4"},
-         std::nullopt, ""},
+         std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.skip_qk_norm = true; }},
         {"gqa-modulo", "loading/config", "query head h reads kv head h % KV instead of h / (H/KV) (differs when 1 < KV < H)",
-         {"L1", "L4"}, std::nullopt, ""},
+         {"L1", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.kv_heads = engine::KvHeadMapping::Modulo; }},
         {"bf16-truncation", "loading/config",
          "the low N mantissa bits of one base tensor (layer 0 q_proj) are zeroed at load (16: F32->BF16 by truncation)",
-         {"L2"}, FaultSize{"mantissa bits", 16, 1, true, false}, ""},
+         {"L2"}, FaultSize{"mantissa bits", 16, 1, true, false}, "",
+         [](LegFaults& f, double size) { f.engine.truncated_mantissa_bits = static_cast<int>(size); }},
         // ---- adapter
         {"adapter-wrong-projection", "adapter",
          "k_proj runs with v_proj's adapter (the same shape under GQA; q's adapter has another shape)", {"L4"},
-         std::nullopt, "2"},
-        {"rslora-ignored", "adapter", "LoRA scaling alpha/r instead of rsLoRA's alpha/sqrt(r)", {"L4"}, std::nullopt, ""},
-        {"raw-alpha", "adapter", "LoRA scaling alpha instead of alpha/sqrt(r)", {"L4"}, std::nullopt, ""},
+         std::nullopt, "2",
+         [](LegFaults& f, double) { f.engine.k_proj_uses_v_adapter = true; }},
+        {"rslora-ignored", "adapter", "LoRA scaling alpha/r instead of rsLoRA's alpha/sqrt(r)", {"L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.lora_scaling = engine::LoraScaling::AlphaOverRank; }},
+        {"raw-alpha", "adapter", "LoRA scaling alpha instead of alpha/sqrt(r)", {"L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.lora_scaling = engine::LoraScaling::RawAlpha; }},
         {"lora-b-grad-transposed", "adapter", "LoRA B's gradient reads A·x's storage as its transpose's", {"L4"},
-         std::nullopt, "3"},
+         std::nullopt, "3",
+         [](LegFaults& f, double) { f.engine.lora_b_grad = engine::LoraBGrad::TransposedOperand; }},
         // ---- loss / optimizer
         {"labels-unshifted", "loss/optimizer", "the hidden state at t predicts the token at t (labels not shifted)",
-         {"L1", "L4"}, std::nullopt, ""},
+         {"L1", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.label_shift = engine::LabelShift::None; }},
         {"labels-shifted-twice", "loss/optimizer", "the hidden state at t-2 predicts the token at t (shifted twice)",
-         {"L1", "L4"}, std::nullopt, ""},
+         {"L1", "L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.label_shift = engine::LabelShift::Two; }},
         {"grad-accum-mean-of-means", "loss/optimizer",
          "gradient accumulation as the mean of per-micro-batch means, not sum over the update / its tokens", {"L4"},
-         std::nullopt, ""},
-        {"clip-skipped", "loss/optimizer", "the gradient is not clipped", {"L4"}, std::nullopt, ""},
+         std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.mean_of_micro_batch_means = true; }},
+        {"clip-skipped", "loss/optimizer", "the gradient is not clipped", {"L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.clipping = engine::Clipping::Skipped; }},
         {"clip-per-micro-batch", "loss/optimizer", "each micro-batch's gradient is clipped on its own, the sum is not",
-         {"L4"}, std::nullopt, ""},
-        {"adamw-no-bias-correction", "loss/optimizer", "AdamW without its bias corrections", {"L4"}, std::nullopt, ""},
+         {"L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.clipping = engine::Clipping::PerMicroBatch; }},
+        {"adamw-no-bias-correction", "loss/optimizer", "AdamW without its bias corrections", {"L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.adamw_no_bias_correction = true; }},
         {"adamw-eps-inside-sqrt", "loss/optimizer", "AdamW's eps inside the square root: sqrt(v_hat + eps)", {"L4"},
-         std::nullopt, ""},
+         std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.adamw_eps_inside_sqrt = true; }},
         {"warmup-off-by-one", "loss/optimizer", "update t runs with the schedule's lr of update t + N", {"L4"},
-         count_size("updates", 1), ""},
+         count_size("updates", 1), "",
+         [](LegFaults& f, double size) { f.engine.warmup_offset = static_cast<int64_t>(size); }},
         // ---- training loop
         {"dropout-in-eval", "training loop", "evaluation draws LoRA dropout masks with probability p", {"L4"},
-         FaultSize{"dropout probability", 0.05, 0.0005, false, true}, ""},
+         FaultSize{"dropout probability", 0.05, 0.0005, false, true}, "",
+         [](LegFaults& f, double size) { f.engine.eval_dropout = size; }},
         {"eval-without-adapter", "training loop", "evaluation runs the base model without the adapter", {"L4"},
-         std::nullopt, "17"},
+         std::nullopt, "17",
+         [](LegFaults& f, double) { f.engine.eval_without_adapter = true; }},
         {"dropout-mask-reused", "training loop", "every micro-batch of an update reuses micro-batch 0's dropout masks",
-         {"L4"}, std::nullopt, ""},
+         {"L4"}, std::nullopt, "",
+         [](LegFaults& f, double) { f.engine.same_mask_every_micro_batch = true; }},
         // ---- runtime
         {"slow-after-eval", "runtime", "the first update after each evaluation takes F times as long; no number changes",
-         {"gate"}, FaultSize{"x the update's time", 7, 1, false, false}, "17"},
+         {"gate"}, FaultSize{"x the update's time", 7, 1, false, false}, "17",
+         [](LegFaults& f, double size) { f.engine.slow_after_eval = size; }},
     };
     return c;
 }
@@ -221,47 +249,11 @@ json faults_to_json(const std::vector<FaultSwitch>& faults) {
     return a;
 }
 
-bool DataFaults::any() const {
-    return chatml || boundary_shift != 0 || im_end_unsupervised || truncate_left || think_dropped;
-}
-
 LegFaults leg_faults(const std::vector<FaultSwitch>& faults) {
     LegFaults lf;
-    engine::FaultConfig& e = lf.engine;
-    DataFaults& d = lf.data;
     for (const FaultSwitch& f : faults) {
         const FaultInfo& info = fault_info(f.name);
-        const double size = f.size.value_or(info.size ? info.size->default_value : 0);
-        const std::string& n = f.name;
-        if (n == "template-chatml") d.chatml = true;
-        else if (n == "boundary-early") d.boundary_shift = -static_cast<int64_t>(size);
-        else if (n == "boundary-late") d.boundary_shift = static_cast<int64_t>(size);
-        else if (n == "im-end-unsupervised") d.im_end_unsupervised = true;
-        else if (n == "truncate-left") d.truncate_left = true;
-        else if (n == "think-dropped") d.think_dropped = true;
-        else if (n == "rmsnorm-eps") e.rms_norm_eps_factor = size;
-        else if (n == "rope-theta") e.rope_theta_divisor = size;
-        else if (n == "rope-interleaved") e.rope_pairing = engine::RopePairing::Interleaved;
-        else if (n == "qk-norm-skipped") e.skip_qk_norm = true;
-        else if (n == "gqa-modulo") e.kv_heads = engine::KvHeadMapping::Modulo;
-        else if (n == "bf16-truncation") e.truncated_mantissa_bits = static_cast<int>(size);
-        else if (n == "adapter-wrong-projection") e.k_proj_uses_v_adapter = true;
-        else if (n == "rslora-ignored") e.lora_scaling = engine::LoraScaling::AlphaOverRank;
-        else if (n == "raw-alpha") e.lora_scaling = engine::LoraScaling::RawAlpha;
-        else if (n == "lora-b-grad-transposed") e.lora_b_grad = engine::LoraBGrad::TransposedOperand;
-        else if (n == "labels-unshifted") e.label_shift = engine::LabelShift::None;
-        else if (n == "labels-shifted-twice") e.label_shift = engine::LabelShift::Two;
-        else if (n == "grad-accum-mean-of-means") e.mean_of_micro_batch_means = true;
-        else if (n == "clip-skipped") e.clipping = engine::Clipping::Skipped;
-        else if (n == "clip-per-micro-batch") e.clipping = engine::Clipping::PerMicroBatch;
-        else if (n == "adamw-no-bias-correction") e.adamw_no_bias_correction = true;
-        else if (n == "adamw-eps-inside-sqrt") e.adamw_eps_inside_sqrt = true;
-        else if (n == "warmup-off-by-one") e.warmup_offset = static_cast<int64_t>(size);
-        else if (n == "dropout-in-eval") e.eval_dropout = size;
-        else if (n == "eval-without-adapter") e.eval_without_adapter = true;
-        else if (n == "dropout-mask-reused") e.same_mask_every_micro_batch = true;
-        else if (n == "slow-after-eval") e.slow_after_eval = size;
-        else throw Error("fault '" + n + "' has no switch (catalogue and leg_faults disagree)");
+        info.set(lf, f.size.value_or(info.size ? info.size->default_value : 0));
     }
     return lf;
 }

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <cctype>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -235,6 +236,13 @@ public:
     std::optional<std::string> opt_text(int col) const { return is_null(col) ? std::nullopt : std::optional(text(col)); }
     std::optional<std::int64_t> opt_int64(int col) const { return is_null(col) ? std::nullopt : std::optional(int64(col)); }
     std::optional<double> opt_real(int col) const { return is_null(col) ? std::nullopt : std::optional(real(col)); }
+    // Column `col` as a record's member of type T (the column tables below).
+    void read(int col, std::string& v) const { v = text(col); }
+    void read(int col, std::int64_t& v) const { v = int64(col); }
+    void read(int col, std::int32_t& v) const { v = static_cast<std::int32_t>(int64(col)); }
+    void read(int col, std::optional<std::string>& v) const { v = opt_text(col); }
+    void read(int col, std::optional<std::int64_t>& v) const { v = opt_int64(col); }
+    void read(int col, std::optional<double>& v) const { v = opt_real(col); }
 
 private:
     Statement& check(int rc) {
@@ -256,26 +264,122 @@ bool looks_like_sqlite(const std::filesystem::path& path) {
     return in.gcount() == 16 && std::memcmp(header.data(), "SQLite format 3\0", 16) == 0;
 }
 
-const char* kRunColumns =
-    "id, experiment, spec_sha256, folder, run_file, started_at, finished_at, status, tandem_version, hostname, "
-    "runner_pid, note, faults";
+// ---- one column table per record --------------------------------------------------------------
+// A record's row: each column's name and the member it binds and reads, in the table's order. The
+// INSERT, upsert and SELECT statements are written from it, so a column is added in one place (and
+// in a migration).
 
-RunRecord read_run(const Statement& s) {
-    RunRecord r;
-    r.id = s.text(0);
-    r.experiment = s.text(1);
-    r.spec_sha256 = s.text(2);
-    r.folder = s.text(3);
-    r.run_file = s.text(4);
-    r.started_at = s.text(5);
-    r.finished_at = s.opt_text(6);
-    r.status = s.text(7);
-    r.tandem_version = s.text(8);
-    r.hostname = s.text(9);
-    r.runner_pid = s.opt_int64(10);
-    r.note = s.text(11);
-    r.faults = s.text(12);
+template <class R>
+struct Column {
+    const char* name;
+    std::function<void(Statement&, int, const R&)> bind;
+    std::function<void(const Statement&, int, R&)> read;
+};
+
+template <class R, class T>
+Column<R> column(const char* name, T R::*member) {
+    return {name, [member](Statement& s, int i, const R& r) { s.bind(i, r.*member); },
+            [member](const Statement& s, int i, R& r) { s.read(i, r.*member); }};
+}
+
+template <class R>
+std::string column_names(const std::vector<Column<R>>& columns) {
+    std::string out;
+    for (const auto& c : columns) out += (out.empty() ? "" : ", ") + std::string(c.name);
+    return out;
+}
+
+// INSERT INTO table (columns[, extra]) VALUES (?, ...[, extra_value]); with `keys` > 0 an upsert:
+// ON CONFLICT (the first `keys` columns) DO UPDATE SET every other column.
+template <class R>
+std::string insert_sql(const char* table, const std::vector<Column<R>>& columns, size_t keys = 0,
+                       const std::string& extra = "", const std::string& extra_value = "") {
+    std::string values;
+    for (size_t i = 0; i < columns.size(); ++i) values += i ? ",?" : "?";
+    std::string sql = std::string("INSERT INTO ") + table + " (" + column_names(columns) + (extra.empty() ? "" : ", " + extra) +
+                      ") VALUES (" + values + (extra_value.empty() ? "" : ", " + extra_value) + ")";
+    if (keys == 0) return sql;
+    std::string key_list, updates;
+    for (size_t i = 0; i < columns.size(); ++i) {
+        const std::string name = columns[i].name;
+        if (i < keys) key_list += (key_list.empty() ? "" : ", ") + name;
+        else updates += (updates.empty() ? "" : ", ") + name + " = excluded." + name;
+    }
+    return sql + " ON CONFLICT (" + key_list + ") DO UPDATE SET " + updates;
+}
+
+// Binds a record to ? 1..n, or reads one from columns `first`..`first` + n - 1 of a row.
+template <class R>
+void bind_record(Statement& s, const std::vector<Column<R>>& columns, const R& r) {
+    for (size_t i = 0; i < columns.size(); ++i) columns[i].bind(s, static_cast<int>(i) + 1, r);
+}
+template <class R>
+R read_record(const Statement& s, const std::vector<Column<R>>& columns, int first = 0) {
+    R r;
+    for (size_t i = 0; i < columns.size(); ++i) columns[i].read(s, first + static_cast<int>(i), r);
     return r;
+}
+
+// SELECT [lead, ]columns FROM table <rest>.
+template <class R>
+std::string select_sql(const std::vector<Column<R>>& columns, const char* table, const char* rest, const char* lead = "") {
+    return std::string("SELECT ") + lead + column_names(columns) + " FROM " + table + " " + rest;
+}
+
+const std::vector<Column<ProbeRecord>>& probe_columns() {  // besides id
+    using R = ProbeRecord;
+    static const std::vector<Column<R>> c = {
+        column("device", &R::device), column("device_name", &R::device_name), column("method", &R::method),
+        column("bytes", &R::bytes), column("repeats", &R::repeats), column("gbps_memcpy", &R::gbps_memcpy),
+        column("gbps_h2d", &R::gbps_h2d), column("gbps_d2h", &R::gbps_d2h), column("gbps_d2d", &R::gbps_d2d),
+        column("pcie_link", &R::pcie_link), column("run_file", &R::run_file), column("measured_at", &R::measured_at),
+        column("hostname", &R::hostname)};
+    return c;
+}
+
+const std::vector<Column<RunRecord>>& run_columns() {  // key: id
+    using R = RunRecord;
+    static const std::vector<Column<R>> c = {
+        column("id", &R::id), column("experiment", &R::experiment), column("spec_sha256", &R::spec_sha256),
+        column("folder", &R::folder), column("run_file", &R::run_file), column("started_at", &R::started_at),
+        column("finished_at", &R::finished_at), column("status", &R::status), column("tandem_version", &R::tandem_version),
+        column("hostname", &R::hostname), column("runner_pid", &R::runner_pid), column("note", &R::note),
+        column("faults", &R::faults)};
+    return c;
+}
+
+const std::vector<Column<LegRecord>>& leg_columns() {  // key: run_id, name
+    using R = LegRecord;
+    static const std::vector<Column<R>> c = {
+        column("run_id", &R::run_id), column("name", &R::name), column("implementation", &R::implementation),
+        column("device", &R::device), column("status", &R::status), column("exit_status", &R::exit_status),
+        column("started_at", &R::started_at), column("finished_at", &R::finished_at),
+        column("updates_done", &R::updates_done), column("updates_total", &R::updates_total),
+        column("final_loss", &R::final_loss), column("tokens_per_s", &R::tokens_per_s),
+        column("median_update_s", &R::median_update_s), column("peak_device_bytes", &R::peak_device_bytes),
+        column("peak_host_bytes", &R::peak_host_bytes), column("last_eval_update", &R::last_eval_update),
+        column("last_eval_ce", &R::last_eval_ce), column("error", &R::error), column("faults", &R::faults)};
+    return c;
+}
+
+const std::vector<Column<FaultResultRecord>>& fault_result_columns() {  // key: run_id, fault
+    using R = FaultResultRecord;
+    static const std::vector<Column<R>> c = {
+        column("run_id", &R::run_id), column("fault", &R::fault), column("leg", &R::leg), column("size", &R::size),
+        column("caught_by", &R::caught_by), column("first_update", &R::first_update),
+        column("first_update_l4", &R::first_update_l4), column("ce_diff_abs", &R::ce_diff_abs),
+        column("ce_diff_rel", &R::ce_diff_rel), column("ce_diff_clean_units", &R::ce_diff_clean_units),
+        column("smallest_sizes", &R::smallest_sizes)};
+    return c;
+}
+
+const std::vector<Column<EnvelopeRecord>>& envelope_columns() {  // besides id
+    using R = EnvelopeRecord;
+    static const std::vector<Column<R>> c = {
+        column("spec_key", &R::spec_key), column("experiment", &R::experiment), column("implementation", &R::implementation),
+        column("members", &R::members), column("vary", &R::vary), column("member_mean_ce", &R::member_mean_ce),
+        column("run_file", &R::run_file), column("created_at", &R::created_at), column("hostname", &R::hostname)};
+    return c;
 }
 
 }  // namespace
@@ -374,55 +478,41 @@ std::int64_t Catalog::add_probe(const ProbeResult& probe, const std::string& run
         if (const auto* d = probe.direction(direction)) return d->gbps;
         return std::nullopt;
     };
-    Statement s(db_, path_.string(),
-                "INSERT INTO probes (device, device_name, method, bytes, repeats, gbps_memcpy, gbps_h2d, gbps_d2h, "
-                "gbps_d2d, pcie_link, run_file, measured_at, hostname) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    s.bind(1, probe.device).bind(2, probe.device_name).bind(3, probe.method).bind(4, probe.bytes);
-    s.bind(5, std::int64_t{probe.repeats}).bind(6, gbps("memcpy")).bind(7, gbps("h2d")).bind(8, gbps("d2h"));
-    s.bind(9, gbps("d2d")).bind(10, probe.pcie_link).bind(11, run_file);
-    s.bind(12, probe.timestamp.empty() ? utc_timestamp_now() : probe.timestamp).bind(13, hostname);
+    ProbeRecord r;
+    r.device = probe.device;
+    r.device_name = probe.device_name;
+    r.method = probe.method;
+    r.bytes = probe.bytes;
+    r.repeats = static_cast<std::int32_t>(probe.repeats);
+    r.gbps_memcpy = gbps("memcpy");
+    r.gbps_h2d = gbps("h2d");
+    r.gbps_d2h = gbps("d2h");
+    r.gbps_d2d = gbps("d2d");
+    r.pcie_link = probe.pcie_link;
+    r.run_file = run_file;
+    r.measured_at = probe.timestamp.empty() ? utc_timestamp_now() : probe.timestamp;
+    r.hostname = hostname;
+    Statement s(db_, path_.string(), insert_sql("probes", probe_columns()).c_str());
+    bind_record(s, probe_columns(), r);
     s.run();
     return sqlite3_last_insert_rowid(db_);
 }
 
 std::vector<ProbeRecord> Catalog::probes() const {
     Statement s(db_, path_.string(),
-                "SELECT id, device, device_name, method, bytes, repeats, gbps_memcpy, gbps_h2d, gbps_d2h, gbps_d2d, "
-                "pcie_link, run_file, measured_at, hostname FROM probes ORDER BY measured_at DESC, id DESC");
+                select_sql(probe_columns(), "probes", "ORDER BY measured_at DESC, id DESC", "id, ").c_str());
     std::vector<ProbeRecord> out;
     while (s.step()) {
-        ProbeRecord r;
+        ProbeRecord r = read_record(s, probe_columns(), 1);
         r.id = s.int64(0);
-        r.device = s.text(1);
-        r.device_name = s.text(2);
-        r.method = s.text(3);
-        r.bytes = s.int64(4);
-        r.repeats = static_cast<std::int32_t>(s.int64(5));
-        r.gbps_memcpy = s.opt_real(6);
-        r.gbps_h2d = s.opt_real(7);
-        r.gbps_d2h = s.opt_real(8);
-        r.gbps_d2d = s.opt_real(9);
-        r.pcie_link = s.text(10);
-        r.run_file = s.text(11);
-        r.measured_at = s.text(12);
-        r.hostname = s.text(13);
         out.push_back(std::move(r));
     }
     return out;
 }
 
 void Catalog::upsert_run(const RunRecord& run) {
-    Statement s(db_, path_.string(),
-                "INSERT INTO runs (id, experiment, spec_sha256, folder, run_file, started_at, finished_at, status, "
-                "tandem_version, hostname, runner_pid, note, faults) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT (id) DO UPDATE SET experiment = excluded.experiment, spec_sha256 = excluded.spec_sha256, "
-                "folder = excluded.folder, run_file = excluded.run_file, started_at = excluded.started_at, "
-                "finished_at = excluded.finished_at, status = excluded.status, "
-                "tandem_version = excluded.tandem_version, hostname = excluded.hostname, "
-                "runner_pid = excluded.runner_pid, note = excluded.note, faults = excluded.faults");
-    s.bind(1, run.id).bind(2, run.experiment).bind(3, run.spec_sha256).bind(4, run.folder).bind(5, run.run_file);
-    s.bind(6, run.started_at).bind(7, run.finished_at).bind(8, run.status).bind(9, run.tandem_version);
-    s.bind(10, run.hostname).bind(11, run.runner_pid).bind(12, run.note).bind(13, run.faults);
+    Statement s(db_, path_.string(), insert_sql("runs", run_columns(), 1).c_str());
+    bind_record(s, run_columns(), run);
     s.run();
 }
 
@@ -435,114 +525,50 @@ void Catalog::set_run_status(const std::string& run_id, const std::string& statu
 }
 
 std::optional<RunRecord> Catalog::run(const std::string& run_id) const {
-    const std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?";
-    Statement s(db_, path_.string(), sql.c_str());
+    Statement s(db_, path_.string(), select_sql(run_columns(), "runs", "WHERE id = ?").c_str());
     s.bind(1, run_id);
     if (!s.step()) return std::nullopt;
-    return read_run(s);
+    return read_record(s, run_columns());
 }
 
 std::vector<RunRecord> Catalog::runs() const {
-    const std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_at DESC, id DESC";
-    Statement s(db_, path_.string(), sql.c_str());
+    Statement s(db_, path_.string(), select_sql(run_columns(), "runs", "ORDER BY started_at DESC, id DESC").c_str());
     std::vector<RunRecord> out;
-    while (s.step()) out.push_back(read_run(s));
+    while (s.step()) out.push_back(read_record(s, run_columns()));
     return out;
 }
 
 void Catalog::upsert_leg(const LegRecord& leg) {
-    Statement s(db_, path_.string(),
-                "INSERT INTO legs (run_id, name, implementation, device, status, exit_status, started_at, "
-                "finished_at, updates_done, updates_total, final_loss, tokens_per_s, median_update_s, "
-                "peak_device_bytes, peak_host_bytes, last_eval_update, last_eval_ce, error, faults) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT (run_id, name) DO UPDATE SET implementation = excluded.implementation, "
-                "device = excluded.device, status = excluded.status, exit_status = excluded.exit_status, "
-                "started_at = excluded.started_at, finished_at = excluded.finished_at, "
-                "updates_done = excluded.updates_done, updates_total = excluded.updates_total, "
-                "final_loss = excluded.final_loss, tokens_per_s = excluded.tokens_per_s, "
-                "median_update_s = excluded.median_update_s, peak_device_bytes = excluded.peak_device_bytes, "
-                "peak_host_bytes = excluded.peak_host_bytes, last_eval_update = excluded.last_eval_update, "
-                "last_eval_ce = excluded.last_eval_ce, error = excluded.error, faults = excluded.faults");
-    s.bind(1, leg.run_id).bind(2, leg.name).bind(3, leg.implementation).bind(4, leg.device).bind(5, leg.status);
-    s.bind(6, leg.exit_status).bind(7, leg.started_at).bind(8, leg.finished_at).bind(9, leg.updates_done);
-    s.bind(10, leg.updates_total).bind(11, leg.final_loss).bind(12, leg.tokens_per_s).bind(13, leg.median_update_s);
-    s.bind(14, leg.peak_device_bytes).bind(15, leg.peak_host_bytes).bind(16, leg.last_eval_update);
-    s.bind(17, leg.last_eval_ce).bind(18, leg.error).bind(19, leg.faults);
+    Statement s(db_, path_.string(), insert_sql("legs", leg_columns(), 2).c_str());
+    bind_record(s, leg_columns(), leg);
     s.run();
 }
 
 std::vector<LegRecord> Catalog::legs(const std::string& run_id) const {
-    Statement s(db_, path_.string(),
-                "SELECT run_id, name, implementation, device, status, exit_status, started_at, finished_at, "
-                "updates_done, updates_total, final_loss, tokens_per_s, median_update_s, peak_device_bytes, "
-                "peak_host_bytes, last_eval_update, last_eval_ce, error, faults FROM legs WHERE run_id = ? ORDER BY name");
+    Statement s(db_, path_.string(), select_sql(leg_columns(), "legs", "WHERE run_id = ? ORDER BY name").c_str());
     s.bind(1, run_id);
     std::vector<LegRecord> out;
-    while (s.step()) {
-        LegRecord l;
-        l.run_id = s.text(0);
-        l.name = s.text(1);
-        l.implementation = s.text(2);
-        l.device = s.text(3);
-        l.status = s.text(4);
-        l.exit_status = s.opt_int64(5);
-        l.started_at = s.opt_text(6);
-        l.finished_at = s.opt_text(7);
-        l.updates_done = s.opt_int64(8);
-        l.updates_total = s.opt_int64(9);
-        l.final_loss = s.opt_real(10);
-        l.tokens_per_s = s.opt_real(11);
-        l.median_update_s = s.opt_real(12);
-        l.peak_device_bytes = s.opt_int64(13);
-        l.peak_host_bytes = s.opt_int64(14);
-        l.last_eval_update = s.opt_int64(15);
-        l.last_eval_ce = s.opt_real(16);
-        l.error = s.text(17);
-        l.faults = s.text(18);
-        out.push_back(std::move(l));
-    }
+    while (s.step()) out.push_back(read_record(s, leg_columns()));
     return out;
 }
 
 void Catalog::upsert_fault_result(const FaultResultRecord& r) {
+    // position: the row's place in the matrix, kept when the fault is written again (?1 run_id, ?2 fault)
     Statement s(db_, path_.string(),
-                "INSERT INTO fault_results (run_id, fault, leg, size, caught_by, first_update, first_update_l4, "
-                "ce_diff_abs, ce_diff_rel, ce_diff_clean_units, smallest_sizes, position) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?, COALESCE((SELECT position FROM fault_results WHERE run_id = ?1 AND fault = ?2), "
-                "(SELECT COUNT(*) FROM fault_results WHERE run_id = ?1))) "
-                "ON CONFLICT (run_id, fault) DO UPDATE SET leg = excluded.leg, size = excluded.size, "
-                "caught_by = excluded.caught_by, first_update = excluded.first_update, "
-                "first_update_l4 = excluded.first_update_l4, ce_diff_abs = excluded.ce_diff_abs, "
-                "ce_diff_rel = excluded.ce_diff_rel, ce_diff_clean_units = excluded.ce_diff_clean_units, "
-                "smallest_sizes = excluded.smallest_sizes");
-    s.bind(1, r.run_id).bind(2, r.fault).bind(3, r.leg).bind(4, r.size).bind(5, r.caught_by).bind(6, r.first_update);
-    s.bind(7, r.first_update_l4).bind(8, r.ce_diff_abs).bind(9, r.ce_diff_rel).bind(10, r.ce_diff_clean_units);
-    s.bind(11, r.smallest_sizes);
+                insert_sql("fault_results", fault_result_columns(), 2, "position",
+                           "COALESCE((SELECT position FROM fault_results WHERE run_id = ?1 AND fault = ?2), "
+                           "(SELECT COUNT(*) FROM fault_results WHERE run_id = ?1))")
+                    .c_str());
+    bind_record(s, fault_result_columns(), r);
     s.run();
 }
 
 std::vector<FaultResultRecord> Catalog::fault_results(const std::string& run_id) const {
     Statement s(db_, path_.string(),
-                "SELECT run_id, fault, leg, size, caught_by, first_update, first_update_l4, ce_diff_abs, ce_diff_rel, "
-                "ce_diff_clean_units, smallest_sizes FROM fault_results WHERE run_id = ? ORDER BY position, fault");
+                select_sql(fault_result_columns(), "fault_results", "WHERE run_id = ? ORDER BY position, fault").c_str());
     s.bind(1, run_id);
     std::vector<FaultResultRecord> out;
-    while (s.step()) {
-        FaultResultRecord r;
-        r.run_id = s.text(0);
-        r.fault = s.text(1);
-        r.leg = s.text(2);
-        r.size = s.opt_real(3);
-        r.caught_by = s.text(4);
-        r.first_update = s.opt_int64(5);
-        r.first_update_l4 = s.opt_int64(6);
-        r.ce_diff_abs = s.opt_real(7);
-        r.ce_diff_rel = s.opt_real(8);
-        r.ce_diff_clean_units = s.opt_real(9);
-        r.smallest_sizes = s.text(10);
-        out.push_back(std::move(r));
-    }
+    while (s.step()) out.push_back(read_record(s, fault_result_columns()));
     return out;
 }
 
@@ -641,12 +667,10 @@ std::vector<std::string> Catalog::search_runs(const std::string& text) const {
 std::int64_t Catalog::add_envelope(const EnvelopeRecord& e) {
     execute(db_, path_.string(), "BEGIN IMMEDIATE");
     try {
-        Statement s(db_, path_.string(),
-                    "INSERT INTO envelopes (spec_key, experiment, implementation, members, vary, member_mean_ce, run_file, "
-                    "created_at, hostname) VALUES (?,?,?,?,?,?,?,?,?)");
-        s.bind(1, e.spec_key).bind(2, e.experiment).bind(3, e.implementation).bind(4, e.members).bind(5, e.vary);
-        s.bind(6, e.member_mean_ce).bind(7, e.run_file).bind(8, e.created_at.empty() ? utc_timestamp_now() : e.created_at);
-        s.bind(9, e.hostname);
+        Statement s(db_, path_.string(), insert_sql("envelopes", envelope_columns()).c_str());
+        EnvelopeRecord stamped = e;
+        if (stamped.created_at.empty()) stamped.created_at = utc_timestamp_now();
+        bind_record(s, envelope_columns(), stamped);
         s.run();
         const std::int64_t id = sqlite3_last_insert_rowid(db_);
         Statement p(db_, path_.string(),
@@ -672,22 +696,12 @@ std::int64_t Catalog::add_envelope(const EnvelopeRecord& e) {
 
 std::vector<EnvelopeRecord> Catalog::envelopes(const std::string& spec_key) const {
     Statement s(db_, path_.string(),
-                "SELECT id, spec_key, experiment, implementation, members, vary, member_mean_ce, run_file, created_at, "
-                "hostname FROM envelopes WHERE spec_key = ? ORDER BY created_at DESC, id DESC");
+                select_sql(envelope_columns(), "envelopes", "WHERE spec_key = ? ORDER BY created_at DESC, id DESC", "id, ").c_str());
     s.bind(1, spec_key);
     std::vector<EnvelopeRecord> out;
     while (s.step()) {
-        EnvelopeRecord e;
+        EnvelopeRecord e = read_record(s, envelope_columns(), 1);
         e.id = s.int64(0);
-        e.spec_key = s.text(1);
-        e.experiment = s.text(2);
-        e.implementation = s.text(3);
-        e.members = s.int64(4);
-        e.vary = s.text(5);
-        e.member_mean_ce = s.text(6);
-        e.run_file = s.text(7);
-        e.created_at = s.text(8);
-        e.hostname = s.text(9);
         out.push_back(std::move(e));
     }
     for (auto& e : out) {

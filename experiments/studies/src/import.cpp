@@ -2,6 +2,8 @@
 // into a LegTrace and written into a run file as one more leg.
 #include "tandem/studies/import.h"
 
+#include "tandem/compare/timing.h"
+
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"
@@ -319,22 +321,8 @@ void import_leg(const fs::path& run, const std::string& leg, const ImportedTrace
         if (t.l1_ce) w.write_check(leg, CheckLevel::L1, l1_to_json(t).dump());
         if (t.has_l2) w.write_check(leg, CheckLevel::L2, l2_to_json(t).dump());
         if (t.has_l3) w.write_check(leg, CheckLevel::L3, l3_to_json(t).dump());
-        const TimingRow row = timing_of(t);  // the one timing computation (compare.h)
-        LegTiming tm;
-        tm.model_load_s = t.model_load_s;
-        tm.tokenize_s = t.tokenize_s;
-        tm.total_s = t.total_s;
-        tm.window_first = row.window_first;
-        tm.window_last = row.window_last;
-        tm.median_update_s = row.median_update_s;
-        tm.tokens_per_s = row.tokens_per_s;
-        tm.extra["setup_s"] = t.setup_s;
-        tm.extra["train_s"] = t.train_s;
-        w.write_timing(leg, tm);
-        LegMemory mem;
-        mem.peak_device_bytes = t.peak_device_bytes;
-        mem.peak_host_bytes = t.peak_host_bytes;
-        w.write_memory(leg, mem);
+        w.write_timing(leg, timing_record(t));  // the runner's records of a leg (tandem/compare/timing.h)
+        w.write_memory(leg, memory_record(t));
         Attributes a{{"updates_done", static_cast<int64_t>(t.steps.size())}, {"hello", t.hello.dump()},
                      {"exit_status", int64_t{0}}, {"resumes", static_cast<int64_t>(t.resumes)},
                      {"malformed_lines", static_cast<int64_t>(t.malformed.size())}};

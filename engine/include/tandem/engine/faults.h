@@ -71,7 +71,8 @@ struct FaultConfig {
     double slow_after_eval = 0;  // > 1: the first update after each evaluation takes this many times
                                  // as long (the trainer sleeps); no number changes
 
-    bool any() const;
+    bool operator==(const FaultConfig&) const = default;
+    bool any() const { return *this != FaultConfig{}; }  // some switch differs from its default
 };
 
 // The base tensor the mantissa-truncation fault hits.

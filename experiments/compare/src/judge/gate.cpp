@@ -13,35 +13,7 @@
 namespace tandem::experiments {
 using nlohmann::json;
 
-const char* gate_action_name(GateAction a) {
-    switch (a) {
-        case GateAction::Warn: return "warn";
-        case GateAction::Pause: return "pause";
-        case GateAction::Stop: return "stop";
-    }
-    return "warn";
-}
-
 namespace {
-
-GateAction action_of(const json& v, const std::string& source, const std::string& field) {
-    if (!v.is_string()) throw Error(source + ": field " + field + ": must be one of warn|pause|stop");
-    const std::string s = v.get<std::string>();
-    for (GateAction a : {GateAction::Warn, GateAction::Pause, GateAction::Stop})
-        if (s == gate_action_name(a)) return a;
-    throw Error(source + ": field " + field + ": must be one of warn|pause|stop, not '" + s + "'");
-}
-
-double positive(const json& v, const std::string& source, const std::string& field) {
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
-        throw Error(source + ": field " + field + ": must be a positive number");
-    return v.get<double>();
-}
-
-int64_t count(const json& v, const std::string& source, const std::string& field) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 1) throw Error(source + ": field " + field + ": must be a positive integer");
-    return v.get<int64_t>();
-}
 
 std::string fmt(const char* f, double x) {
     char b[64];
@@ -50,53 +22,6 @@ std::string fmt(const char* f, double x) {
 }
 
 }  // namespace
-
-GateConfig GateConfig::from_json(const json& j, const std::string& source) {
-    GateConfig c;
-    if (!j.is_object()) throw Error(source + ": field gate: must be an object (docs/gate.md)");
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        const std::string& k = it.key();
-        const json& v = it.value();
-        const std::string field = "gate." + k;
-        if (k == "non_finite") c.non_finite = action_of(v, source, field);
-        else if (k == "step_time") c.step_time = action_of(v, source, field);
-        else if (k == "step_time_factor") c.step_time_factor = positive(v, source, field);
-        else if (k == "step_time_min_excess_s") c.step_time_min_excess_s = positive(v, source, field);
-        else if (k == "step_time_window") c.step_time_window = count(v, source, field);
-        else if (k == "step_time_min_history") c.step_time_min_history = count(v, source, field);
-        else if (k == "loss_spike") c.loss_spike = action_of(v, source, field);
-        else if (k == "loss_spike_sigma") c.loss_spike_sigma = positive(v, source, field);
-        else if (k == "loss_spike_window") c.loss_spike_window = count(v, source, field);
-        else if (k == "loss_spike_min_history") c.loss_spike_min_history = count(v, source, field);
-        else if (k == "envelope") c.envelope = action_of(v, source, field);
-        else if (k == "envelope_band_sigma") c.envelope_band_sigma = positive(v, source, field);
-        else if (k == "paired_bound") c.paired_bound = action_of(v, source, field);
-        else throw Error(source + ": field " + field + ": unknown field");
-    }
-    return c;
-}
-
-json GateConfig::to_json() const {
-    json j{{"non_finite", gate_action_name(non_finite)},
-                {"step_time", gate_action_name(step_time)},
-                {"step_time_factor", step_time_factor},
-                {"step_time_min_excess_s", step_time_min_excess_s},
-                {"step_time_window", step_time_window},
-                {"step_time_min_history", step_time_min_history},
-                {"loss_spike", gate_action_name(loss_spike)},
-                {"loss_spike_sigma", loss_spike_sigma},
-                {"loss_spike_window", loss_spike_window},
-                {"loss_spike_min_history", loss_spike_min_history}};
-    // Fields added later are written only when set, so the spec hash of an experiment whose `gate`
-    // object predates them stays the same (a run folder prepared before still resumes).
-    const GateConfig d;
-    if (envelope != d.envelope) j["envelope"] = gate_action_name(envelope);
-    if (envelope_band_sigma != d.envelope_band_sigma) j["envelope_band_sigma"] = envelope_band_sigma;
-    if (paired_bound != d.paired_bound) j["paired_bound"] = gate_action_name(paired_bound);
-    return j;
-}
-
-bool GateConfig::is_default() const { return to_json() == GateConfig{}.to_json(); }
 
 json flags_to_json(const std::vector<GateFlag>& flags) {
     json a = json::array();

@@ -2,8 +2,8 @@
 // leg again after its runner died. The Slurm executor is in slurm_executor.cpp.
 #include "executors/executor.h"
 
-#include "leg_process.h"
-#include "run_record.h"
+#include "tandem/runner/leg_process.h"
+#include "tandem/runner/run_record.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 

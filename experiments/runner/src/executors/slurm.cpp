@@ -8,7 +8,7 @@
 // job from the first byte events.jsonl does not hold.
 #include "executors/executor.h"
 
-#include "run_record.h"
+#include "tandem/runner/run_record.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"  // utc_timestamp_now

@@ -2,8 +2,12 @@
 // The engine leg: tandem's own stack (tokenizer, chat template, supervision, batch plan, the C++
 // engine's Trainer) run as a leg process that speaks the leg protocol on stdout
 // (`tandem leg engine --run DIR --leg NAME --device cpu [--resume] [--threads N] [--faults LIST]`).
+#include "tandem/engine/observe.h"
+#include "tandem/store/run_file.h"
+
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tandem::experiments {
 
@@ -20,5 +24,8 @@ struct EngineLegOptions {
 // Runs the leg to the end; returns the process exit status (0 done, 1 error). Every failure is
 // reported as an "error" event before returning; nothing is thrown.
 int run_engine_leg(const EngineLegOptions& options);
+
+// The engine's recorded points as run.h5 rows (the engine leg's fingerprints event).
+std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points);
 
 }  // namespace tandem::experiments

@@ -45,16 +45,6 @@ struct PreparedRun {
 // Writes every shared artifact into `folder` (created). Throws tandem::Error naming the step.
 PreparedRun prepare_run(const ExperimentSpec& spec, const std::filesystem::path& folder, const PrepareOptions& opt);
 
-// The checkpoint folder model.base names: a path, or "assets:NAME" looked up like the tokenizer
-// (--assets, TANDEM_ASSETS, ../shared; tandem/assets.h). Empty when the base is generated. Throws
-// tandem::Error naming model.base and every folder tried.
-std::filesystem::path base_folder_of(const ExperimentSpec& spec,
-                                     const std::optional<std::filesystem::path>& assets = std::nullopt);
-// The model and adapter configuration an experiment asks for (named, inline or a checkpoint's).
-engine::Qwen3Config model_config_of(const ExperimentSpec& spec,
-                                    const std::optional<std::filesystem::path>& assets = std::nullopt);
-engine::LoraConfig lora_config_of(const ExperimentSpec& spec);
-
 // {"<file>": "<sha256 hex>"} for every file of a base folder (links followed), by name: what
 // prepare.json's "base_sha256" and run.h5's /experiment attribute base_sha256 hold.
 nlohmann::json base_files_sha256(const std::filesystem::path& base_dir);

@@ -141,7 +141,6 @@ struct ExperimentSpec {
 };
 
 // What may run a leg: the implementations the runner knows how to start.
-const std::vector<std::string>& leg_implementations();  // engine, reference, sdk-python, sdk-go, command
 
 // Parses and validates; `source` (the file name) starts every error message.
 ExperimentSpec parse_experiment(const nlohmann::json& j, const std::string& source);

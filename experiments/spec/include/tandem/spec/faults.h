@@ -32,6 +32,8 @@ struct FaultSize {
     bool log_scale = false;  // the search halves the ratio (geometric midpoints), not the difference
 };
 
+struct LegFaults;
+
 struct FaultInfo {
     std::string name;         // "rope-theta": lower case, digits, '-'
     std::string category;     // data/template, loading/config, adapter, loss/optimizer, training loop, runtime
@@ -39,6 +41,10 @@ struct FaultInfo {
     std::vector<std::string> expected;  // the levels expected to catch it on clinical-tiny: L1 L2 L3 L4 gate
     std::optional<FaultSize> size;
     std::string paper;        // the paper's Table 8 row it re-injects, "" when none
+    // Sets the fault's switch in the engine's FaultConfig or the data path's DataFaults (`size`: the
+    // switch's size, the default filled in; 0 for a fault without one). A new fault is one catalogue
+    // entry with its setter, plus the switch it sets (docs/architecture.md "Add a fault").
+    void (*set)(LegFaults& faults, double size) = nullptr;
 };
 
 // Every fault, in catalogue order (the order of docs/faults.md and of `tandem faults`).
@@ -75,7 +81,8 @@ struct DataFaults {
     bool im_end_unsupervised = false;  // the closing <|im_end|> is not a label
     bool truncate_left = false;        // keep the LAST max_len tokens instead of the first
     bool think_dropped = false;        // the empty <think></think> block is left out of the rendering
-    bool any() const;
+    bool operator==(const DataFaults&) const = default;
+    bool any() const { return *this != DataFaults{}; }
 };
 
 struct LegFaults {

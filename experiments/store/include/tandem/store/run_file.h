@@ -13,6 +13,7 @@
 // Files use the earliest HDF5 file format, readable by every h5py / h5dump.
 //
 // Every function throws tandem::Error with a one-line message naming the file and object at fault.
+#include "tandem/leg_name.h"  // validate_leg_name: legs are path components here
 #include "tandem/store/host_info.h"
 
 #include <array>
@@ -366,8 +367,5 @@ private:
     std::filesystem::path path_;
     std::int64_t file_ = -1;  // hid_t
 };
-
-// Throws tandem::Error when `leg` is not a valid leg name (see create_leg).
-void validate_leg_name(const std::string& leg);
 
 }  // namespace tandem::experiments

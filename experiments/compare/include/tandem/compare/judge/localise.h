@@ -1,5 +1,5 @@
 #pragma once
-// `tandem localise` (issue 16, docs/observables.md "Localisation"): aligns two legs' fingerprints
+// Localisation (issue 16, docs/observables.md "Localisation"): aligns two legs' fingerprints
 // point by point, computes each point's relative difference, and names the first point of the chain
 // (update, micro-batch, pass, position in the pass) whose difference exceeds the bound for its depth.
 //
@@ -58,18 +58,10 @@ struct Localisation {
     std::string summary() const;
 };
 
-// The engine's recorded points as run.h5 rows (the engine leg's fingerprints event).
-std::vector<FingerprintRow> fingerprint_rows(const std::vector<engine::Fingerprint>& points);
-
 // Aligns a's and b's fingerprints (of one update when `update` is given).
 Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,
                      const std::string& leg_b, std::optional<std::int64_t> update = {}, const LocaliseBound& bound = {});
 
-// Reads a run folder's (or run.h5's) fingerprints and localises a pair: the given legs, else the
-// first two legs that hold fingerprints (a reference-implementation leg second). Throws naming the
-// file when the run holds no fingerprints. With `store`, writes /localisation/<a>~<b> into run.h5.
-Localisation localise_run(const std::filesystem::path& run, std::optional<std::pair<std::string, std::string>> legs,
-                          std::optional<std::int64_t> update, bool store);
 // The report's localisations (docs/report.md): for every pair of `c` whose L4 verdict does not pass
 // and whose two legs both hold fingerprints in `reader`, the localisation of all their points.
 struct Comparison;

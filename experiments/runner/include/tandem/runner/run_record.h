@@ -2,7 +2,7 @@
 // What the runner keeps of a run: each leg's journal (events.jsonl, the record of truth, and
 // stderr.log), run.h5 (rebuilt from the journals whenever they disagree) and the catalog row.
 // docs/run-folder.md "Interruptions" describes the guarantees.
-#include "leg_process.h"
+#include "tandem/runner/leg_process.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/compare.h"
 #include "tandem/compare/judge/envelope.h"

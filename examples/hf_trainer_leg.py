@@ -5,11 +5,11 @@
 
 An ordinary Trainer fine-tuning script: transformers + peft load the run folder's base and initial
 adapter; the script's own data pipeline renders each record with the tokenizer's chat template and
-masks the prompt (SPEC §2: supervised = the tokens from the end of the prompt up to and including the
+masks the prompt (docs/spec.md §Supervision: supervised = the tokens from the end of the prompt up to and including the
 first <|im_end|>); a sequential sampler feeds the run's shared plan (plan.json) micro-batch by
 micro-batch; the Trainer's AdamW, cosine schedule with warmup and gradient clipping do the updates.
 The callback reports what tandem compares. Held-out CE is token-weighted over the run's eval prefix
-(the SPEC's definition); --trainer-eval reports the Trainer's own eval_loss instead, whose
+(docs/spec.md's definition); --trainer-eval reports the Trainer's own eval_loss instead, whose
 normalisation (a mean of per-batch means) differs: the known difference tandem flags at L1.
 
 Dropout: peft's own (native) masks, so the experiment gives this leg
@@ -30,7 +30,7 @@ from tandem_leg.tokens import Encoded  # noqa: E402
 
 
 def encode(tok, record, max_len):
-    """This script's data pipeline: the chat template, offsets, SPEC §2 supervision, right truncation."""
+    """This script's data pipeline: the chat template, offsets, docs/spec.md §Supervision supervision, right truncation."""
     messages = record["messages"]
     prompt = tok.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True, enable_thinking=False)
     full = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
@@ -91,7 +91,7 @@ def main():
         return {"input_ids": ids, "attention_mask": att, "labels": lab}
 
     def heldout(model):
-        """Token-weighted held-out CE over the eval prefix, in chunks of micro_batch (the SPEC's L1 / L4)."""
+        """Token-weighted held-out CE over the eval prefix, in chunks of micro_batch (docs/spec.md's L1 / L4)."""
         total, n = 0.0, 0
         with torch.no_grad():
             for k in range(0, len(prefix), micro):

@@ -5,7 +5,7 @@ what a leg does, with tandem_leg for the run folder and the events.
     python examples/torch_loop_leg.py --run RUN_DIR --leg loop --device cpu [--threads N]
 
 transformers + peft load the run folder's base and initial adapter; the records are rendered with the
-tokenizer's chat template and masked per SPEC §2; the loop follows the shared plan (plan.json): per
+tokenizer's chat template and masked per docs/spec.md §Supervision; the loop follows the shared plan (plan.json): per
 update, every micro-batch's summed token loss divided by the update's supervised tokens is
 backpropagated, the global gradient norm is clipped, AdamW steps with the cosine-with-warmup lr.
 Dropout is peft's own (give the leg `"dropout_masks": "native"` in the experiment's overrides; its L4
@@ -54,7 +54,7 @@ def main():
             run.init_dir, is_trainable=True)
         model_load_s = time.perf_counter() - t0
 
-        # Data: the chat template, SPEC §2 supervision, right truncation, right padding.
+        # Data: the chat template, docs/spec.md §Supervision supervision, right truncation, right padding.
         t0 = time.perf_counter()
         tok = AutoTokenizer.from_pretrained(run.tokenizer_dir, local_files_only=True)
         pad, im_end = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")

@@ -1,4 +1,4 @@
-// tandem subcommands: corpus build, tokens show, tokens diff (issue 3; docs/data-corpus.md).
+// tandem subcommands: corpus build, tokens show, tokens diff (docs/data-corpus.md).
 //   corpus build --sources DIR --out DIR [--seed N] [--max-len N] [--heldout-fraction F]
 //   corpus plan  --corpus DIR --out FILE [--seed N] [--micro-batch N] [--accumulation N] [--epochs N]
 //   tokens show  --corpus DIR (--id ID | --index N | --all) [--max-len N] [--template qwen3|chatml] [--json]
@@ -51,7 +51,7 @@ fs::path corpus_folder(const fs::path& given) {
     throw Error(given.string() + ": no records.jsonl here or in corpus/ (build one with `tandem corpus build`)");
 }
 
-// The max_len the corpus was built with (accounting.json), else the SPEC's 512.
+// The max_len the corpus was built with (accounting.json), else docs/spec.md's 512.
 size_t corpus_max_len(const fs::path& corpus) {
     const fs::path acc = corpus / "accounting.json";
     if (!fs::exists(acc)) return 512;

@@ -1,4 +1,4 @@
-// tandem inspect (issue 4): parameter counts per group and trainable LoRA counts of a model, from
+// tandem inspect (docs/engine-io.md): parameter counts per group and trainable LoRA counts of a model, from
 // config arithmetic (--config NAME) or from a checkpoint folder's config.json and safetensors
 // header(s) (--model DIR) — never loading a weight.
 #include "commands.h"

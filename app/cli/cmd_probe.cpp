@@ -1,4 +1,4 @@
-// tandem probe — bandwidth probes into an HDF5 run file and the catalog (issue 2, docs/cli.md).
+// tandem probe — bandwidth probes into an HDF5 run file and the catalog (docs/cli.md).
 //
 // Order matters: every input is validated and the catalog opened BEFORE any probe runs or any file
 // is written, so bad input leaves every existing file as it was.

@@ -1,4 +1,4 @@
-// tandem subcommands: tokens encode, template render, bench tokenizer (issue 3).
+// tandem subcommands: tokens encode, template render, bench tokenizer (docs/data-text.md).
 // JSON Lines in on stdin, JSON Lines out on stdout, one output line per input line, order kept.
 // A malformed line is reported on stderr with its line number and field; with --keep-going the
 // line's output is {"error": "..."} and processing goes on; the exit status is 1 if any line failed.

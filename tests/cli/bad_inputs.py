@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The bad-input suite (issue 10, "Must hold"): every hostile input below must give a clear
+"""The bad-input suite (docs/fuzzing.md): every hostile input below must give a clear
 one-line error naming the file or field, with the documented exit code -- never "internal error",
 never a crash, never exit 0. Prints the totals line
     N bad inputs, N clear errors, 0 internal errors, 0 crashes, 0 silent acceptances

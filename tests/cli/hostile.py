@@ -1,4 +1,4 @@
-"""The hostile-input harness (issue 10, "Must hold"): run `tandem` on one bad input and classify
+"""The hostile-input harness (docs/fuzzing.md): run `tandem` on one bad input and classify
 what it did. Importable, so other suites in this folder (the runner-kill cases) reuse it.
 
 A case is a command line plus the files it needs; its outcome is exactly one of

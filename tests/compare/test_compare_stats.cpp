@@ -240,7 +240,7 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     EXPECT_EQ(c.verdict(), "equivalent: a~b: held-out CE within the float32 error-model bound at all 3 paired evaluations "
                            "(largest 0 of the bound, update 0)");
 
-    // The resume defect of issue 10: rows 0-3 lost, the levels themselves still agree.
+    // The resume defect the runner kill test found (docs/run-folder.md "Interruptions"): rows 0-3 lost, the levels themselves still agree.
     LegData holes = full("a");
     holes.trace.steps.erase(holes.trace.steps.begin(), holes.trace.steps.begin() + 4);
     c = compare_legs({holes, b}, spec);

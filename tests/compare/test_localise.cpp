@@ -1,4 +1,4 @@
-// Localisation of injected faults (issue 16, docs/observables.md): a tiny Qwen3 + LoRA trained by the
+// Localisation of injected faults (docs/observables.md): a tiny Qwen3 + LoRA trained by the
 // engine twice on the same batches — clean, and with one fault (the engine's fault switches,
 // faults.h, or a test-only perturbation through a delegating backend) — with fingerprints recorded;
 // localise() must name the layer, op and pass where the fault acts, and the clean pair "no divergence".

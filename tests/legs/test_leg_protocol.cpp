@@ -89,7 +89,7 @@ TEST(LegProtocol, WriterAndDigestRoundTrip) {
     EXPECT_EQ(t.l2[0].shape, std::vector<int64_t>{3});
 }
 
-// Issue 10 item 5: NaN / infinity travel as the strings "NaN", "Infinity", "-Infinity" (JSON has
+// docs/leg-protocol.md, non-finite numbers: NaN / infinity travel as the strings "NaN", "Infinity", "-Infinity" (JSON has
 // no non-finite numbers; Python's json.dumps would write a bare NaN, which no JSON parser reads),
 // and null still reads as NaN (events.jsonl files written before the explicit form).
 TEST(LegProtocol, NonFiniteNumbersAreExplicitOnTheWire) {

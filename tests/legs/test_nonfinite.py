@@ -1,4 +1,4 @@
-"""Issue 10 item 5: NaN and infinity are named, never stored silently.
+"""docs/leg-protocol.md, non-finite numbers: NaN and infinity are named, never stored silently.
 
 Both legs (the engine and the PyTorch reference) run each case; the oracle is each leg's own
 events.jsonl, read here with a strict JSON parser:

@@ -1,4 +1,4 @@
-"""The reference leg across devices (issue 17): a leg defined with `devices: ["cpu", "cpu"]` runs two
+"""The reference leg across devices (docs/cluster.md): a leg defined with `devices: ["cpu", "cpu"]` runs two
 torch.distributed ranks (gloo), one micro-batch each per update, gradients all-reduced. Oracle: the
 single-process reference leg of the same run, accumulating the same two micro-batches (micro_batch 1,
 accumulation 2), with the same shared dropout masks. Loss and pre-clip gradient norm must agree to

@@ -48,7 +48,7 @@ def test_protocol_events(first_events):
     assert first_events[-1]["event"] == "done"
     steps = kinds(first_events, "step")
     assert [s["update"] for s in steps] == [0, 1, 2, 3]
-    assert steps[0]["lr"] == 0.0  # warmup: update 0 runs with lr 0 (SPEC §1)
+    assert steps[0]["lr"] == 0.0  # warmup: update 0 runs with lr 0 (docs/spec.md §Recipe)
     assert [e["update"] for e in kinds(first_events, "eval")] == [0, 2, 4]
     assert kinds(first_events, "checkpoint")[0]["update"] == 2
     l2 = kinds(first_events, "l2")[0]["tensors"]

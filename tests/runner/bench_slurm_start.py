@@ -1,4 +1,4 @@
-"""What the Slurm executor costs per leg start (issue 17), against the local executor in the same run.
+"""What the Slurm executor costs per leg start (docs/cluster.md), against the local executor in the same run.
 
     TANDEM_BIN=build/app/tandem $REFENV/bin/python tests/runner/bench_slurm_start.py [--repeats 5]
 

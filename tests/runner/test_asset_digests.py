@@ -1,4 +1,4 @@
-"""Issue 10 item 6: every asset a run reads is recorded with its sha256, and a tokenizer that is
+"""docs/run-folder.md: every asset a run reads is recorded with its sha256, and a tokenizer that is
 not the shipped Qwen3 one is said loudly.
 
 A tokenizer.json with two vocabulary ids swapped passes every level: L3 compares tandem's

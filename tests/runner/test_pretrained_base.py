@@ -1,4 +1,4 @@
-"""The main job's base (issue 19): `model.base = "assets:qwen3-tiny-clinical"`, the small pretrained
+"""The main job's base (docs/decisions.md): `model.base = "assets:qwen3-tiny-clinical"`, the small pretrained
 bfloat16 Qwen3 in ../shared. A short run of both legs on it must pass every level, with L2's base
 digests equal to sha256 of torch's `.float()` of each tensor of the shipped file (the oracle, not the
 legs' agreement alone), held-out CE falling in both legs, and the base's file hashes recorded in

@@ -1,4 +1,4 @@
-"""Runner faults of issue 10 beyond the kill test: concurrent runs on one catalog (defect 3), a full
+"""Runner faults of docs/run-folder.md "Interruptions" beyond the kill test: concurrent runs on one catalog (defect 3), a full
 disk (defect 4), summaries of incomplete runs (defect 8) and checks that must come before any
 preparation (defect 9). Oracles: h5py reading run.h5, sqlite3 reading the catalog, /proc for leg
 processes, and an uninterrupted run of the same experiment."""

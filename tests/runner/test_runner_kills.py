@@ -1,4 +1,4 @@
-"""The runner killed with SIGKILL at random moments, then `tandem run --resume` (issue 10, defects 1
+"""The runner killed with SIGKILL at random moments, then `tandem run --resume` (docs/run-folder.md "Interruptions"
 and 2). Oracle: an uninterrupted run of the same experiment with the same thread count, read with
 h5py. Every kill must end in a complete history equal to the uninterrupted one (training loss,
 grad norm, lr, tokens per update; held-out CE per evaluation; catalog row finished with every update;

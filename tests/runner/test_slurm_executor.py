@@ -1,4 +1,4 @@
-"""`tandem run --executor slurm` on a real one-node Slurm cluster (issue 17), started for these tests by
+"""`tandem run --executor slurm` on a real one-node Slurm cluster (docs/cluster.md), started for these tests by
 scripts/slurm-local and stopped after them. No part of Slurm is mocked.
 
 Oracle: the same experiment run with the local executor, same thread count, read with h5py: the Slurm

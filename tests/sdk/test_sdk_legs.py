@@ -1,4 +1,4 @@
-"""The SDK legs (issue 15): sdk-python (tandem_leg over the C ABI with ctypes) and sdk-go (cgo), each its
+"""The SDK legs (docs/legs.md): sdk-python (tandem_leg over the C ABI with ctypes) and sdk-go (cgo), each its
 own training loop, adapter construction, optimizer and checkpoints, against the reference leg on
 clinical-tiny (the pretrained base, shared masks and plan).
 

@@ -96,7 +96,7 @@ std::string text_error_of(const std::string& text) {
 }
 }  // namespace
 
-// Issue 10 item 6: a null must not fall back to the default, a repeated key must not keep its
+// docs/run-folder.md: a null must not fall back to the default, a repeated key must not keep its
 // last value silently.
 TEST(ExperimentFile, NullIsAnErrorNotTheDefault) {
     EXPECT_EQ(text_error_of(R"({"name": "x", "model": {"config": "tiny"}, "optimizer": {"lr": null}})"),
@@ -193,7 +193,7 @@ TEST(ExperimentFile, BadDevicesAndSlurmFieldsAreNamed) {
                   .find("field legs.ref.slurm.time: must be one line"), std::string::npos);
 }
 
-// issue 19: the main job names the shipped pretrained base; the random-base copy keeps everything else.
+// docs/decisions.md: the main job names the shipped pretrained base; the random-base copy keeps everything else.
 TEST(ExperimentFile, ShippedBaseByAssetName) {
     const std::string dir = std::string(TANDEM_TEST_SOURCE_DIR) + "/experiments/";
     ExperimentSpec tiny = load_experiment(dir + "clinical-tiny.json");

@@ -1,4 +1,4 @@
-// The fault catalogue and the data/template faults (issue 12, docs/faults.md): the catalogue's
+// The fault catalogue and the data/template faults (docs/faults.md): the catalogue's
 // entries, switches as text / JSON and their errors, every fault mapped onto exactly one switch,
 // each data fault changing only what it names in the engine leg's encoding of a record (real Qwen3
 // tokenizer from ../shared), the banner, the matrix's JSON form and the size search's bisection.

@@ -1,4 +1,4 @@
-"""`tandem faults` end to end on a small experiment (issue 12, docs/faults.md): the measured matrix for
+"""`tandem faults` end to end on a small experiment (docs/faults.md): the measured matrix for
 a fast subset of the catalogue, every row checked against run.h5's series read with h5py (the oracle:
 the legs' own recorded numbers, not the matrix code); no faults => the same numbers as a plain
 `tandem run`; a fault set in the experiment file is recorded in run.h5 and the catalog and leads the

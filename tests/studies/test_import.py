@@ -1,4 +1,4 @@
-"""`tandem import tensorboard|csv|events` (issue 15): a run made elsewhere becomes a read-only leg.
+"""`tandem import tensorboard|csv|events` (docs/legs.md): a run made elsewhere becomes a read-only leg.
 
 Oracle for TensorBoard: event files written here by torch.utils.tensorboard.SummaryWriter (both its
 classic simple_value scalars and new_style tensor scalars); the imported run.h5 rows, read back with

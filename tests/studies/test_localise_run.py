@@ -1,4 +1,4 @@
-"""Fingerprints across the two stacks and `tandem localise` end to end (issue 16, docs/observables.md).
+"""Fingerprints across the two stacks and `tandem localise` end to end (docs/observables.md).
 
 A clean paired run (engine + the PyTorch reference with hooks on the real transformers + peft modules),
 on the seed-generated base and on clinical-tiny's shipped pretrained base,

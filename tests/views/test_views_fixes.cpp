@@ -1,4 +1,4 @@
-// Issue 14's numbered findings, one test (or more) each: what a new user saw on screen, checked
+// What a new user found on the workbench (docs/workbench.md), one test (or more) each: what they saw on screen, checked
 // offscreen against what the chart, window or file really holds.
 #include "views_test_support.h"
 

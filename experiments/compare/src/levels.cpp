@@ -1,4 +1,4 @@
-// The four levels of one pair of legs (SPEC §4, docs/report.md): L1 initial held-out CE, L2 loaded
+// The four levels of one pair of legs (docs/spec.md §Levels, docs/report.md): L1 initial held-out CE, L2 loaded
 // parameters, L3 template and tokens, L4 trajectories judged by the two distances into the pair's
 // verdict (docs/thresholds.md). Pure: legs in, entries out.
 #include "tandem/compare/compare.h"

@@ -152,7 +152,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
             tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
                                e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
                                e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
-        tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (SPEC 4)");
+        tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (docs/spec.md §Levels)");
         out.push_back(tb);
     }
     {

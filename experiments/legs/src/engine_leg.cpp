@@ -71,7 +71,7 @@ struct ReportedFailure : Error {
     using Error::Error;
 };
 
-// A leg that computes a non-finite loss or grad norm stops at once (issue 10 item 5). The event
+// A leg that computes a non-finite loss or grad norm stops at once (docs/leg-protocol.md, non-finite numbers). The event
 // that carries the value (with the NaN spelt out) and the error are written in one write: the
 // runner's live gate may stop the leg the moment it reads the value, and the error must already
 // be in the pipe then.

@@ -1,5 +1,5 @@
 #pragma once
-// Checks before a run folder is prepared (issue 10 item 9): everything that can be validated from
+// Checks before a run folder is prepared (docs/run-folder.md "Size estimate"): everything that can be validated from
 // the experiment alone, and a size estimate of the run against the memory and disk available, so an
 // absurd experiment is refused in milliseconds instead of after minutes of preparation.
 #include "tandem/spec/experiment.h"

@@ -31,7 +31,7 @@ fs::path base_folder_of(const ExperimentSpec& spec, const std::optional<fs::path
 engine::Qwen3Config model_config_of(const ExperimentSpec& spec, const std::optional<fs::path>& assets) {
     if (!spec.model_base.empty()) return engine::read_hf_config(base_folder_of(spec, assets));
     if (spec.model_config == "inline") {
-        // Inline fields override the Qwen3-0.6B architecture's config.json (SPEC §1).
+        // Inline fields override the Qwen3-0.6B architecture's config.json (docs/spec.md §Recipe).
         json full = engine::Qwen3Config::named("qwen3-0.6b").to_json();
         for (auto it = spec.model_inline.begin(); it != spec.model_inline.end(); ++it) full[it.key()] = it.value();
         return engine::Qwen3Config::from_json(full, "experiment field model.config");

@@ -1,5 +1,5 @@
 #pragma once
-// Fault switches of the engine (issue 12, docs/faults.md): named, documented bugs the engine can be
+// Fault switches of the engine (docs/faults.md): named, documented bugs the engine can be
 // told to commit, so that tandem's checks can be shown to catch them and how early. Every switch is
 // OFF in a default-constructed FaultConfig, and an engine with the default config computes exactly
 // what it computed before the switches existed (tests/engine/test_engine_digest pins the bits).

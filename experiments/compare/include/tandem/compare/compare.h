@@ -1,5 +1,5 @@
 #pragma once
-// Comparison of the legs of one run (SPEC §4, docs/report.md). The report, the runner and the GUI
+// Comparison of the legs of one run (docs/spec.md §Levels, docs/report.md). The report, the runner and the GUI
 // take every number from here; nothing else computes them.
 //
 // The statistics themselves (pairing, summary, residuals) are in statistics.h.
@@ -32,7 +32,7 @@ struct LegData {
 };
 
 struct Thresholds {
-    double l1_rel = 1e-5;           // SPEC §4 L1
+    double l1_rel = 1e-5;           // docs/spec.md §Levels L1
     // L4 is judged by two distances (docs/thresholds.md): the paired numerics distance against the
     // error model (k: kErrorModelK, calibrated) and the envelope distance (band, one-sided test).
     double error_model_k = kErrorModelK;

@@ -34,7 +34,7 @@ inline constexpr double kFloat32Epsilon = 1.1920928955078125e-07;
 // 4 x the largest observed ratio rel_diff / (eps32 C^(L+1) sqrt(S) sqrt(1+u)), rounded up:
 // 4 x 0.437 = 1.75 -> 2 (scripts/calibrate-error-model, 2026-12-01; docs/thresholds.md). Was 0.1 when
 // only generated (random) bases had been measured (largest 0.0242); the pretrained base the main job
-// runs on (issue 19) rounds 18x more at update 0 (sharper logits).
+// runs on (docs/decisions.md) rounds 18x more at update 0 (sharper logits).
 inline constexpr double kErrorModelK = 2.0;
 // Per-layer growth of the relative error (TTrace: C = 1.03).
 inline constexpr double kErrorModelC = 1.03;

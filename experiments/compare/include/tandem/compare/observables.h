@@ -1,5 +1,5 @@
 #pragma once
-// The evaluation observables of two legs compared (issue 16 item 3, docs/observables.md "Evaluation
+// The evaluation observables of two legs compared (docs/observables.md "Evaluation
 // observables"): per evaluation, the adapter update norms |Delta W| = |B A| * scaling per layer and
 // projection, and the probe set's next-token top-k, both from /legs/<leg>/adapter_norms and
 // /legs/<leg>/next_token.
@@ -43,7 +43,7 @@ ObservablesComparison compare_observables(const RunFileReader& reader, const std
 // KL(p || q) of each row of two float32 logits files [rows, vocab] (log-softmax in double): one value
 // per row. Throws naming the files when their sizes differ or are not rows x vocab.
 std::vector<double> probe_kl(const std::filesystem::path& p_logits, const std::filesystem::path& q_logits, std::int64_t rows);
-// One leg's per-layer LoRA update norm over its evaluations (issue 16 item 4: the divergence page's
+// One leg's per-layer LoRA update norm over its evaluations (docs/observables.md: the divergence page's
 // curves): |Delta W_layer| = sqrt(sum over the layer's adapted projections of |Delta W|^2), from
 // /legs/<leg>/adapter_norms. Sorted by layer, points by update; a non-finite slot makes that
 // evaluation's layer norm NaN (it is not dropped).

@@ -1,5 +1,5 @@
 #pragma once
-// The fault catalogue (issue 12, docs/faults.md): every named fault tandem can inject into an engine
+// The fault catalogue (docs/faults.md): every named fault tandem can inject into an engine
 // leg — a one-line description, the level expected to catch it, and its size where it has one — and
 // how a list of switches becomes the engine's FaultConfig (tandem/engine/faults.h) and the engine
 // leg's data-path faults (DataFaults, applied by encode_record in the leg's data path).

@@ -1,5 +1,5 @@
 #pragma once
-// Bandwidth probes (SPEC §5, issue 2): CPU memcpy and, when built with CUDA, host↔device through
+// Bandwidth probes (docs/spec.md §Records): CPU memcpy and, when built with CUDA, host↔device through
 // pinned memory and device→device copies. Results are ProbeResult (run_file.h), written to
 // /probes/<device> of a run file and to the catalog's `probes` table.
 //
@@ -23,7 +23,7 @@ struct CpuProbeOptions {
 ProbeResult probe_cpu(const CpuProbeOptions& options = {});
 
 struct CudaProbeOptions {
-    std::int64_t bytes = 256LL * 1000 * 1000;  // "256 MB" (SPEC §5)
+    std::int64_t bytes = 256LL * 1000 * 1000;  // "256 MB" (docs/spec.md §Records)
     int warmup = 3;
     int repeats = 20;
 };

@@ -73,7 +73,7 @@ struct ProbeResult {
     const ProbeDirection* direction(const std::string& name) const;  // nullptr when absent
 };
 
-// /legs/<leg>/steps — one row per optimizer update (SPEC §5).
+// /legs/<leg>/steps — one row per optimizer update (docs/spec.md §Records).
 struct StepRow {
     std::int64_t update = 0;     // 0-based update index
     double loss = 0;             // training loss of the update
@@ -124,7 +124,7 @@ struct ProbeRow {
     std::array<double, kProbeTopK> probs{};
 };
 
-// /legs/<leg>/timing attributes (SPEC §5). NaN / -1 mean "not measured"; unknown keys go in `extra`.
+// /legs/<leg>/timing attributes (docs/spec.md §Records). NaN / -1 mean "not measured"; unknown keys go in `extra`.
 struct LegTiming {
     double model_load_s = -1;
     double tokenize_s = -1;
@@ -136,7 +136,7 @@ struct LegTiming {
     Attributes extra;
 };
 
-// /legs/<leg>/memory attributes (SPEC §5). -1 means "not measured".
+// /legs/<leg>/memory attributes (docs/spec.md §Records). -1 means "not measured".
 struct LegMemory {
     std::int64_t peak_device_bytes = -1;
     std::int64_t peak_host_bytes = -1;

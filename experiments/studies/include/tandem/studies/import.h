@@ -1,5 +1,5 @@
 #pragma once
-// Imported legs (issue 15, `tandem import`): a run made elsewhere — TensorBoard event files, a CSV
+// Imported legs (`tandem import`): a run made elsewhere — TensorBoard event files, a CSV
 // export (W&B, MLflow, a spreadsheet), or a leg's own protocol events — added to a run file as a
 // read-only leg with whatever series it has, so it can be overlaid and compared. A TensorBoard or
 // CSV leg has implementation "imported": levels that need data it lacks say "n/a (imported)" and its

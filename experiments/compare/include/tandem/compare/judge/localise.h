@@ -1,5 +1,5 @@
 #pragma once
-// Localisation (issue 16, docs/observables.md "Localisation"): aligns two legs' fingerprints
+// Localisation (docs/observables.md "Localisation"): aligns two legs' fingerprints
 // point by point, computes each point's relative difference, and names the first point of the chain
 // (update, micro-batch, pass, position in the pass) whose difference exceeds the bound for its depth.
 //

@@ -21,9 +21,11 @@ int main(int argc, char** argv) {
     int exit_code = kOk;
     add_doctor_command(app, exit_code);
     add_probe_command(app, exit_code);
-    add_tokenizer_commands(app, exit_code);
+    add_tokens_commands(app, exit_code);
+    add_template_commands(app, exit_code);
+    add_bench_commands(app, exit_code);
     add_corpus_commands(app, exit_code);
-    add_engine_commands(app, exit_code);
+    add_inspect_command(app, exit_code);
     add_run_command(app, exit_code);
     add_report_command(app, exit_code);
     add_envelope_command(app, exit_code);

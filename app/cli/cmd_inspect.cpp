@@ -144,7 +144,7 @@ void run_inspect(const InspectOptions& o) {
 
 }  // namespace
 
-void add_engine_commands(CLI::App& app, int& exit_code) {
+void add_inspect_command(CLI::App& app, int& exit_code) {
     auto opts = std::make_shared<InspectOptions>();
     auto* inspect = app.add_subcommand(
         "inspect", "Parameter counts per group and trainable LoRA counts, without loading weights");

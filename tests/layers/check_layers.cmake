@@ -14,7 +14,7 @@ endif()
 set(LAYERS
   "0|common|common|tandem/%|tandem_common"
   "1|kernels|kernels|tandem/kernels/,tandem/cuda_probe/|tandem_kernels,tandem_cuda_probe"
-  "2|data|data|tandem/data/|tandem_data"
+  "2|data|data|tandem/data/|tandem_text,tandem_data"
   "2|engine|engine|tandem/engine/,tandem/engine_cuda/,tandem/engine_devices/,tandem_engine.h|tandem_engine,tandem_engine_io,tandem_engine_cuda,tandem_engine_devices,tandem_engine_c"
   "3|spec|experiments/spec|tandem/spec/|tandem_spec"
   "3|store|experiments/store|tandem/store/|tandem_store"

@@ -1,13 +1,14 @@
 # The layer order at link level (docs/architecture.md "Layers"):
-#   cmake -DNM=<nm> -DLIBS="floor|name|archive;..." -P check_links.cmake
+#   cmake -DNM=<nm> -DLIBS="floor|name|archive,floor|name|archive,..." -P check_links.cmake
 # A function declared in a lower library's header but defined in a higher one passes the include
 # check (check_layers.cmake) and still makes the lower library need the higher one. Here every
 # symbol a library leaves undefined is looked up among the symbols the libraries on its own floor
 # or above define; any hit is a violation.
 cmake_minimum_required(VERSION 3.25)
 if(NOT NM OR NOT LIBS)
-  message(FATAL_ERROR "check_links: pass -DNM=<nm> -DLIBS=\"floor|name|archive;...\"")
+  message(FATAL_ERROR "check_links: pass -DNM=<nm> -DLIBS=\"floor|name|archive,...\"")
 endif()
+string(REPLACE "," ";" LIBS "${LIBS}")
 
 function(symbols archive kind out)
   execute_process(COMMAND ${NM} -C ${kind} ${archive} OUTPUT_VARIABLE text RESULT_VARIABLE rc ERROR_QUIET)
@@ -60,6 +61,9 @@ foreach(low IN LISTS entries)
   endforeach()
 endforeach()
 list(LENGTH entries n)
+if(n LESS 2)
+  message(FATAL_ERROR "check_links: ${n} library given; the check needs at least two")
+endif()
 if(violations GREATER 0)
   message(FATAL_ERROR "check_links: ${violations} symbol(s) needed from a library on the same floor or above")
 endif()

@@ -104,6 +104,8 @@ def main():
     updates, prefix = run.plan_updates(), run.eval_prefix()
 
     def example(i):
+        if i not in encoded:  # a record outside the plan and the prefix (only a sampler off the plan asks)
+            encoded[i] = encode(tok, records[i], max_len, late=1 if bug == "boundary-off-by-one" else 0)
         e = encoded[i]
         labels = [t if s else -100 for t, s in zip(e.ids, e.supervised)]
         labels[0] = -100  # nothing predicts token 0

@@ -17,8 +17,10 @@ import argparse
 import array
 import hashlib
 import math
+import os
 import resource
 import sys
+import time
 
 from .checkpoint import newest_valid_checkpoint, verify_checkpoint, write_checkpoint  # noqa: F401
 from .protocol import (PROTOCOL_VERSION, EventWriter, ProtocolError, claim_stdout,  # noqa: F401
@@ -89,6 +91,23 @@ def _digest_numpy(name, kind, shape, values):
     return {"name": name, "kind": kind, "shape": list(shape), "sum": float(a64.sum()),
             "sumsq": float((a64 * a64).sum()), "maxabs": float(np.abs(a64).max()) if a.size else 0.0,
             "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+
+
+_IMPORTED = time.perf_counter()
+
+
+def process_age_s():
+    """Seconds since this process started — the protocol's setup_s and total_s count from there (imports
+    included): Linux's /proc/self/stat start time against /proc/uptime; elsewhere, since tandem_leg was
+    imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": field 3 on; starttime is field 22
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED
 
 
 def peak_host_rss_bytes():

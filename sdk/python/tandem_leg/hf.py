@@ -43,7 +43,7 @@ import time
 
 from transformers import TrainerCallback
 
-from . import __version__, peak_host_rss_bytes
+from . import __version__, peak_host_rss_bytes, process_age_s
 from .protocol import EventWriter, claim_stdout
 from .torch import PairingError, l2_digests, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
 
@@ -153,7 +153,6 @@ class TandemCallback(TrainerCallback):
         self.pair = pair
         self.pairing = None
         self.eval_interval = int(run.spec["eval"]["interval"])
-        self.t_start = time.perf_counter()
         self._timer = _SetupTimer()
         # None: what the callback measured; a number set by the script wins.
         self.model_load_s = self.tokenize_s = None
@@ -226,7 +225,7 @@ class TandemCallback(TrainerCallback):
         self.events.emit("timing", phase="setup",
                          model_load_s=measured["model_load"] if self.model_load_s is None else self.model_load_s,
                          tokenize_s=measured["tokenize"] if self.tokenize_s is None else self.tokenize_s,
-                         setup_s=time.perf_counter() - self.t_start)
+                         setup_s=process_age_s())
 
     def on_step_begin(self, args, state, control, lr_scheduler=None, **kw):
         if self.pairing is not None:
@@ -274,6 +273,6 @@ class TandemCallback(TrainerCallback):
     def on_train_end(self, args, state, control, model=None, **kw):
         final = os.path.join(self.run.leg_dir(self.leg), "final")
         model.save_pretrained(final)
-        self.events.emit("timing", phase="train", train_s=self._train_s, total_s=time.perf_counter() - self.t_start)
+        self.events.emit("timing", phase="train", train_s=self._train_s, total_s=process_age_s())
         self.events.emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=None)
         self.events.emit("done", updates=state.global_step, final=os.path.relpath(final, self.run.path))

@@ -92,6 +92,10 @@ def main():
             warmup_steps=tandem_leg.warmup_updates(spec["schedule"]["warmup_fraction"], total),
             max_grad_norm=float(spec["clip"]), logging_steps=1, save_strategy="no", report_to=[],
             max_length=max_len, packing=False, padding_free=False, dataset_kwargs={"skip_prepare_dataset": True},
+            # SFTConfig's defaults are bf16 autocast and gradient checkpointing: the experiment computes in float32
+            # (left on, tandem names it: L1 6.7e-5, first divergence update 0, layer 0, q_proj.base, 203x its
+            # bound), and a checkpointed layer's forward runs twice (its fingerprint points would be recorded twice)
+            bf16=False, gradient_checkpointing=False,
             remove_unused_columns=False, use_cpu=args.device == "cpu", seed=int(spec["seed"]), disable_tqdm=True)
         trainer = PlanSFTTrainer(model=model, args=config, train_dataset=by_record, processing_class=tok,
                                  callbacks=[cb])

@@ -9,6 +9,7 @@ dropout 0.1 so the masks matter):
   norm and lr and its held-out CE to float32 rounding, and their fingerprints match the reference's
   point by point; the same Trainer with peft's own (native) masks does not (the control that shows the
   masks are what is shared);
+- the callback measures the model load and tokenization times itself;
 - wrong wiring is named at the first update and the leg exits 1: a Trainer whose DataLoader shuffles,
   a callback that does not pair a leg the experiment pairs, a model whose dropout p is not the
   experiment's, a plain loop that batches other records than the plan's."""
@@ -150,6 +151,14 @@ def test_paired_legs_fingerprint_the_reference_points(legs, name):
         d = math.sqrt(sum((a - b) ** 2 for a, b in zip(m["sketch"], r["sketch"])))
         worst = max(worst, d / (4 * scale), abs(m["norm"] - r["norm"]) / scale)
     assert worst < 1e-3, worst
+
+
+def test_the_callback_times_model_load_and_tokenization_itself(legs):
+    """examples/hf_trainer_leg.py sets no timing: the callback measured both (time inside from_pretrained
+    and inside the tokenizer), and setup_s counts from the process start, so it holds both."""
+    (setup,) = [e for e in kinds(legs["hf"], "timing") if e["phase"] == "setup"]
+    assert setup["model_load_s"] > 0 and setup["tokenize_s"] > 0, setup
+    assert setup["setup_s"] >= setup["model_load_s"] + setup["tokenize_s"], setup
 
 
 def test_native_masks_are_not_the_shared_ones(legs):

@@ -186,7 +186,7 @@ def main():
             warmup_steps=warmup + (1 if bug == "warmup-plus-one" else 0),
             max_grad_norm=float(spec["clip"]), logging_steps=1, save_strategy="no", report_to=[],
             eval_strategy="steps" if args.trainer_eval else "no", eval_steps=int(spec["eval"]["interval"]),
-            remove_unused_columns=False, use_cpu=args.device == "cpu", seed=int(spec["seed"]), disable_tqdm=True)
+            remove_unused_columns=False, use_cpu=args.device == "cpu", seed=run.seed("dropout"), disable_tqdm=True)
         trainer = PlanTrainer(model=model, args=targs, data_collator=collate, train_dataset=ByRecord(),
                               eval_dataset=[example(i) for i in prefix], callbacks=[cb])
         if bug == "ga-mean-of-means":

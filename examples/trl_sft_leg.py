@@ -96,7 +96,7 @@ def main():
             # (left on, tandem names it: L1 6.7e-5, first divergence update 0, layer 0, q_proj.base, 203x its
             # bound), and a checkpointed layer's forward runs twice (its fingerprint points would be recorded twice)
             bf16=False, gradient_checkpointing=False,
-            remove_unused_columns=False, use_cpu=args.device == "cpu", seed=int(spec["seed"]), disable_tqdm=True)
+            remove_unused_columns=False, use_cpu=args.device == "cpu", seed=run.seed("dropout"), disable_tqdm=True)
         trainer = PlanSFTTrainer(model=model, args=config, train_dataset=by_record, processing_class=tok,
                                  callbacks=[cb])
         trainer.train()

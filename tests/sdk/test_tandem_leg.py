@@ -202,3 +202,24 @@ def test_pip_installs_from_the_checkout_into_a_fresh_venv(tmp_path):
     where, version, torch_spec = r.stdout.split()
     assert where.startswith(str(venv)) and version == "1" and torch_spec == "None"
     assert os.path.exists(venv / "bin" / "tandem-sdk-python-leg")
+    # tandem_leg.torch (paired mode: the shared masks and the fingerprint hooks) is in the wheel too
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for f in ("__init__.py", "shared_dropout.py", "fingerprint.py"):
+        assert (site / "tandem_leg" / "torch" / f).exists(), f
+
+
+def test_fingerprints_and_observables_events_are_checked():
+    out = io.StringIO()
+    w = EventWriter(out, clock=lambda: 1.0)
+    w.emit("hello", **hello())
+    point = {"micro_batch": 0, "layer": -1, "op": "tokens", "pass": "forward", "count": 3, "norm": 1.5, "mean": 0.5,
+             "maxabs": 1.0, "sketch": [0.25] * 15 + ["NaN"]}
+    w.emit("fingerprints", update=0, points=[point])
+    w.emit("observables", update=0, adapter=[{"layer": 0, "projection": "q_proj", "a_norm": 1.0, "b_norm": 0.0,
+                                              "delta_norm": 0.0}],
+           probes=[{"probe": 0, "record": 3, "position": 7, "ids": [1, 2], "probs": [0.5, 0.25]}])
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["hello", "fingerprints", "observables"]
+    with pytest.raises(ProtocolError, match=r"event fingerprints: field 'points' \[0\].sketch must be a list of 16"):
+        w.emit("fingerprints", update=1, points=[dict(point, sketch=[0.0] * 15)])
+    with pytest.raises(ProtocolError, match=r"'points' \[0\].pass must be one of forward\|backward\|optimizer"):
+        w.emit("fingerprints", update=1, points=[dict(point, **{"pass": "sideways"})])

@@ -99,7 +99,7 @@ struct ExperimentSpec {
     // `command` leg its argument list with {run}, {leg}, {device}, {threads}, {resume} placeholders.
     struct LegDefinition {
         std::string name;
-        std::string implementation;        // engine | reference | sdk-python | sdk-go | command
+        std::string implementation;        // a leg kind (tandem/spec/leg_kinds.h): engine, reference, ...
         std::vector<std::string> command;  // command legs only
         std::string device;                // "" = from --devices
         std::optional<std::vector<FaultSwitch>> faults;  // engine legs only; replaces the spec's `faults`

@@ -8,6 +8,7 @@
 
 #include "forwarding_backend.h"
 #include "random_batches.h"
+#include "tiny_model.h"
 
 #include <cmath>
 #include <fstream>
@@ -28,23 +29,11 @@
 #include "test_support.h"
 
 using namespace tandem::engine;
+using tandem::test::tiny_config;
 using tandem::experiments::FingerprintRow;
 using tandem::experiments::Localisation;
 
 namespace {
-
-Qwen3Config tiny_config() {
-    Qwen3Config c;
-    c.vocab_size = 300;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 3;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;  // GQA: the kv-mapping fault changes heads 1 and 2
-    c.head_dim = 8;
-    c.initializer_range = 0.1;
-    return c;
-}
 
 std::vector<std::vector<MicroBatch>> plan(int updates, int64_t vocab) { return tandem::test::random_plan(updates, vocab); }
 
@@ -77,7 +66,7 @@ struct Injection {
 
 // Trains `updates` updates with fingerprints recorded at every one, returns the rows.
 std::vector<FingerprintRow> fingerprints(const Injection& s, int updates) {
-    const Qwen3Config c = tiny_config();
+    const Qwen3Config c = tiny_config(3);
     LoraConfig l;
     l.rank = 4;
     l.alpha = 8;
@@ -177,7 +166,7 @@ TEST(Localise, NormQkSkipped) {
 // MLP (test-only perturbation): the SwiGLU output of layer 1 x (1 + 1e-3)
 TEST(Localise, MlpActivationInLayer1) {
     Injection s;
-    s.backend = std::make_shared<SwigluPerturbed>(1, tiny_config().num_hidden_layers);
+    s.backend = std::make_shared<SwigluPerturbed>(1, tiny_config(3).num_hidden_layers);
     expect_first(localise_fault(s), {0, 0, 1, "mlp_act", "forward"});
 }
 
@@ -241,7 +230,7 @@ TEST(Localise, OneUpdate) {
 // writes /localisation/<a>~<b>, and the table names the point.
 TEST(Localise, RunFileRoundTrip) {
     Injection s;
-    s.backend = std::make_shared<SwigluPerturbed>(1, tiny_config().num_hidden_layers);
+    s.backend = std::make_shared<SwigluPerturbed>(1, tiny_config(3).num_hidden_layers);
     const auto faulty = fingerprints(s, 2);
     const auto dir = tandem::test::fresh_dir("localise_run_file");
     const auto file = dir / "run.h5";

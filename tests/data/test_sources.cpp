@@ -2,6 +2,7 @@
 // states (an independent description of the data), and synthetic edge cases.
 #include "tandem/data/corpus_sources.h"
 #include "tandem/error.h"
+#include "test_support.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -37,14 +38,7 @@ struct TempSources {
     }
 };
 
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using tandem::test::error_of;
 
 }  // namespace
 

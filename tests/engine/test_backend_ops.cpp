@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "counting_backend.h"
+#include "finite_differences.h"
 #include "tandem/engine/backend.h"
 #include "tandem/engine/dropout.h"
 #include "tandem/engine/generate.h"
@@ -48,7 +49,11 @@ namespace {
 
 using namespace tandem::engine;
 namespace ops = tandem::engine::ops;
-using Vec = std::vector<double>;
+using tandem::test::dot;
+using tandem::test::numeric_grad;
+using tandem::test::rel_err;
+using tandem::test::rounded;
+using tandem::test::Vec;
 using tandem::engine::test::CountingBackend;
 
 constexpr double kTol = 1e-5;
@@ -69,28 +74,6 @@ struct Rng {
     int64_t pick(std::initializer_list<int64_t> xs) { return *(xs.begin() + int64_t(g() % xs.size())); }
     int64_t uniform(int64_t lo, int64_t hi) { return lo + int64_t(g() % uint64_t(hi - lo + 1)); }
 };
-
-// What the float32 op sees: the inputs rounded to float (the reference computes on the same values).
-Vec rounded(Vec v) {
-    for (auto& x : v) x = double(float(x));
-    return v;
-}
-
-// max |got - want| / max |want|
-double rel_err(const Vec& got, const Vec& want) {
-    double d = 0, m = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        d = std::max(d, std::abs(got[i] - want[i]));
-        m = std::max(m, std::abs(want[i]));
-    }
-    return m == 0 ? d : d / m;
-}
-
-double dot(const Vec& a, const Vec& b) {
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
-}
 
 // Moves data between the host and the backend under test.
 struct Dev {
@@ -128,21 +111,6 @@ struct Dev {
         return x;
     }
 };
-
-// Central-difference gradient of f with respect to every entry of x (float64).
-Vec numeric_grad(Vec& x, const std::function<double()>& f, double h = 1e-6) {
-    Vec g(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-        const double keep = x[i];
-        x[i] = keep + h;
-        const double fp = f();
-        x[i] = keep - h;
-        const double fm = f();
-        x[i] = keep;
-        g[i] = (fp - fm) / (2 * h);
-    }
-    return g;
-}
 
 std::vector<int32_t> random_lengths(Rng& rng, int64_t B, int64_t T) {
     std::vector<int32_t> l(static_cast<size_t>(B));

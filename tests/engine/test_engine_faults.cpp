@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "random_batches.h"
+#include "tiny_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "tandem/engine/trainer.h"
 
 using namespace tandem::engine;
+using tandem::test::tiny_config;
 
 namespace {
 
@@ -213,19 +215,6 @@ TEST(FaultOps, EffectiveConfigAndScaling) {
 }
 
 // ---- trainer level -------------------------------------------------------------------------------------
-
-Qwen3Config tiny_config() {
-    Qwen3Config c;
-    c.vocab_size = 300;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;  // 1 < KV < H: the GQA fault shows
-    c.head_dim = 8;
-    c.initializer_range = 0.1;
-    return c;
-}
 
 // Micro-batches with different supervised counts (the accumulation fault shows only then) unless
 // `equal_counts`.

@@ -15,13 +15,18 @@
 #include <random>
 #include <vector>
 
+#include "finite_differences.h"
 #include "tandem/engine/ops.h"
 
 namespace ops = tandem::engine::ops;
 
 namespace {
 
-using Vec = std::vector<double>;
+using tandem::test::dot;
+using tandem::test::numeric_grad;
+using tandem::test::rel_err;
+using tandem::test::rounded;
+using tandem::test::Vec;
 
 Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
     std::normal_distribution<double> d(0.0, scale);
@@ -30,40 +35,8 @@ Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
     return v;
 }
 
-double dot(const Vec& a, const Vec& b) {
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
-}
-
-// Central-difference gradient of f wrt every entry of x.
-Vec numeric_grad(Vec& x, const std::function<double()>& f, double h = 1e-6) {
-    Vec g(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-        const double keep = x[i];
-        x[i] = keep + h;
-        const double fp = f();
-        x[i] = keep - h;
-        const double fm = f();
-        x[i] = keep;
-        g[i] = (fp - fm) / (2 * h);
-    }
-    return g;
-}
-
-// max |a - n| / max |n|
-double rel_err(const Vec& analytic, const Vec& numeric) {
-    double md = 0, mn = 0;
-    for (size_t i = 0; i < analytic.size(); ++i) {
-        md = std::max(md, std::abs(analytic[i] - numeric[i]));
-        mn = std::max(mn, std::abs(numeric[i]));
-    }
-    return mn == 0 ? md : md / mn;
-}
-
 std::vector<float> to_float(const Vec& v) { return {v.begin(), v.end()}; }
 Vec to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-Vec rounded(const Vec& v) { return to_double(to_float(v)); }  // the inputs the float op sees
 
 constexpr double kFdTol = 1e-6;
 constexpr double kFloatTol = 1e-5;

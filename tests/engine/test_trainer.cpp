@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "random_batches.h"
+#include "tiny_model.h"
 
 #include <cmath>
 #include <cstring>
@@ -17,21 +18,9 @@
 #include "tandem/error.h"
 
 using namespace tandem::engine;
+using tandem::test::tiny_config;
 
 namespace {
-
-Qwen3Config tiny_config() {
-    Qwen3Config c;
-    c.vocab_size = 300;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.initializer_range = 0.1;
-    return c;
-}
 
 LoraConfig tiny_lora(double dropout) {
     LoraConfig l;

@@ -12,7 +12,7 @@
 #include "tandem/engine/trainer.h"
 #include "tandem/sha256.h"
 
-#include "test_support.h"
+#include "c_abi_files.h"
 
 #include <gtest/gtest.h>
 
@@ -25,44 +25,8 @@ using namespace tandem::engine;
 
 namespace {
 
-struct Fixture {
-    fs::path root;
-    Qwen3Config cfg;
-    LoraConfig lora;
-    std::vector<MicroBatch> mbs;
-    std::vector<std::vector<int32_t>> sup32;
-    std::vector<tandem_micro_batch> cb;
-
-    Fixture() {
-        root = tandem::test::fresh_dir("cabi-model");
-        cfg = Qwen3Config::named("tiny");
-        cfg.vocab_size = 300;
-        cfg.hidden_size = 64;
-        cfg.head_dim = 16;
-        cfg.intermediate_size = 96;
-        write_generated_base(root / "base", cfg, 3);
-        lora.rank = 8;
-        lora.alpha = 16;
-        lora.dropout = 0.2;
-        lora.targets = {"q_proj", "v_proj", "up_proj", "down_proj"};
-        write_initial_adapter(root / "init", cfg, lora, 99, "");
-        mbs.resize(2);
-        sup32.resize(2);
-        for (int m = 0; m < 2; ++m) {
-            MicroBatch& b = mbs[m];
-            b.batch = 2;
-            b.seq = 16;
-            b.lengths = {16 - 5 * m, 11};
-            for (int i = 0; i < 32; ++i) {
-                const int s = i / 16, t = i % 16;
-                b.ids.push_back((31 * i + 17 * m + 3) % 300);
-                b.supervised.push_back(t >= 5 && t < b.lengths[s] ? 1 : 0);
-            }
-            sup32[m].assign(b.supervised.begin(), b.supervised.end());
-        }
-        for (int m = 0; m < 2; ++m) cb.push_back({mbs[m].batch, mbs[m].seq, mbs[m].ids.data(), sup32[m].data(), mbs[m].lengths.data()});
-    }
-    ~Fixture() { fs::remove_all(root); }
+struct Fixture : tandem::test::CAbiFiles {
+    Fixture() : CAbiFiles("cabi-model") {}
 
     tandem_model* model() const {
         tandem_model_options o;

@@ -1,53 +1,18 @@
 // The C ABI computes exactly what the C++ Trainer computes: same files, same batches, same options
 // -> bit-identical per-update metrics, evaluation and final adapter.
-#include "tandem_engine.h"
-
-#include "tandem/engine/generate.h"
-#include "tandem/engine/io.h"
-#include "tandem/engine/trainer.h"
+#include "c_abi_files.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 using namespace tandem::engine;
 
 TEST(CAbi, MatchesTheCppTrainerBitForBit) {
-    const fs::path root = fs::temp_directory_path() / ("tandem-cabi-cpp-" + std::to_string(::getpid()));
-    fs::remove_all(root);
-    Qwen3Config cfg = Qwen3Config::named("tiny");
-    cfg.vocab_size = 300;
-    cfg.hidden_size = 64;
-    cfg.head_dim = 16;
-    cfg.intermediate_size = 96;
-    write_generated_base(root / "base", cfg, 3);
-    LoraConfig lora;
-    lora.rank = 8;
-    lora.alpha = 16;
-    lora.dropout = 0.2;
-    lora.targets = {"q_proj", "v_proj", "up_proj", "down_proj"};
-    write_initial_adapter(root / "init", cfg, lora, 99, "");
-
-    // Two micro-batches of right-padded sequences.
-    std::vector<MicroBatch> mbs(2);
-    std::vector<std::vector<int32_t>> sup32(2);
-    for (int m = 0; m < 2; ++m) {
-        MicroBatch& b = mbs[m];
-        b.batch = 2;
-        b.seq = 16;
-        b.lengths = {16 - 5 * m, 11};
-        for (int i = 0; i < 32; ++i) {
-            const int s = i / 16, t = i % 16;
-            b.ids.push_back((31 * i + 17 * m + 3) % 300);
-            b.supervised.push_back(t >= 5 && t < b.lengths[s] ? 1 : 0);
-        }
-        sup32[m].assign(b.supervised.begin(), b.supervised.end());
-    }
-    std::vector<tandem_micro_batch> cb(2);
-    for (int m = 0; m < 2; ++m) cb[m] = {mbs[m].batch, mbs[m].seq, mbs[m].ids.data(), sup32[m].data(), mbs[m].lengths.data()};
+    const tandem::test::CAbiFiles files("cabi-cpp");
+    const auto& [root, cfg, lora, mbs, sup32, cb] = files;
 
     TrainOptions opts;
     opts.lr = 5e-3;
@@ -103,5 +68,4 @@ TEST(CAbi, MatchesTheCppTrainerBitForBit) {
     }
     EXPECT_TRUE(changed) << "training must have moved the adapter";
     tandem_trainer_destroy(t);
-    fs::remove_all(root);
 }

@@ -66,14 +66,7 @@ void flip_byte(const fs::path& f, uint64_t offset) {
     io.write(&c, 1);
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
+using tandem::test::error_of;
 
 }  // namespace
 

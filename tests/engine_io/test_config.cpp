@@ -2,6 +2,7 @@
 #include "tandem/engine/config.h"
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
+#include "test_support.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,14 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
+using tandem::test::error_of;
 
 json real_qwen3_06b_config() {
     // The fields of Qwen/Qwen3-0.6B's config.json (transformers 4.51 era: top-level rope_theta).

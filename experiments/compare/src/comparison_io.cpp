@@ -1,7 +1,7 @@
 // Reading and writing comparisons: the legs of a run file (read_legs) and a comparison's
-// /comparisons and /distances groups (write_comparisons). Kept in tandem_experiments beside the leg
-// protocol, not in tandem_storage: the legs' check records are read with the leg protocol's parsers
-// and the gate's flags (docs/decisions.md "Comparison I/O").
+// /comparisons and /distances groups (write_comparisons). Kept in tandem_compare, not in
+// tandem_store: the legs' check records are read with the leg protocol's parsers and the gate's
+// flags, which the store may not use (docs/decisions.md, "experiments/ is six libraries").
 #include "tandem/compare/comparison_io.h"
 
 #include "tandem/error.h"

@@ -457,14 +457,8 @@ private:
             data::Split split = data::read_split(run_dir_ / "corpus" / "split.json");
             std::vector<size_t> lengths;
             for (size_t i : split.train) lengths.push_back(encode(i).ids.size());
-            data::PlanOptions po;
-            po.seed = spec_.seeds.plan;
-            po.micro_batch = static_cast<size_t>(spec_.micro_batch);
-            po.accumulation = static_cast<size_t>(spec_.accumulation);
-            po.max_len = static_cast<size_t>(spec_.max_len);
-            po.epochs = static_cast<size_t>(spec_.epochs);
             size_t total = plan_.updates.size();
-            plan_ = data::make_batch_plan(split.train, lengths, po);
+            plan_ = data::make_batch_plan(split.train, lengths, batch_plan_options(spec_));
             if (plan_.updates.size() > total) plan_.updates.resize(total);
         }
         for (size_t i : eval_indices_) encode(i);

@@ -148,13 +148,7 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     // 4. The shared batch plan, cut to max_updates.
     std::vector<size_t> lengths;
     for (size_t i : build.split.train) lengths.push_back(build.records[i].length);
-    data::PlanOptions popt;
-    popt.seed = spec.seeds.plan;
-    popt.micro_batch = static_cast<size_t>(spec.micro_batch);
-    popt.accumulation = static_cast<size_t>(spec.accumulation);
-    popt.max_len = static_cast<size_t>(spec.max_len);
-    popt.epochs = static_cast<size_t>(spec.epochs);
-    data::BatchPlan plan = data::make_batch_plan(build.split.train, lengths, popt);
+    data::BatchPlan plan = data::make_batch_plan(build.split.train, lengths, batch_plan_options(spec));
     if (spec.max_updates > 0 && plan.updates.size() > static_cast<size_t>(spec.max_updates))
         plan.updates.resize(static_cast<size_t>(spec.max_updates));
     if (plan.updates.empty()) throw Error("batch plan: no update (train split empty?)");

@@ -536,4 +536,14 @@ ExperimentSpec load_run_spec(const std::filesystem::path& run_dir) {
     return s;
 }
 
+data::PlanOptions batch_plan_options(const ExperimentSpec& spec) {
+    data::PlanOptions o;
+    o.seed = spec.seeds.plan;
+    o.micro_batch = static_cast<size_t>(spec.micro_batch);
+    o.accumulation = static_cast<size_t>(spec.accumulation);
+    o.max_len = static_cast<size_t>(spec.max_len);
+    o.epochs = static_cast<size_t>(spec.epochs);
+    return o;
+}
+
 }  // namespace tandem::experiments

@@ -1,5 +1,5 @@
 #pragma once
-// Small RAII and error helpers over the HDF5 C API, private to tandem_storage.
+// Small RAII and error helpers over the HDF5 C API, private to tandem_store.
 #include "tandem/store/run_file.h"
 
 #include <hdf5.h>

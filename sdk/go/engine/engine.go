@@ -21,6 +21,8 @@ import (
 	"runtime"
 	"strings"
 	"unsafe"
+
+	"tandem/sdk/tandemleg"
 )
 
 // Dropout modes (tandem_dropout_mode).
@@ -74,16 +76,8 @@ type AdapterTensor struct {
 // Count is the number of values of the tensor.
 func (t AdapterTensor) Count() int64 { return t.Shape[0] * t.Shape[1] }
 
-// Digest is the L2 digest of one tensor (docs/leg-protocol.md).
-type Digest struct {
-	Name   string  `json:"name"`
-	Kind   string  `json:"kind"`
-	Shape  []int64 `json:"shape"`
-	Sum    float64 `json:"sum"`
-	SumSq  float64 `json:"sumsq"`
-	MaxAbs float64 `json:"maxabs"`
-	SHA256 string  `json:"sha256"`
-}
+// Digest is the L2 digest of one tensor (docs/leg-protocol.md): the protocol's own type.
+type Digest = tandemleg.Digest
 
 // Model is a tandem_model handle. Not safe for concurrent use.
 type Model struct {

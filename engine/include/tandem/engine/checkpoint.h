@@ -11,7 +11,7 @@
 // Writing: everything goes into ckpt-<update>.tmp/ (each file fsynced), manifest.json last, then the
 // folder is renamed to ckpt-<update>/ and the leg folder fsynced. A crash at any point leaves either
 // no ckpt-<update>/ or a complete one. The manifest format is the one the Python reference leg
-// (experiments/legs/leg_checkpoint.py) writes, so both legs' checkpoints verify the same way.
+// (sdk/python/tandem_leg/checkpoint.py) writes, so both legs' checkpoints verify the same way.
 //
 // Loading: the newest ckpt-<N>/ whose manifest parses and whose every listed file has its size and
 // SHA-256 is used; older ones are tried when a newer one does not verify, and each skipped folder

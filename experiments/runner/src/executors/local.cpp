@@ -1,5 +1,5 @@
 // The local executor (a child process with pipes), short helper commands, process.json, and finding a
-// leg again after its runner died. The Slurm executor is in slurm_executor.cpp.
+// leg again after its runner died. The Slurm executor is executors/slurm.cpp.
 #include "executors/executor.h"
 
 #include "tandem/runner/leg_process.h"
@@ -20,7 +20,7 @@ namespace tandem::experiments {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// slurm_executor.cpp
+// executors/slurm.cpp
 LegExecutor& slurm_executor();
 std::unique_ptr<LegHandle> reattach_slurm_leg(const fs::path& leg_dir, const json& record, const fs::path& events_file,
                                               const std::function<void(const std::string&)>& say);

@@ -286,7 +286,7 @@ func run(w *tandemleg.Writer, runDir, leg, device string, threads int, resume bo
 			return err
 		}
 		for _, d := range base {
-			digests = append(digests, tandemleg.Digest(d))
+			digests = append(digests, d)
 		}
 		adapter := append([]engine.AdapterTensor{}, model.Adapter...)
 		sortByName(adapter)

@@ -54,7 +54,7 @@ private:
     std::string last_line_;  // (clipped) for the run file when the leg does not finish
 };
 
-// legs/<leg>/process.json (leg_executor.h writes it and finds the process again): removed once the
+// legs/<leg>/process.json (executors/executor.h writes it and finds the process again): removed once the
 // leg has ended.
 void clear_leg_process(const std::filesystem::path& leg_dir);
 

@@ -25,7 +25,7 @@ namespace tandem::experiments {
 // What a leg is: its implementation decides the program the runner starts (docs/legs.md).
 struct LegPlan {
     std::string name;                  // legs/<name>/ and /legs/<name> in run.h5
-    std::string implementation;        // engine | reference | sdk-python | sdk-go | command
+    std::string implementation;        // a leg kind (tandem/spec/leg_kinds.h): engine, reference, ...
     std::string device;                // "cpu", "cuda:0", ...
     std::vector<std::string> command;  // command legs: the argument template (experiment `legs`)
     std::vector<FaultSwitch> faults{}; // engine legs: faults injected (docs/faults.md), passed as --faults

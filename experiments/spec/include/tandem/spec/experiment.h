@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/data/batch_plan.h"
 #include "tandem/spec/faults.h"
 #include "tandem/spec/gate_config.h"
 
@@ -99,7 +100,7 @@ struct ExperimentSpec {
     // `command` leg its argument list with {run}, {leg}, {device}, {threads}, {resume} placeholders.
     struct LegDefinition {
         std::string name;
-        std::string implementation;        // engine | reference | sdk-python | sdk-go | command
+        std::string implementation;        // a leg kind (tandem/spec/leg_kinds.h): engine, reference, ...
         std::vector<std::string> command;  // command legs only
         std::string device;                // "" = from --devices
         std::optional<std::vector<FaultSwitch>> faults;  // engine legs only; replaces the spec's `faults`
@@ -140,8 +141,6 @@ struct ExperimentSpec {
     std::string sha256_without_seeds() const;
 };
 
-// What may run a leg: the implementations the runner knows how to start.
-
 // Parses and validates; `source` (the file name) starts every error message.
 ExperimentSpec parse_experiment(const nlohmann::json& j, const std::string& source);
 // The text of an experiment file, parsed strictly (tandem/strict_json.h: a duplicated key or a
@@ -150,5 +149,9 @@ ExperimentSpec parse_experiment_text(std::string_view text, const std::string& s
 ExperimentSpec load_experiment(const std::filesystem::path& path);
 // Reads a run folder's experiment.json (the resolved spec) and checks its hash.
 ExperimentSpec load_run_spec(const std::filesystem::path& run_dir);
+
+// The batch-plan options of the experiment's recipe (seeds.plan, micro-batch, accumulation, max_len,
+// epochs): the shared plan (runner/prepare) and the engine leg's native plan use the same ones.
+data::PlanOptions batch_plan_options(const ExperimentSpec& spec);
 
 }  // namespace tandem::experiments

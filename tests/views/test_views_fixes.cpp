@@ -566,20 +566,45 @@ exit 0
         QCOMPARE(view.visible_record_count(), 1);
     }
 
-    // 10. The export dialog keeps the chosen chart; no label shows a literal "&".
+    // 10. The export dialog keeps the chosen chart but never the file: the name offered says which run
+    //     and chart it is, and Save asks before it replaces a file. No label shows a literal "&".
     void export_dialog_keeps_the_chart_and_labels_have_no_literal_ampersand() {
         QTemporaryDir dir;
-        const QStringList panels{"held-out CE", "training loss", "grad norm", "learning rate", "tokens/s", "residual"};
+        const QStringList panels{"held-out CE", "training loss", "grad norm", "learning rate", "throughput", "residual"};
         {
             FigureExportDialog dialog(panels, 0);
+            dialog.set_run_id(QStringLiteral("run-a"));
             dialog.findChild<QComboBox*>(QStringLiteral("chart"))->setCurrentIndex(5);
-            dialog.findChild<QLineEdit*>(QStringLiteral("path"))->setText(dir.filePath(QStringLiteral("residual.svg")));
+            dialog.set_path(dir.filePath(QStringLiteral("residual.svg")));
             dialog.accept();
             QCOMPARE(dialog.result(), int(QDialog::Accepted));
         }
+        std::ofstream(dir.filePath(QStringLiteral("residual.svg")).toStdString()) << "<svg/>";
         FigureExportDialog again(panels, 0);
+        again.set_run_id(QStringLiteral("run-b"));
         QCOMPARE(again.panel(), 5);
-        QCOMPARE(again.path(), dir.filePath(QStringLiteral("residual.svg")));
+        // The folder and suffix of the last export, a name of this run and chart.
+        QCOMPARE(again.path(), dir.filePath(QStringLiteral("run-b-residual.svg")));
+        // Replacing a file asks first; "no" keeps the dialog open and the file as it was.
+        again.set_path(dir.filePath(QStringLiteral("residual.svg")));
+        QStringList asked;
+        again.confirm_overwrite = [&](const QString& file) {
+            asked << file;
+            return false;
+        };
+        again.accept();
+        QCOMPARE(asked, QStringList{dir.filePath(QStringLiteral("residual.svg"))});
+        QCOMPARE(again.result(), int(QDialog::Rejected));
+        again.confirm_overwrite = [&](const QString&) { return true; };
+        again.accept();
+        QCOMPARE(again.result(), int(QDialog::Accepted));
+        // A preset sets the size and font for the panels chosen.
+        FigureExportDialog sized(panels, 0);
+        sized.choose_panels({0, 5, 2});
+        sized.apply_preset(FigurePreset::DoubleColumn);
+        QCOMPARE(sized.size().width, kJournalTwoColumnsCm);
+        QCOMPARE(sized.size().height, preset_size(FigurePreset::DoubleColumn, 3).height);
+        QCOMPARE(sized.size().font_pt, 8);
         auto check_labels = [](QWidget* root) {
             for (auto* label : root->findChildren<QLabel*>()) {
                 const QString t = label->text();

@@ -21,6 +21,7 @@ void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: 
 void add_engine_commands(CLI::App& app, int& exit_code);     // cmd_engine.cpp: inspect, bench engine
 void add_run_commands(CLI::App& app, int& exit_code);        // cmd_run.cpp: run, report, leg
 void add_import_commands(CLI::App& app, int& exit_code);     // cmd_import.cpp: import tensorboard|csv|events
+void add_export_commands(CLI::App& app, int& exit_code);     // cmd_export.cpp: export tensorboard
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG
 void add_localise_command(CLI::App& app, int& exit_code);    // cmd_localise.cpp: localise RUN [--update K]
 void add_faults_command(CLI::App& app, int& exit_code);      // cmd_faults.cpp: faults EXPERIMENT (the fault matrix)

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     add_engine_commands(app, exit_code);
     add_run_commands(app, exit_code);
     add_import_commands(app, exit_code);
+    add_export_commands(app, exit_code);
     add_compare_command(app, exit_code);
     add_localise_command(app, exit_code);
     add_faults_command(app, exit_code);

@@ -9,11 +9,11 @@ const std::vector<MetricInfo>& metric_table() {
     // norm is the pre-clip global L2 norm; tokens/s is supervised tokens / wall seconds of one
     // update (update_tokens_per_second), not a run.h5 column of its own.
     static const std::vector<MetricInfo> table{
-        {Metric::HeldoutCe, "held-out CE", "held-out CE", "nats", "heldout_ce", true, false, true},
-        {Metric::TrainLoss, "training loss", "train loss", "nats", "loss", false, true, true},
-        {Metric::GradNorm, "grad norm", "grad norm", "", "grad_norm", false, true, true},
-        {Metric::LearningRate, "learning rate", "lr", "", "lr", false, false, false},
-        {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", false, true, false},
+        {Metric::HeldoutCe, "held-out CE", "held-out CE", "nats", "heldout_ce", "eval/loss", true, false, true},
+        {Metric::TrainLoss, "training loss", "train loss", "nats", "loss", "train/loss", false, true, true},
+        {Metric::GradNorm, "grad norm", "grad norm", "", "grad_norm", "train/grad_norm", false, true, true},
+        {Metric::LearningRate, "learning rate", "lr", "", "lr", "train/learning_rate", false, false, false},
+        {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", "train/tokens_per_second", false, true, false},
     };
     return table;
 }

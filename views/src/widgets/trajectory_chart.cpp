@@ -90,7 +90,7 @@ Curve on_clock(Curve c, const Series* clock) {
     auto mapped = std::make_shared<Series>();
     mapped->reserve(c.series->size());
     for (const auto& p : *c.series)
-        if (auto x = value_at(*clock, p.update)) mapped->push_back({*x, p.value});
+        if (auto x = value_at(*clock, p.update); x && std::isfinite(*x)) mapped->push_back({*x, p.value});  // an imported leg has no wall times
     c.owned = mapped;
     c.series = mapped.get();
     return c;

@@ -25,6 +25,8 @@ struct MetricInfo {
     const char* unit;         // "nats", "tokens/s"; "" for a dimensionless number
     const char* series;       // run.h5 name: /legs/<leg>/eval:heldout_ce, /legs/<leg>/steps:loss ... (also
                               // the /comparisons and /envelope series name and the curves CSV's metric)
+    const char* tensorboard;  // the tag `tandem export tensorboard` writes (HF Trainer's names, what
+                              // `tandem import tensorboard` reads back by default)
     bool per_evaluation;      // recorded at evaluations (a handful of points), else at every update
     bool smoothed;            // display smoothing applies by default (noisy per-update training series)
     bool shown;               // the panel is shown when a run opens

@@ -373,8 +373,10 @@ bool RunsFilterProxy::filterAcceptsRow(int source_row, const QModelIndex& source
 
 bool RunsFilterProxy::lessThan(const QModelIndex& left, const QModelIndex& right) const {
     const QVariant a = left.data(sortRole()), b = right.data(sortRole());
-    // Missing values sort after every present value.
-    if (!a.isValid() || !b.isValid()) return a.isValid() && !b.isValid();
+    // Missing values sort after every present value, in both orders (a descending sort asks
+    // lessThan(later, earlier)).
+    if (!a.isValid() || !b.isValid())
+        return sortOrder() == Qt::AscendingOrder ? a.isValid() && !b.isValid() : !a.isValid() && b.isValid();
     if (a.typeId() == QMetaType::Double && b.typeId() == QMetaType::Double) return a.toDouble() < b.toDouble();
     if (a.typeId() == QMetaType::Double) return true;  // numbers before text
     if (b.typeId() == QMetaType::Double) return false;

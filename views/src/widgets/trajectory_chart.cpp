@@ -230,7 +230,12 @@ TrajectoryChart::TrajectoryChart() : chart_(new QChart) {
     tip_ = new TipItem(chart_);
     tip_->setZValue(1001);
     tip_->setVisible(false);
+    // The plot moves when the window or its labels change size: the crosshair follows it.
+    follow_plot_ = QObject::connect(chart_, &QChart::plotAreaChanged, chart_, [this](const QRectF&) { place_crosshair(); });
 }
+
+// The chart may outlive this object (its view owns it): it must not call back into it.
+TrajectoryChart::~TrajectoryChart() { QObject::disconnect(follow_plot_); }
 
 QValueAxis* TrajectoryChart::x_axis() const { return x_axis_; }
 QValueAxis* TrajectoryChart::y_axis() const { return y_axis_; }
@@ -318,6 +323,7 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
 
     auto full = full_x_range(curves);
     const auto range = options.x_range ? options.x_range : full;
+    const auto line_count = std::count_if(curves.begin(), curves.end(), [](const Curve& c) { return c.series && !c.markers; });
     double y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
     double full_lo = y_lo, full_hi = y_hi;
     std::set<QString> wanted;
@@ -355,7 +361,8 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
                 d.full_lo = std::min(d.full_lo, y);
                 d.full_hi = std::max(d.full_hi, y);
             }
-            if (!markers) series->setPointsVisible(points.size() <= 60);
+            // Markers show where the few points of a short series are; with many curves they only clutter.
+            if (!markers) series->setPointsVisible(points.size() <= 60 && line_count <= 8);
             series->replace(points);
             cached = drawn_.insert_or_assign(name, d).first;
         }
@@ -430,6 +437,11 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         }
         set_ticks(x_axis_, range->first, range->second, t.values, t.labels, false);
         x_ticks_ = t.values;
+        if (!options.compact && !t.labels.empty()) {
+            // The last label is centred on the plot's right edge: room for its right half.
+            const int half = static_cast<int>(std::ceil(fm.horizontalAdvance(QString::fromStdString(t.labels.back())) / 2)) + 4;
+            if (chart_->margins().right() != std::max(4, half)) chart_->setMargins(QMargins(4, 4, std::max(4, half), 4));
+        }
     }
     if (options.residual && range) {
         y_lo = std::min(y_lo, 0.0);  // the zero line is always in view

@@ -51,8 +51,12 @@ public:
     std::function<void()> on_reset;
     std::function<void()> on_leave;
 
+    std::function<std::optional<std::pair<double, double>>()> zoomed;  // the view's range, ahead of the next redraw
+
 protected:
     std::pair<double, double> current() const {
+        if (zoomed)
+            if (auto r = zoomed()) return *r;
         auto* axis = static_cast<QValueAxis*>(chart()->axes(Qt::Horizontal).value(0));
         return {axis->min(), axis->max()};
     }
@@ -213,6 +217,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
         panel->on_hover = [this, i](double x) { hover_at(x, i); };
         panel->on_reset = [this] { set_x_range(std::nullopt); };
         panel->on_leave = [this] { clear_hover(); };
+        panel->zoomed = [this] { return x_range_ ? x_range_ : data_x_range(); };
         splitter->addWidget(panel);
         panel->setVisible(panel_boxes_[static_cast<std::size_t>(i)]->isChecked());
         panels_.push_back(panel);
@@ -647,12 +652,14 @@ void TrajectoryView::on_panel_zoom(double lo, double hi, bool pan) {
             set_x_range(std::nullopt);
             return;
         }
-        if (pan) {
-            if (lo < data->first) lo = data->first, hi = lo + width;
-            if (hi > data->second) hi = data->second, lo = hi - width;
-        } else {
-            lo = std::max(lo, data->first);
-            hi = std::min(hi, data->second);
+        // Past an end, the range moves back inside at the same width (a pan stops at the data's
+        // end; a zoom out keeps growing on the other side).
+        if (lo < data->first) hi += data->first - lo, lo = data->first;
+        if (hi > data->second) lo -= hi - data->second, hi = data->second;
+        lo = std::max(lo, data->first);
+        if (!pan && lo <= data->first && hi >= data->second) {
+            set_x_range(std::nullopt);
+            return;
         }
     }
     set_x_range(std::make_pair(lo, hi));

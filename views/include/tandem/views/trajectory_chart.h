@@ -6,6 +6,7 @@
 #include "tandem/views/run_snapshot.h"
 
 #include <QColor>
+#include <QMetaObject>
 #include <QPen>
 #include <QRectF>
 #include <QString>
@@ -104,6 +105,9 @@ QString y_axis_title(const ChartOptions& options, bool short_label = false);
 class TrajectoryChart {
 public:
     TrajectoryChart();  // creates the QChart (owned by whoever takes chart(): a QChartView or the caller)
+    ~TrajectoryChart();
+    TrajectoryChart(const TrajectoryChart&) = delete;
+    TrajectoryChart& operator=(const TrajectoryChart&) = delete;
     QChart* chart() const { return chart_; }
 
     // Replaces the drawn points (one QXYSeries::replace per series; series are reused by name).
@@ -147,6 +151,7 @@ private:
     QGraphicsLineItem* crosshair_ = nullptr;
     QGraphicsTextItem* tip_ = nullptr;
     std::optional<double> crosshair_at_;
+    QMetaObject::Connection follow_plot_;
     void place_crosshair();
     std::vector<double> x_ticks_, y_ticks_;
     std::map<QString, QXYSeries*> series_;

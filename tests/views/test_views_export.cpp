@@ -139,6 +139,24 @@ private Q_SLOTS:
         QVERIFY(!figure_format_for(QStringLiteral("a.jpg")));
     }
 
+    // CSV for machines: the timing table's "493.8 MiB", "1.6 GiB", "1.960 (6-29)", "100.0%" and "n/a"
+    // become plain numbers with the unit (or the note's column) in the header; words stay words.
+    void table_csv_has_plain_numbers_and_units_in_the_header() {
+        const StringTable t{"timing", "Timing and memory",
+                            {"leg", "status", "median s/update (window)", "tokens/s", "above clip", "peak host", "largest (update)"},
+                            {{"engine (engine)", "finished", "1.960 (6-29)", "81.6", "100.0%", "493.8 MiB", "4.532e-06 (0)"},
+                             {"reference (reference)", "finished", "4.728 (6-29)", "33.2", "n/a", "1.6 GiB", "1.56e-05 (29)"}},
+                            {"window: 0-based updates"}};
+        const auto csv = format_table(t, TableFormat::Csv);
+        QCOMPARE(csv, std::string("leg,status,median s/update,window,tokens/s,above clip [%],peak host [MiB],largest,update\n"
+                                  "engine (engine),finished,1.960,6-29,81.6,100.0,493.8,4.532e-06,0\n"
+                                  "reference (reference),finished,4.728,6-29,33.2,,1638.4,1.56e-05,29\n"));
+        // The same text `tandem report --format csv` prints (one renderer).
+        QCOMPARE(csv, tandem::experiments::render_table(t, tandem::experiments::ReportFormat::Csv));
+        // Text and LaTeX keep what a reader wants.
+        QVERIFY(format_table(t, TableFormat::Markdown).find("493.8 MiB") != std::string::npos);
+    }
+
     // One action, several panels: held-out CE + residual + grad norm at a journal column width,
     // vector PDF with every font embedded (poppler's pdffonts), each panel's axis title in the text
     // layer (pdftotext), and ink in each third of the page once rasterised (pdftoppm).

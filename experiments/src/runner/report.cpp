@@ -1,5 +1,6 @@
 // Tables of the comparison in text, Markdown, CSV and LaTeX (booktabs).
 #include "tandem/experiments/report.h"
+#include "tandem/experiments/table_numbers.h"
 
 #include "tandem/error.h"
 #include "tandem/experiments/catalog.h"
@@ -522,9 +523,10 @@ std::string render_table(const Table& t, ReportFormat f) {
         }
         case ReportFormat::Csv: {
             if (!t.banner.empty()) o << "# " << t.banner << "\n";
-            for (size_t i = 0; i < t.columns.size(); ++i) o << (i ? "," : "") << csv_escape(t.columns[i]);
+            const Table plain = plain_number_table(t);  // numbers in the cells, units in the header (table_numbers.h)
+            for (size_t i = 0; i < plain.columns.size(); ++i) o << (i ? "," : "") << csv_escape(plain.columns[i]);
             o << "\n";
-            for (const auto& r : t.rows) {
+            for (const auto& r : plain.rows) {
                 for (size_t i = 0; i < r.size(); ++i) o << (i ? "," : "") << csv_escape(r[i]);
                 o << "\n";
             }

@@ -90,6 +90,13 @@ private Q_SLOTS:
         QApplication::processEvents();
         auto* panel = view.panel_view(TrajectoryView::GradNormPanel);
         const auto legs = two_legs();
+        // The panels share one x axis on screen too: their plots start and end at the same x.
+        const QRectF first = view.panel_view(TrajectoryView::HeldoutPanel)->chart()->plotArea();
+        for (int p : {int(TrajectoryView::TrainLossPanel), int(TrajectoryView::GradNormPanel), int(TrajectoryView::ResidualPanel)}) {
+            const QRectF plot = view.panel_view(p)->chart()->plotArea();
+            QVERIFY2(std::fabs(plot.left() - first.left()) <= 1 && std::fabs(plot.right() - first.right()) <= 1,
+                     qPrintable(QStringLiteral("panel %1: %2..%3 vs %4..%5").arg(p).arg(plot.left()).arg(plot.right()).arg(first.left()).arg(first.right())));
+        }
         // The pointer a little right of update 17: the read-out snaps to the recorded update 17.
         QTest::mouseMove(panel->viewport(), viewport_point(panel, 17.2, legs[0].value("grad", 17)));
         QApplication::processEvents();

@@ -123,7 +123,10 @@ std::vector<std::string> differing_settings(const std::vector<json>& specs) {
         // A key differs among the specs exactly when it differs from the first one somewhere.
         for (const auto& d : diff_specs(*first, s)) keys.insert(d.key);
     }
+    // The runs page's default columns first, in their order (lr before rank), then the rest by key.
     std::vector<std::string> out, labels;
+    for (const auto& c : default_setting_columns())
+        if (keys.erase(c.key)) out.push_back(c.key);
     for (const auto& k : keys) (k == "name" || k == "description" ? labels : out).push_back(k);
     if (out.empty()) {
         for (const auto& k : labels)

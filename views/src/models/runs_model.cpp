@@ -336,8 +336,8 @@ QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int rol
         const auto& s = settings_[static_cast<std::size_t>(section - ColumnCount)];
         return role == Qt::ToolTipRole ? QString::fromStdString("experiment setting " + s.key) : QString::fromStdString(s.name);
     }
-    static const char* names[ColumnCount] = {"Run / leg", "Verdict", "Experiment", "Implementation", "Status", "Device", "Updates",
-                                             "Final loss", "Tokens/s", "Peak memory", "Started", "Tags", "Note", "Faults", "Path"};
+    static const char* names[ColumnCount] = {"Run / leg", "Verdict", "Experiment", "Status", "Updates", "Final loss", "Tokens/s",
+                                             "Peak memory", "Device", "Implementation", "Started", "Tags", "Note", "Faults", "Path"};
     if (section < 0 || section >= ColumnCount) return {};
     return QString::fromLatin1(names[section]);
 }

@@ -226,7 +226,7 @@ void export_figure_panels(const std::vector<PanelFigure>& panels, const FigureSi
             if (!c.series || p.options.hidden.count(c.name)) continue;
             if (std::none_of(entries.begin(), entries.end(), [&](const Curve& e) { return e.name == c.name; })) entries.push_back(c);
         }
-    const double sample_w = 2.4 * fm.averageCharWidth() * 2, gap = 0.5 * fm.averageCharWidth(), column_gap = 2 * fm.averageCharWidth();
+    const double sample_w = 2.4 * fm.averageCharWidth() * 2, gap = 0.8 * fm.averageCharWidth(), column_gap = 2 * fm.averageCharWidth();
     double widest = 0;
     for (const auto& e : entries) widest = std::max(widest, fm.horizontalAdvance(e.name));
     const double text_room = page.width() - sample_w - gap;

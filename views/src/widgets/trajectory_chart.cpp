@@ -139,6 +139,11 @@ std::vector<Curve> run_curves(const RunSnapshot& snapshot, const ChartOptions& o
             if (r.metric == options.metric)
                 curves.push_back(on_clock(styled({QString::fromStdString(residual_name(r)), {}, {}, 0, &r.percent}, leg_index(r.leg)),
                                           clock_of(leg_index(r.leg))));
+        if (curves.size() == 1) {
+            // One pair: drawn dark grey, so its legend entry is not read as the leg's own curve.
+            curves.front().color = QColor(64, 64, 64);
+            curves.front().width = 1.8;
+        }
     } else {
         // The seed envelope behind the legs: min/max dotted, mean -/+ 2 std dashed, in grey.
         if (options.envelope)
@@ -362,7 +367,11 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
                 d.full_hi = std::max(d.full_hi, y);
             }
             // Markers show where the few points of a short series are; with many curves they only clutter.
-            if (!markers) series->setPointsVisible(points.size() <= 60 && line_count <= 8);
+            if (!markers) {
+                // In print only the few points of an evaluation series get a marker.
+                series->setPointsVisible(points.size() <= (options.compact ? 12 : 60) && line_count <= 8);
+                if (options.compact) series->setMarkerSize(3.5);  // a point, not a blot, at print size
+            }
             series->replace(points);
             cached = drawn_.insert_or_assign(name, d).first;
         }
@@ -440,7 +449,11 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         if (!options.compact && !t.labels.empty()) {
             // The last label is centred on the plot's right edge: room for its right half.
             const int half = static_cast<int>(std::ceil(fm.horizontalAdvance(QString::fromStdString(t.labels.back())) / 2)) + 4;
-            if (chart_->margins().right() != std::max(4, half)) chart_->setMargins(QMargins(4, 4, std::max(4, half), 4));
+            QMargins m = chart_->margins();  // the left one is the view's (aligned plot areas)
+            if (m.right() != std::max(4, half)) {
+                m.setRight(std::max(4, half));
+                chart_->setMargins(m);
+            }
         }
     }
     if (options.residual && range) {

@@ -7,7 +7,9 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QHBoxLayout>
+#include <QGraphicsLayout>
 #include <QKeyEvent>
+#include <QResizeEvent>
 #include <QLabel>
 #include <QListWidget>
 #include <QPainter>
@@ -570,9 +572,40 @@ void TrajectoryView::rebuild_legend() {
         widest = std::max(widest, legend_->fontMetrics().horizontalAdvance(c.name));
     }
     // As wide as the longest name (never elided), up to 40 % of the page; wider names wrap.
-    const int needed = widest + icon.width() + 4 * legend_->spacing() + 24 + legend_->verticalScrollBar()->sizeHint().width();
-    legend_->setFixedWidth(std::clamp(needed, 120, std::max(120, width() * 2 / 5)));
+    legend_width_ = widest + icon.width() + 4 * legend_->spacing() + 28 + legend_->verticalScrollBar()->sizeHint().width();
+    fit_legend_width();
     legend_->setVisible(!entries.empty());
+}
+
+void TrajectoryView::fit_legend_width() {
+    legend_->setFixedWidth(std::clamp(legend_width_, 120, std::max(240, width() * 2 / 5)));
+}
+
+void TrajectoryView::resizeEvent(QResizeEvent* event) {
+    QWidget::resizeEvent(event);
+    fit_legend_width();
+}
+
+void TrajectoryView::align_plot_areas() {
+    // One x axis on screen too: every shown panel's plot starts where the widest y labels need it.
+    std::vector<std::pair<TrajectoryChart*, double>> natural;  // chart, its plot's left edge without extra margin
+    double left = 0;
+    for (std::size_t i = 0; i < charts_.size(); ++i) {
+        if (!panel_visible(static_cast<Panel>(i))) continue;
+        auto* chart = charts_[i]->chart();
+        chart->layout()->activate();
+        const double edge = chart->plotArea().left() - (chart->margins().left() - 4);
+        natural.emplace_back(charts_[i].get(), edge);
+        left = std::max(left, edge);
+    }
+    for (auto& [chart, edge] : natural) {
+        QMargins m = chart->chart()->margins();
+        const int want = 4 + static_cast<int>(std::lround(left - edge));
+        if (m.left() != want) {
+            m.setLeft(want);
+            chart->chart()->setMargins(m);
+        }
+    }
 }
 
 void TrajectoryView::redraw_now() {
@@ -594,6 +627,7 @@ void TrajectoryView::redraw_now() {
         // Many points (several runs of long trajectories): antialiasing costs more than it shows.
         panels_[i]->setRenderHint(QPainter::Antialiasing, charts_[i]->drawn_point_total() < 20000);
     }
+    align_plot_areas();
     rebuild_legend();
 }
 

@@ -45,7 +45,8 @@ VerdictWord verdict_word(const std::string& verdict_line);
 std::optional<std::filesystem::path> envelope_folder_of(const std::filesystem::path& run_folder);
 
 // The dotted keys whose values are not the same in every spec (name and description left out
-// unless nothing else differs), in key order.
+// unless nothing else differs): the default setting columns' keys first, in their order (lr, rank,
+// alpha, seed, max_updates, base), then the others by key.
 std::vector<std::string> differing_settings(const std::vector<nlohmann::json>& specs);
 
 // Names for runs shown together, one per run, pairwise distinct: the run's tags that not every run

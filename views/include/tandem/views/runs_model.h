@@ -20,7 +20,8 @@ class RunsModel : public QAbstractItemModel {
     Q_OBJECT
 public:
     // Fixed columns; column ColumnCount + i is setting_columns()[i].
-    enum Column { Run, Verdict, Experiment, Implementation, Status, Device, Progress, FinalLoss, TokensPerSecond, PeakMemory, Started,
+    // (The settings columns are shown after Experiment: verdict, what was run, how it went.)
+    enum Column { Run, Verdict, Experiment, Status, Progress, FinalLoss, TokensPerSecond, PeakMemory, Device, Implementation, Started,
                   Tags, Note, Faults, Path, ColumnCount };
     // Extra roles: the sort key (numbers sort as numbers, missing values last), the run's files and
     // what a row is.

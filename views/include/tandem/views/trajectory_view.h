@@ -124,6 +124,9 @@ public:
 Q_SIGNALS:
     void x_range_changed(double lo, double hi);
 
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
     static constexpr int kZScores = 1000;  // the residual choice "z" (not a Metric)
     void update_verdict();
@@ -131,6 +134,8 @@ private:
     void schedule_redraw();
     void refresh_labels();
     void rebuild_legend();
+    void fit_legend_width();
+    void align_plot_areas();
     void new_run_shown();  // another run: zoom and hover start afresh
     QString curve_name(std::size_t run, const std::string& leg) const;
     bool shown(std::size_t run, const std::string& leg) const;
@@ -153,6 +158,7 @@ private:
     std::set<QString> hidden_;
     QListWidget* legend_ = nullptr;
     QStringList legend_names_;  // what the legend lists now (rebuilt when it changes)
+    int legend_width_ = 120;    // what its longest name needs
     QComboBox* x_axis_box_ = nullptr;
     QLabel* smoothing_value_ = nullptr;
     QCheckBox* smooth_all_box_ = nullptr;

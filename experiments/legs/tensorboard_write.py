@@ -23,12 +23,14 @@ def main(argv):
         request = json.load(f)
     from torch.utils.tensorboard import SummaryWriter
 
-    for leg in request["legs"]:
-        old = glob.glob(os.path.join(leg["dir"], "*tfevents*"))
-        if old and not request.get("overwrite"):
-            raise SystemExit(f"{leg['dir']} already holds TensorBoard event files ({os.path.basename(old[0])}); "
+    # Every leg's folder is checked before any is written: a refused export writes nothing.
+    old = {leg["dir"]: glob.glob(os.path.join(leg["dir"], "*tfevents*")) for leg in request["legs"]}
+    for folder, files in old.items():
+        if files and not request.get("overwrite"):
+            raise SystemExit(f"{folder} already holds TensorBoard event files ({os.path.basename(files[0])}); "
                              "pass --overwrite to replace them")
-        for path in old:
+    for leg in request["legs"]:
+        for path in old[leg["dir"]]:
             os.remove(path)
         os.makedirs(leg["dir"], exist_ok=True)
         w = SummaryWriter(log_dir=leg["dir"])

@@ -162,7 +162,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     smoothing_value_->setObjectName(QStringLiteral("smoothing_value"));
     smoothing_value_->setMinimumWidth(smoothing_value_->fontMetrics().horizontalAdvance(QStringLiteral("0.00 ")));
     bar->addWidget(smoothing_value_);
-    smooth_all_box_ = new QCheckBox(tr("also e&valuations"), this);
+    smooth_all_box_ = new QCheckBox(tr("also &evaluations"), this);
     smooth_all_box_->setObjectName(QStringLiteral("smooth_all"));
     smooth_all_box_->setToolTip(tr("Smooth the held-out CE and learning rate too (by default only the per-update training series)"));
     bar->addWidget(smooth_all_box_);

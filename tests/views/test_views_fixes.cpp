@@ -104,6 +104,19 @@ void check_axis(QChart* chart, Qt::Orientation o, bool integers, bool log_scale 
     }
 }
 
+// A launcher on screen running the fake CLI `cli` on an empty experiment, legs a and b on the CPU.
+void set_up_fake_launcher(LauncherView& launcher, const QTemporaryDir& dir, const QString& cli) {
+    const auto exp = dir.filePath(QStringLiteral("x.json"));
+    std::ofstream(exp.toStdString()) << "{}";
+    launcher.show();
+    launcher.set_tandem(find_tandem_binary({}, {}, {}, cli));
+    launcher.set_runs_dir(dir.filePath(QStringLiteral("runs")));
+    launcher.set_catalog(dir.filePath(QStringLiteral("t.db")));
+    launcher.set_experiment(exp);
+    launcher.set_legs({{QStringLiteral("a"), QStringLiteral("engine"), QStringLiteral("cpu")},
+                       {QStringLiteral("b"), QStringLiteral("engine"), QStringLiteral("cpu")}});
+}
+
 }  // namespace
 
 class TestViewsFixes : public QObject {
@@ -445,16 +458,8 @@ echo "tandem run: run folder: $folder"
 sleep 10
 exit 0
 )"));
-        const auto exp = dir.filePath(QStringLiteral("x.json"));
-        std::ofstream(exp.toStdString()) << "{}";
         LauncherView launcher;
-        launcher.show();
-        launcher.set_tandem(find_tandem_binary({}, {}, {}, cli));
-        launcher.set_runs_dir(dir.filePath(QStringLiteral("runs")));
-        launcher.set_catalog(dir.filePath(QStringLiteral("t.db")));
-        launcher.set_experiment(exp);
-        launcher.set_legs({{QStringLiteral("a"), QStringLiteral("engine"), QStringLiteral("cpu")},
-                           {QStringLiteral("b"), QStringLiteral("engine"), QStringLiteral("cpu")}});
+        set_up_fake_launcher(launcher, dir, cli);
         // Nothing runs: no leg can be paused, stopped or resumed.
         for (int row : {0, 1})
             for (const auto* action : {"pause", "stop", "resume"}) QVERIFY(!launcher.leg_button_enabled(row, QString::fromLatin1(action)));
@@ -513,15 +518,8 @@ echo '{"v":1,"event":"step","update":1,"loss":2,"grad_norm":1,"lr":0.001,"tokens
 echo '{"v":1,"event":"done","updates":2,"final":"legs/b/final"}' >> "$folder/legs/b/events.jsonl"
 exit 1
 )"));
-        const auto exp = dir.filePath(QStringLiteral("x.json"));
-        std::ofstream(exp.toStdString()) << "{}";
         LauncherView launcher;
-        launcher.show();
-        launcher.set_tandem(find_tandem_binary({}, {}, {}, cli));
-        launcher.set_runs_dir(dir.filePath(QStringLiteral("runs")));
-        launcher.set_experiment(exp);
-        launcher.set_legs({{QStringLiteral("a"), QStringLiteral("engine"), QStringLiteral("cpu")},
-                           {QStringLiteral("b"), QStringLiteral("engine"), QStringLiteral("cpu")}});
+        set_up_fake_launcher(launcher, dir, cli);
         QSignalSpy found(&launcher, &LauncherView::run_folder_found);
         QSignalSpy finished(&launcher, &LauncherView::run_finished);
         launcher.start();

@@ -58,6 +58,15 @@ RunSnapshot make_run(const QTemporaryDir& dir, const std::string& id, double shi
     return load_run_snapshot(folder / "run.h5");
 }
 
+// A trajectory view on screen showing `run`, drawn.
+void show_run(TrajectoryView& view, RunSnapshot run, int height = 900) {
+    view.resize(1100, height);
+    view.show();
+    view.set_snapshot(std::move(run));
+    view.redraw_now();
+    QApplication::processEvents();
+}
+
 QXYSeries* series_named(QChartView* view, const QString& name) {
     for (auto* s : view->chart()->series())
         if (s->name() == name) return static_cast<QXYSeries*>(s);
@@ -83,11 +92,7 @@ private Q_SLOTS:
     void hover_draws_a_crosshair_and_lists_every_curve_at_that_x() {
         QTemporaryDir dir;
         TrajectoryView view;
-        view.resize(1100, 1000);
-        view.show();
-        view.set_snapshot(make_run(dir, "hover-run"));
-        view.redraw_now();
-        QApplication::processEvents();
+        show_run(view, make_run(dir, "hover-run"), 1000);
         auto* panel = view.panel_view(TrajectoryView::GradNormPanel);
         const auto legs = two_legs();
         // The panels share one x axis on screen too: their plots start and end at the same x.
@@ -129,14 +134,10 @@ private Q_SLOTS:
     void a_click_on_a_legend_entry_hides_that_curve_everywhere_and_y_refits() {
         QTemporaryDir dir;
         TrajectoryView view;
-        view.resize(1100, 900);
-        view.show();
         // The reference sits 0.5 above the engine: hiding it must shrink the y range.
         auto run = make_run(dir, "legend-run");
         for (auto& p : run.legs[1].grad_norm) p.value += 0.5;
-        view.set_snapshot(run);
-        view.redraw_now();
-        QApplication::processEvents();
+        show_run(view, run);
         auto* legend = view.legend();
         QList<QListWidgetItem*> items = legend->findItems(QStringLiteral("reference"), Qt::MatchExactly);
         QCOMPARE(items.size(), 1);
@@ -166,10 +167,7 @@ private Q_SLOTS:
     void the_x_axis_counts_updates_tokens_seen_or_wall_time() {
         QTemporaryDir dir;
         TrajectoryView view;
-        view.resize(1100, 900);
-        view.show();
-        view.set_snapshot(make_run(dir, "x-run"));
-        view.redraw_now();
+        show_run(view, make_run(dir, "x-run"));
         auto* box = view.findChild<QComboBox*>(QStringLiteral("x_axis"));
         QVERIFY(box);
         const auto legs = two_legs();
@@ -214,9 +212,7 @@ private Q_SLOTS:
     void smoothing_shows_its_value_and_leaves_evaluations_alone() {
         QTemporaryDir dir;
         TrajectoryView view;
-        view.resize(1100, 900);
-        view.show();
-        view.set_snapshot(make_run(dir, "smooth-run"));
+        show_run(view, make_run(dir, "smooth-run"));
         auto* slider = view.findChild<QSlider*>(QStringLiteral("smoothing"));
         auto* value = view.findChild<QLabel*>(QStringLiteral("smoothing_value"));
         QCOMPARE(value->text(), QStringLiteral("off"));
@@ -240,8 +236,6 @@ private Q_SLOTS:
     void zoom_stays_in_the_data_fits_y_with_a_floor_and_resets_on_another_run() {
         QTemporaryDir dir;
         TrajectoryView view;
-        view.resize(1100, 900);
-        view.show();
         auto run = make_run(dir, "zoom-run");
         // Two nearly equal training losses at updates 20 and 21 (a 1e-9 step): zoomed onto them the
         // axis must not become float noise.
@@ -249,9 +243,7 @@ private Q_SLOTS:
         run.legs[0].train_loss[21].value = 2.5 + 1e-9;
         run.legs[1].train_loss[20].value = 2.5;
         run.legs[1].train_loss[21].value = 2.5 + 1e-9;
-        view.set_snapshot(run);
-        view.redraw_now();
-        QApplication::processEvents();
+        show_run(view, run);
         auto* panel = view.panel_view(TrajectoryView::TrainLossPanel);
         // A rubber band from update 20.2 to 20.8 (mouse press, move, release on the chart).
         const double y = 2.5;

@@ -18,6 +18,7 @@
 #include <QPageSize>
 #include <QPainter>
 #include <QPdfWriter>
+#include <QRegularExpression>
 #include <QSvgGenerator>
 
 #include <algorithm>
@@ -82,6 +83,12 @@ std::string exact_pdf_page(std::string pdf, double width_pt, double height_pt) {
 }
 
 }  // namespace
+
+QString export_file_name(const QString& run_id, const QString& what, const QString& suffix) {
+    QString name = (run_id.isEmpty() ? QStringLiteral("figure") : run_id) + QLatin1Char('-') + what;
+    name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_.+-]+")), QStringLiteral("-"));
+    return name + QLatin1Char('.') + suffix;
+}
 
 std::optional<FigureFormat> figure_format_for(const QString& path) {
     const auto suffix = lowercase_suffix(path);

@@ -143,10 +143,7 @@ void FigureExportDialog::suggest_path() {
     QSettings settings;
     const QString folder = settings.value(QStringLiteral("export/figure_folder"), QDir::currentPath()).toString();
     const QString suffix = settings.value(QStringLiteral("export/figure_suffix"), QStringLiteral("pdf")).toString();
-    QString what = panel() >= 0 ? panel_->currentText() : QStringLiteral("panels");
-    QString name = (run_id_.isEmpty() ? QStringLiteral("figure") : run_id_) + QLatin1Char('-') + what;
-    name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_.+-]+")), QStringLiteral("-"));
-    path_->setText(QDir(folder).filePath(name + QLatin1Char('.') + suffix));
+    path_->setText(QDir(folder).filePath(export_file_name(run_id_, panel() >= 0 ? panel_->currentText() : QStringLiteral("panels"), suffix)));
 }
 
 void FigureExportDialog::apply_preset(FigurePreset preset) {

@@ -353,9 +353,7 @@ namespace {
 QString suggested_file(const QString& key, const std::string& run_id, const QString& what, const QString& suffix) {
     QSettings settings;
     const QString folder = settings.value(key).toString();
-    QString name = QString::fromStdString(run_id.empty() ? std::string("tandem") : run_id) + QLatin1Char('-') + what;
-    name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_.+-]+")), QStringLiteral("-"));
-    return QDir(folder.isEmpty() ? QDir::currentPath() : folder).filePath(name + QLatin1Char('.') + suffix);
+    return QDir(folder.isEmpty() ? QDir::currentPath() : folder).filePath(export_file_name(QString::fromStdString(run_id), what, suffix));
 }
 void remember_folder(const QString& key, const QString& file) { QSettings().setValue(key, QFileInfo(file).absolutePath()); }
 }  // namespace

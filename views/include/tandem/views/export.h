@@ -35,6 +35,10 @@ struct FigureSize {
     double height_inches() const { return unit == LengthUnit::Inches ? height : height / 2.54; }
 };
 
+// The file name an export offers: "<run id>-<what>.<suffix>" with anything but [A-Za-z0-9_.+-] as
+// '-' ("figure-…" without a run), so the name says which run and chart or table it holds.
+QString export_file_name(const QString& run_id, const QString& what, const QString& suffix);
+
 // PNG/SVG/PDF from the file suffix (case-insensitive); nullopt for anything else.
 std::optional<FigureFormat> figure_format_for(const QString& path);
 

@@ -272,9 +272,20 @@ private Q_SLOTS:
         for (int i = 0; i < 40; ++i) QTest::keyClick(panel, Qt::Key_Minus);  // faster than the 40 ms redraws
         view.redraw_now();
         QVERIFY(!view.visible_x_range());
-        // Zoomed in, then another run (6 updates) opens: its whole range is shown, not the old zoom.
-        view.set_x_range(std::make_pair(30.0, 35.0));
+        // A double-click shows every update again.
+        QTest::mousePress(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 10, y));
+        QTest::mouseRelease(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 15, y));
         view.redraw_now();
+        QVERIFY(view.visible_x_range().has_value());
+        QTest::mouseDClick(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 12, y));
+        view.redraw_now();
+        QVERIFY(!view.visible_x_range());
+        // Zoomed in (a rubber band on updates 30..35), then another run (6 updates) opens: its whole
+        // range is shown, not the old zoom.
+        QTest::mousePress(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 30, y));
+        QTest::mouseRelease(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 35, y));
+        view.redraw_now();
+        QVERIFY(view.visible_x_range().has_value());
         view.set_snapshot(make_run(dir, "short-run", 0.0, 6));
         view.redraw_now();
         QVERIFY(!view.visible_x_range());

@@ -17,6 +17,7 @@
 #include <QApplication>
 #include <QChart>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QFontMetricsF>
 #include <QLabel>
@@ -660,6 +661,16 @@ exit 1
         QCOMPARE(sized.size().width, kJournalTwoColumnsCm);
         QCOMPARE(sized.size().height, preset_size(FigurePreset::DoubleColumn, 3).height);
         QCOMPARE(sized.size().font_pt, 8);
+        QCOMPARE(sized.findChild<QComboBox*>(QStringLiteral("preset"))->currentText(), QStringLiteral("double column (17.8 cm)"));
+        if (const auto shots = qEnvironmentVariable("TANDEM_SCREENSHOT_DIR"); !shots.isEmpty()) {
+            sized.show();
+            QApplication::processEvents();
+            sized.grab().save(QDir(shots).filePath(QStringLiteral("export-dialog.png")));
+        }
+        // A width typed by hand is no longer the preset.
+        auto* width = sized.findChildren<QDoubleSpinBox*>().value(0);
+        width->setValue(12.0);
+        QCOMPARE(sized.findChild<QComboBox*>(QStringLiteral("preset"))->currentText(), QStringLiteral("custom"));
         auto check_labels = [](QWidget* root) {
             for (auto* label : root->findChildren<QLabel*>()) {
                 const QString t = label->text();

@@ -75,7 +75,7 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     preset_->addItem(tr("custom"), -1);
     for (const auto& p : figure_presets()) preset_->addItem(QString::fromLatin1(p.name), static_cast<int>(p.preset));
     preset_->setToolTip(tr("Size and font for a journal column, two columns or a 16:9 slide, for the panels chosen"));
-    form->addRow(tr("&Preset:"), preset_);
+    form->addRow(tr("Pres&et:"), preset_);
     auto* size_row = new QHBoxLayout;
     size_row->addWidget(width_);
     size_row->addWidget(new QLabel(QStringLiteral("×"), this));
@@ -113,6 +113,14 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
         if (preset_->currentData().toInt() >= 0) apply_preset(static_cast<FigurePreset>(preset_->currentData().toInt()));
     });
     connect(path_, &QLineEdit::textEdited, this, [this] { path_edited_ = true; });
+    // A size or font typed by hand is no longer the preset's.
+    for (auto* box : {width_, height_})
+        connect(box, &QDoubleSpinBox::valueChanged, this, [this] {
+            if (!applying_preset_) preset_->setCurrentIndex(0);
+        });
+    connect(font_, &QSpinBox::valueChanged, this, [this] {
+        if (!applying_preset_) preset_->setCurrentIndex(0);
+    });
     connect(browse, &QPushButton::clicked, this, [this] {
         // Save asks before replacing (accept()), so the file dialog does not ask a second time.
         const auto file = QFileDialog::getSaveFileName(this, tr("Export figure"), path_->text(), tr("PDF (*.pdf);;SVG (*.svg);;PNG (*.png)"),
@@ -148,10 +156,12 @@ void FigureExportDialog::suggest_path() {
 
 void FigureExportDialog::apply_preset(FigurePreset preset) {
     const FigureSize s = preset_size(preset, static_cast<int>(panels().size()));
+    applying_preset_ = true;
     unit_->setCurrentIndex(0);
     width_->setValue(s.width);
     height_->setValue(s.height);
     font_->setValue(s.font_pt);
+    applying_preset_ = false;
     if (const int i = preset_->findData(static_cast<int>(preset)); i >= 0 && preset_->currentIndex() != i) {
         const QSignalBlocker block(preset_);
         preset_->setCurrentIndex(i);

@@ -45,6 +45,7 @@ private:
     void suggest_path();
     QString run_id_;
     bool path_edited_ = false;  // the user typed or browsed a name: keep it
+    bool applying_preset_ = false;
     QComboBox* panel_ = nullptr;
     QListWidget* several_ = nullptr;
     QComboBox* preset_ = nullptr;

@@ -1,8 +1,8 @@
 // `tandem export tensorboard RUN DIR`: a run's legs as TensorBoard event files
-// (experiments/include/tandem/experiments/export_tensorboard.h, docs/cli.md).
+// (experiments/studies/include/tandem/studies/export_tensorboard.h, docs/cli.md).
 #include "commands.h"
 
-#include "tandem/experiments/export_tensorboard.h"
+#include "tandem/studies/export_tensorboard.h"
 
 #include <cstdio>
 #include <memory>

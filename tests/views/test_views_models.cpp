@@ -7,7 +7,7 @@
 
 #include <QAbstractItemModelTester>
 #include <QTemporaryDir>
-#include "tandem/experiments/run_overview.h"
+#include "tandem/compare/run_overview.h"
 
 #include <QtTest>
 

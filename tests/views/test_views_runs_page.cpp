@@ -5,7 +5,7 @@
 // truncated run.h5 is refused at once, in the error bar, and never enters Recent runs.
 #include "views_test_support.h"
 
-#include "tandem/experiments/catalog.h"
+#include "tandem/store/catalog.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/runs_browser.h"
 #include "tandem/views/runs_model.h"

@@ -32,8 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tandem/experiments/metrics.h"
-#include "tandem/experiments/run_overview.h"
+#include "tandem/compare/metrics.h"
+#include "tandem/compare/run_overview.h"
 
 namespace tandem::views {
 

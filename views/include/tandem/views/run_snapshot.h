@@ -1,7 +1,7 @@
 #pragma once
 // What the workbench shows of one run: plain values copied out of the run file (experiments/
 // computed them; the views only draw them). No Qt, no HDF5: a snapshot crosses threads by value.
-#include "tandem/experiments/metrics.h"
+#include "tandem/compare/metrics.h"
 
 #include <nlohmann/json_fwd.hpp>
 

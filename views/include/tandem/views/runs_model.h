@@ -6,7 +6,7 @@
 // default); a leg row its device, progress, final loss, throughput and peak memory. Sorting and
 // filtering go through a QSortFilterProxyModel on top (RunsFilterProxy), which keeps a run's legs
 // with it.
-#include "tandem/experiments/run_overview.h"
+#include "tandem/compare/run_overview.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <QAbstractItemModel>

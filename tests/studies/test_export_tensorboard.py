@@ -6,7 +6,6 @@ stores), at HF Trainer's steps (a training value of update u at step u + 1, an e
 update u at step u), tokens seen are the summed supervised tokens, wall times increase by the
 updates' wall seconds. `tandem import tensorboard` reads the export back to the same rows. A second
 export into the same folder is refused unless --overwrite; a missing run fails on one line."""
-import json
 import os
 import subprocess
 import sys
@@ -15,26 +14,19 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runner"))
-from test_run_end_to_end import SOURCE_DIR, TANDEM, h5, only_run_folder, write_spec  # noqa: E402
+from runner_fixture import cut_spec  # noqa: E402
+from test_run_end_to_end import TANDEM, h5, tandem_run, write_spec  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A small real run: two engine legs, 4 updates on the random base (a few seconds)."""
     tmp = str(tmp_path_factory.mktemp("tbexport"))
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny-random.json")) as f:
-        spec = json.load(f)
-    spec.update(name="tbx", l3_records=4)
-    spec["batch"]["max_updates"] = 4
-    spec["eval"] = {"interval": 2, "prefix_size": 4}
-    spec["checkpoint"] = {"interval": 0}
-    spec["corpus"]["max_records_per_source"] = 30
-    spec["sequence"]["max_len"] = 128
-    p = subprocess.run([TANDEM, "run", write_spec(tmp, spec), "--legs", "engine,second=engine", "--out", os.path.join(tmp, "runs"),
-                        "--catalog", os.path.join(tmp, "tandem.db"), "--no-probe", "--threads", "2"],
-                       capture_output=True, text=True, timeout=600)
+    spec = cut_spec("clinical-tiny-random.json", "tbx", 4, 2, 0, 30, 128, l3_records=4)
+    spec["eval"]["prefix_size"] = 4  # 30 records per source hold out 5
+    p, folder = tandem_run(tmp, write_spec(tmp, spec), "--legs", "engine,second=engine", "--threads", "2", timeout=600)
     assert p.returncode in (0, 3), p.stdout[-3000:] + p.stderr[-3000:]
-    return tmp, only_run_folder(tmp, "tbx")
+    return tmp, folder
 
 
 def tandem(*args):

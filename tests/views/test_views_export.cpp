@@ -231,7 +231,7 @@ private Q_SLOTS:
         QCOMPARE(lines(all), 1 + 2 * 201);
         // Units in the header, plain numbers in the cells.
         QCOMPARE(all.substr(0, all.find('\n')),
-                 std::string("run,leg,update,tokens_seen,wall time [s],heldout_ce [nats],loss [nats],grad_norm,lr,tokens_per_s [tokens/s]"));
+                 std::string("run,leg,update,tokens_seen,wall_time [s],heldout_ce [nats],loss [nats],grad_norm,lr,tokens_per_s [tokens/s]"));
         QVERIFY2(all.find("csv-run,engine,20,2000,10,3.1000000000000001,2.8999999999999999,") != std::string::npos, all.substr(0, 600).c_str());
         std::ostringstream last;
         last.precision(17);

@@ -405,7 +405,8 @@ void export_table(const StringTable& table, TableFormat format, const std::files
 std::string curves_csv(const std::vector<RunSnapshot>& runs, const std::optional<std::pair<double, double>>& x_range, XAxis x_axis) {
     std::ostringstream out;
     out.precision(17);
-    out << "run,leg,update,tokens_seen," << experiments::x_axis_title(XAxis::WallTime);
+    // Column names are identifiers like the series after them (run.h5 names), units in brackets.
+    out << "run,leg,update,tokens_seen,wall_time [s]";
     for (const auto& m : experiments::metric_table()) {
         out << "," << m.series;
         if (*m.unit) out << " [" << m.unit << "]";

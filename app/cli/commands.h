@@ -26,6 +26,7 @@ void add_report_command(CLI::App& app, int& exit_code);      // cmd_report.cpp: 
 void add_envelope_command(CLI::App& app, int& exit_code);    // cmd_envelope.cpp: envelope EXPERIMENT
 void add_leg_commands(CLI::App& app, int& exit_code);        // cmd_leg.cpp: leg stop|pause|resume, leg engine
 void add_import_commands(CLI::App& app, int& exit_code);     // cmd_import.cpp: import tensorboard|csv|events
+void add_export_commands(CLI::App& app, int& exit_code);     // cmd_export.cpp: export tensorboard
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG
 void add_localise_command(CLI::App& app, int& exit_code);    // cmd_localise.cpp: localise RUN [--update K]
 void add_faults_command(CLI::App& app, int& exit_code);      // cmd_faults.cpp: faults EXPERIMENT (the fault matrix)

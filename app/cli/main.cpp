@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
     add_envelope_command(app, exit_code);
     add_leg_commands(app, exit_code);
     add_import_commands(app, exit_code);
+    add_export_commands(app, exit_code);
     add_compare_command(app, exit_code);
     add_localise_command(app, exit_code);
     add_faults_command(app, exit_code);

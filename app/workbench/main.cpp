@@ -33,6 +33,7 @@ struct Options {
     QString page;
     QStringList compare;
     QString export_figure;
+    QString export_wide_figure;
     QString export_heatmap;
     QSize size{1280, 800};
 };
@@ -56,6 +57,9 @@ void describe(QCommandLineParser& parser) {
                       QStringLiteral("With --screenshot-dir: also export the open run's held-out CE + residual + grad norm as one "
                                      "multi-panel figure (journal column width) to file."),
                       QStringLiteral("file")});
+    parser.addOption({QStringLiteral("export-wide-figure"),
+                      QStringLiteral("With --screenshot-dir: the same figure at the double-column preset (17.8 cm) to file."),
+                      QStringLiteral("file")});
     parser.addOption({QStringLiteral("export-heatmap"),
                       QStringLiteral("With --screenshot-dir: also export the open faults run's matrix as a heatmap (PNG, SVG "
                                      "or PDF by suffix; docs/faults.md) to file."),
@@ -73,6 +77,7 @@ Options read_options(QCommandLineParser& parser) {
     o.screenshot_dir = parser.value(QStringLiteral("screenshot-dir"));
     o.compare = parser.values(QStringLiteral("compare"));
     o.export_figure = parser.value(QStringLiteral("export-figure"));
+    o.export_wide_figure = parser.value(QStringLiteral("export-wide-figure"));
     o.export_heatmap = parser.value(QStringLiteral("export-heatmap"));
     if (parser.isSet(QStringLiteral("size"))) {
         const auto parts = parser.value(QStringLiteral("size")).split(QLatin1Char('x'));
@@ -122,13 +127,14 @@ int main(int argc, char** argv) {
 
     const QStringList pages{QStringLiteral("runs"), QStringLiteral("launch"), QStringLiteral("trajectories"),
                             QStringLiteral("token-diff"), QStringLiteral("tables"), QStringLiteral("compare"),
-                            QStringLiteral("faults")};
+                            QStringLiteral("faults"), QStringLiteral("divergence")};
     if (const auto page = pages.indexOf(options.page); page >= 0) window.show_page(static_cast<tandem::views::MainWindow::Page>(page));
     window.show();
 
     if (!options.screenshot_dir.isEmpty()) {
         // Wait for the run's first snapshot (or give up after 20 s), then grab every page and quit.
-        auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, heatmap = options.export_heatmap,
+        auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, wide = options.export_wide_figure,
+                      heatmap = options.export_heatmap,
                       compared = options.compare.size()] {
             // The compare page's runs load on their own threads: wait for them (at most 20 s).
             for (int i = 0; i < 200 && window.compare()->overlay()->runs().size() < static_cast<std::size_t>(compared); ++i) {
@@ -141,6 +147,11 @@ int main(int argc, char** argv) {
             if (!figure.isEmpty()) {
                 exported = window.export_multi_panel_figure(figure);
                 if (exported) std::printf("%s\n", qPrintable(figure));
+            }
+            if (!wide.isEmpty()) {
+                const bool ok = window.export_multi_panel_figure(wide, tandem::views::FigurePreset::DoubleColumn);
+                if (ok) std::printf("%s\n", qPrintable(wide));
+                exported = exported && ok;
             }
             if (!heatmap.isEmpty()) {
                 const bool ok = window.export_fault_heatmap(heatmap);

@@ -1,5 +1,6 @@
 // Tables as text, Markdown, CSV and LaTeX (tandem/table.h; docs/report.md "LaTeX tables").
 #include "tandem/table.h"
+#include "tandem/table_numbers.h"
 
 #include "tandem/error.h"
 
@@ -228,9 +229,10 @@ std::string render_table(const Table& t, ReportFormat f) {
         }
         case ReportFormat::Csv: {
             if (!t.banner.empty()) o << "# " << t.banner << "\n";
-            for (size_t i = 0; i < t.columns.size(); ++i) o << (i ? "," : "") << csv_escape(t.columns[i]);
+            const Table plain = plain_number_table(t);  // numbers in the cells, units in the header (table_numbers.h)
+            for (size_t i = 0; i < plain.columns.size(); ++i) o << (i ? "," : "") << csv_escape(plain.columns[i]);
             o << "\n";
-            for (const auto& r : t.rows) {
+            for (const auto& r : plain.rows) {
                 for (size_t i = 0; i < r.size(); ++i) o << (i ? "," : "") << csv_escape(r[i]);
                 o << "\n";
             }

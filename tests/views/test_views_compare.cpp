@@ -19,6 +19,7 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QTableView>
+#include <QTreeView>
 #include <QTemporaryDir>
 #include <QXYSeries>
 #include <QtTest>
@@ -50,6 +51,11 @@ std::vector<TestLeg> legs_of(double shift) {
         return 3.1 - 0.012 * u + shift + 2e-6;
     };
     return {engine, reference};
+}
+
+// The name the overlay gives a leg of a run: the run's label, then the leg.
+QString curve(const TrajectoryView* overlay, const std::string& run_id, const std::string& leg) {
+    return overlay->run_label(run_id) + QStringLiteral(" · ") + QString::fromStdString(leg);
 }
 
 std::string spec(double lr) {
@@ -138,7 +144,8 @@ private Q_SLOTS:
         window.show();
         window.open_catalog(QString::fromStdString(db.string()));
         auto* runs = window.runs_browser();
-        QCOMPARE(runs->model()->rowCount(), 6);
+        QCOMPARE(runs->model()->rowCount(), 3);
+        QCOMPARE(runs->model()->leg_count(), 6);
 
         // Tags and notes: written to the catalog, shown, searched by the filter.
         QVERIFY(runs->set_annotation(QString::fromLatin1(ids[0]), {QStringLiteral("baseline"), QStringLiteral("cpu")},
@@ -150,7 +157,8 @@ private Q_SLOTS:
             QCOMPARE(check.annotation(ids[1]).note, std::string("double lr"));
         }
         runs->set_filter_text(QStringLiteral("baseline"));
-        QCOMPARE(runs->proxy()->rowCount(), 2);  // both legs of run a
+        QCOMPARE(runs->proxy()->rowCount(), 1);  // run a, with both its legs
+        QCOMPARE(runs->proxy()->rowCount(runs->proxy()->index(0, 0)), 2);
         QCOMPARE(runs->shown_run_files(), QStringList{QString::fromStdString((root / ids[0] / "run.h5").string())});
         runs->set_filter_text(QStringLiteral("double LR"));
         QCOMPARE(runs->shown_run_files(), QStringList{QString::fromStdString((root / ids[1] / "run.h5").string())});
@@ -182,7 +190,7 @@ private Q_SLOTS:
             const auto oracle = h5py_read(QString::fromStdString((root / ids[i] / "run.h5").string()));
             QVERIFY2(!oracle.is_null(), "h5py could not read the run file");
             for (const auto& leg : {std::string("engine"), std::string("reference")}) {
-                const auto name = QString::fromStdString(std::string(ids[i]) + "/" + leg);
+                const auto name = curve(overlay, ids[i], leg);
                 const auto& o = oracle.at(leg);
                 for (const auto& [panel, column] : panels) {
                     const auto points = drawn(overlay, panel, name);
@@ -203,9 +211,12 @@ private Q_SLOTS:
         }
         // Colours: one per run (both legs of a run share it), distinct between runs; hiding a leg
         // removes its curve only.
-        const auto a_engine = QString::fromStdString(std::string(ids[0]) + "/engine");
-        const auto a_reference = QString::fromStdString(std::string(ids[0]) + "/reference");
-        const auto b_engine = QString::fromStdString(std::string(ids[1]) + "/engine");
+        // The legend names a run by its own tags (not every compared run has them).
+        QCOMPARE(overlay->run_label(ids[0]), QStringLiteral("baseline, cpu"));
+        QCOMPARE(overlay->run_label(ids[1]), QStringLiteral("lr-sweep"));
+        const auto a_engine = curve(overlay, ids[0], "engine");
+        const auto a_reference = curve(overlay, ids[0], "reference");
+        const auto b_engine = curve(overlay, ids[1], "engine");
         const QColor a_color = pen_color(overlay, TrajectoryView::GradNormPanel, a_engine);
         QCOMPARE(pen_color(overlay, TrajectoryView::GradNormPanel, a_reference), a_color);
         QVERIFY(pen_color(overlay, TrajectoryView::GradNormPanel, b_engine) != a_color);

@@ -139,6 +139,24 @@ private Q_SLOTS:
         QVERIFY(!figure_format_for(QStringLiteral("a.jpg")));
     }
 
+    // CSV for machines: the timing table's "493.8 MiB", "1.6 GiB", "1.960 (6-29)", "100.0%" and "n/a"
+    // become plain numbers with the unit (or the note's column) in the header; words stay words.
+    void table_csv_has_plain_numbers_and_units_in_the_header() {
+        const StringTable t{"timing", "Timing and memory",
+                            {"leg", "status", "median s/update (window)", "tokens/s", "above clip", "peak host", "largest (update)"},
+                            {{"engine (engine)", "finished", "1.960 (6-29)", "81.6", "100.0%", "493.8 MiB", "4.532e-06 (0)"},
+                             {"reference (reference)", "finished", "4.728 (6-29)", "33.2", "n/a", "1.6 GiB", "1.56e-05 (29)"}},
+                            {"window: 0-based updates"}};
+        const auto csv = format_table(t, TableFormat::Csv);
+        QCOMPARE(csv, std::string("leg,status,median s/update,window,tokens/s,above clip [%],peak host [MiB],largest,update\n"
+                                  "engine (engine),finished,1.960,6-29,81.6,100.0,493.8,4.532e-06,0\n"
+                                  "reference (reference),finished,4.728,6-29,33.2,,1638.4,1.56e-05,29\n"));
+        // The same text `tandem report --format csv` prints (one renderer).
+        QCOMPARE(csv, tandem::experiments::render_table(t, tandem::experiments::ReportFormat::Csv));
+        // Text and LaTeX keep what a reader wants.
+        QVERIFY(format_table(t, TableFormat::Markdown).find("493.8 MiB") != std::string::npos);
+    }
+
     // One action, several panels: held-out CE + residual + grad norm at a journal column width,
     // vector PDF with every font embedded (poppler's pdffonts), each panel's axis title in the text
     // layer (pdftotext), and ink in each third of the page once rasterised (pdftoppm).
@@ -185,7 +203,7 @@ private Q_SLOTS:
         }
         const auto [text_rc, text] = run(QStringLiteral("pdftotext"), {path, QStringLiteral("-")});
         QCOMPARE(text_rc, 0);
-        for (const auto& title : {QStringLiteral("held-out CE"), QStringLiteral("grad norm"), QStringLiteral("held-out CE: leg")})
+        for (const auto& title : {QStringLiteral("held-out CE"), QStringLiteral("grad norm"), QStringLiteral("[%]"), QStringLiteral("engine − reference")})
             QVERIFY2(text.contains(title), qPrintable(text));
         const auto png = dir.filePath(QStringLiteral("page"));
         QCOMPARE(run(QStringLiteral("pdftoppm"), {QStringLiteral("-png"), QStringLiteral("-r"), QStringLiteral("100"), QStringLiteral("-singlefile"), path, png}).first, 0);
@@ -200,15 +218,33 @@ private Q_SLOTS:
     }
 
     void curves_csv_has_every_point_or_the_visible_range_only() {
-        const auto s = snapshot();
+        auto s = snapshot();
+        s.run_id = "csv-run";
+        for (auto& leg : s.legs)
+            for (int u = 0; u <= 200; ++u) {
+                leg.tokens_seen.push_back({double(u), 100.0 * u});
+                leg.wall_time.push_back({double(u), 0.5 * u});
+            }
         const auto all = curves_csv(s, std::nullopt);
         const auto lines = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n'); };
-        // header + 2 legs x (200 grad norm + 200 train loss + 11 evals)
-        QCOMPARE(lines(all), 1 + 2 * (200 + 200 + 11));
+        // A header, then one line per (leg, update): updates 0..199 have steps, 200 only an evaluation.
+        QCOMPARE(lines(all), 1 + 2 * 201);
+        // Units in the header, plain numbers in the cells.
+        QCOMPARE(all.substr(0, all.find('\n')),
+                 std::string("run,leg,update,tokens_seen,wall_time [s],heldout_ce [nats],loss [nats],grad_norm,lr,tokens_per_s [tokens/s]"));
+        QVERIFY2(all.find("csv-run,engine,20,2000,10,3.1000000000000001,2.8999999999999999,") != std::string::npos, all.substr(0, 600).c_str());
+        std::ostringstream last;
+        last.precision(17);
+        last << "csv-run,reference,200,20000,100," << (3.2 - 0.005 * 200 + 0.001) << ",,,,\n";  // an evaluation only
+        QVERIFY2(all.find(last.str()) != std::string::npos, last.str().c_str());
+        QVERIFY(all.find("MiB") == std::string::npos && all.find(" (") == std::string::npos);
         const auto visible = curves_csv(s, std::make_pair(50.0, 59.0));
-        QCOMPARE(lines(visible), 1 + 2 * (10 + 10 + 0));
-        QVERIFY(visible.find("engine,grad_norm,50,") != std::string::npos);
+        QCOMPARE(lines(visible), 1 + 2 * 10);
+        QVERIFY(visible.find("csv-run,engine,50,") != std::string::npos);
         QVERIFY(visible.find(",49,") == std::string::npos);
+        // The visible range on the tokens axis: updates whose tokens seen lie inside it.
+        const auto by_tokens = curves_csv(s, std::make_pair(1000.0, 1500.0), XAxis::TokensSeen);
+        QCOMPARE(lines(by_tokens), 1 + 2 * 6);
     }
 };
 

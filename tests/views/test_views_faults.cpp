@@ -104,11 +104,15 @@ private Q_SLOTS:
         }
         RunsModel model;
         model.set_rows(load_catalog_rows(db));
-        QCOMPARE(model.rowCount(), 2);
+        QCOMPARE(model.leg_count(), 2);
+        const auto run = model.index(0, 0);
+        QCOMPARE(model.rowCount(run), 2);
         QStringList cells;
-        for (int r = 0; r < 2; ++r) cells << model.index(r, RunsModel::Faults).data().toString();
+        for (int r = 0; r < 2; ++r) cells << model.index(r, RunsModel::Faults, run).data().toString();
         cells.sort();
         QCOMPARE(cells, (QStringList{QString(), QStringLiteral("FAULT INJECTED: rope-theta=100")}));
+        // The run's row names the faulty leg too.
+        QCOMPARE(model.index(0, RunsModel::Faults).data().toString(), QStringLiteral("FAULT INJECTED: faulty: rope-theta=100"));
         QCOMPARE(model.headerData(RunsModel::Faults, Qt::Horizontal, Qt::DisplayRole).toString(), QStringLiteral("Faults"));
     }
 

@@ -17,6 +17,7 @@
 #include <QApplication>
 #include <QChart>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QFontMetricsF>
 #include <QLabel>
@@ -102,6 +103,19 @@ void check_axis(QChart* chart, Qt::Orientation o, bool integers, bool log_scale 
         for (std::size_t i = 1; i < labels.size(); ++i)
             QVERIFY(std::fabs((labels[i].number - labels[i - 1].number) - step) <= 1e-9 * std::max(1.0, std::fabs(step)) + std::fabs(step) * 1e-6);
     }
+}
+
+// A launcher on screen running the fake CLI `cli` on an empty experiment, legs a and b on the CPU.
+void set_up_fake_launcher(LauncherView& launcher, const QTemporaryDir& dir, const QString& cli) {
+    const auto exp = dir.filePath(QStringLiteral("x.json"));
+    std::ofstream(exp.toStdString()) << "{}";
+    launcher.show();
+    launcher.set_tandem(find_tandem_binary({}, {}, {}, cli));
+    launcher.set_runs_dir(dir.filePath(QStringLiteral("runs")));
+    launcher.set_catalog(dir.filePath(QStringLiteral("t.db")));
+    launcher.set_experiment(exp);
+    launcher.set_legs({{QStringLiteral("a"), QStringLiteral("engine"), QStringLiteral("cpu")},
+                       {QStringLiteral("b"), QStringLiteral("engine"), QStringLiteral("cpu")}});
 }
 
 }  // namespace
@@ -445,16 +459,11 @@ echo "tandem run: run folder: $folder"
 sleep 10
 exit 0
 )"));
-        const auto exp = dir.filePath(QStringLiteral("x.json"));
-        std::ofstream(exp.toStdString()) << "{}";
         LauncherView launcher;
-        launcher.show();
-        launcher.set_tandem(find_tandem_binary({}, {}, {}, cli));
-        launcher.set_runs_dir(dir.filePath(QStringLiteral("runs")));
-        launcher.set_catalog(dir.filePath(QStringLiteral("t.db")));
-        launcher.set_experiment(exp);
-        launcher.set_legs({{QStringLiteral("a"), QStringLiteral("engine"), QStringLiteral("cpu")},
-                           {QStringLiteral("b"), QStringLiteral("engine"), QStringLiteral("cpu")}});
+        set_up_fake_launcher(launcher, dir, cli);
+        // Nothing runs: no leg can be paused, stopped or resumed.
+        for (int row : {0, 1})
+            for (const auto* action : {"pause", "stop", "resume"}) QVERIFY(!launcher.leg_button_enabled(row, QString::fromLatin1(action)));
         QSignalSpy found(&launcher, &LauncherView::run_folder_found);
         launcher.start();
         QVERIFY(found.wait(10000));
@@ -462,10 +471,17 @@ exit 0
         auto* stop_a = launcher.findChild<QAbstractButton*>(QStringLiteral("stop_a"));
         QVERIFY(stop_a);
         QTRY_VERIFY(stop_a->isEnabled());
+        QVERIFY(launcher.leg_button_enabled(0, QStringLiteral("pause")));
+        QVERIFY(!launcher.leg_button_enabled(0, QStringLiteral("resume")));  // a running leg cannot be resumed
         stop_a->click();
         QTRY_COMPARE_WITH_TIMEOUT(launcher.leg_state_text(0), QStringLiteral("stopped"), 5000);
         QCOMPARE(launcher.leg_state_text(1), QStringLiteral("running"));  // the other leg goes on
         QVERIFY(launcher.running());
+        // What happened, not "… requested" forever: the command's own line.
+        QTRY_COMPARE_WITH_TIMEOUT(launcher.state_text(), QStringLiteral("tandem leg: a stopped"), 5000);
+        QVERIFY(!launcher.leg_button_enabled(0, QStringLiteral("stop")));
+        QVERIFY(launcher.leg_button_enabled(0, QStringLiteral("resume")));
+        QVERIFY(launcher.leg_button_enabled(1, QStringLiteral("stop")));
         QFile f(calls);
         QVERIFY(f.open(QIODevice::ReadOnly));
         const QString recorded = QString::fromUtf8(f.readAll());
@@ -478,6 +494,46 @@ exit 0
         QSignalSpy finished(&launcher, &LauncherView::run_finished);
         launcher.stop();  // the fake runner would otherwise sleep on
         QVERIFY(finished.wait(30000));
+        QVERIFY2(launcher.state_text().startsWith(QStringLiteral("Stopped")), qPrintable(launcher.state_text()));
+        for (int row : {0, 1}) {
+            QVERIFY(!launcher.leg_button_enabled(row, QStringLiteral("pause")));
+            QVERIFY(!launcher.leg_button_enabled(row, QStringLiteral("stop")));
+        }
+    }
+
+    // The runner ends with exit status 1 when a leg was stopped on request: the state line says
+    // which legs stopped and which finished, not "Runner exited with 1."
+    void a_run_with_a_leg_stopped_on_request_says_so_when_it_ends() {
+        QTemporaryDir dir;
+        const QString cli = dir.filePath(QStringLiteral("tandem"));
+        write_executable(cli, QStringLiteral(R"(#!/bin/bash
+if [[ "$1" == "leg" ]]; then echo "stopped by request" > "$3/legs/$4/stopped"; echo "tandem leg: $4 stopped"; exit 0; fi
+out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
+folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
+echo '{"updates":[[0],[1]]}' > "$folder/plan.json"
+for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
+echo "tandem run: run folder: $folder"
+for i in $(seq 100); do [[ -f "$folder/legs/a/stopped" ]] && break; sleep 0.1; done
+echo '{"v":1,"event":"step","update":1,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' >> "$folder/legs/b/events.jsonl"
+echo '{"v":1,"event":"done","updates":2,"final":"legs/b/final"}' >> "$folder/legs/b/events.jsonl"
+exit 1
+)"));
+        LauncherView launcher;
+        set_up_fake_launcher(launcher, dir, cli);
+        QSignalSpy found(&launcher, &LauncherView::run_folder_found);
+        QSignalSpy finished(&launcher, &LauncherView::run_finished);
+        launcher.start();
+        QVERIFY(found.wait(10000));
+        QTRY_VERIFY(launcher.leg_button_enabled(0, QStringLiteral("stop")));
+        launcher.findChild<QAbstractButton*>(QStringLiteral("stop_a"))->click();
+        QVERIFY(finished.wait(20000));
+        QCOMPARE(finished.first().first().toInt(), 1);
+        const QString said = launcher.state_text();
+        QVERIFY2(said != QStringLiteral("Runner exited with 1."), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("a stopped")) && said.contains(QStringLiteral("b done")), qPrintable(said));
+        QVERIFY(launcher.leg_button_enabled(0, QStringLiteral("resume")));  // the stopped leg can go on
+        QVERIFY(!launcher.leg_button_enabled(1, QStringLiteral("resume")));  // the finished one cannot
     }
 
     // 8. Tables say what "pass" means (footnotes) in the GUI and in LaTeX; LaTeX tables fit an
@@ -566,20 +622,55 @@ exit 0
         QCOMPARE(view.visible_record_count(), 1);
     }
 
-    // 10. The export dialog keeps the chosen chart; no label shows a literal "&".
+    // 10. The export dialog keeps the chosen chart but never the file: the name offered says which run
+    //     and chart it is, and Save asks before it replaces a file. No label shows a literal "&".
     void export_dialog_keeps_the_chart_and_labels_have_no_literal_ampersand() {
         QTemporaryDir dir;
-        const QStringList panels{"held-out CE", "training loss", "grad norm", "learning rate", "tokens/s", "residual"};
+        const QStringList panels{"held-out CE", "training loss", "grad norm", "learning rate", "throughput", "residual"};
         {
             FigureExportDialog dialog(panels, 0);
+            dialog.set_run_id(QStringLiteral("run-a"));
             dialog.findChild<QComboBox*>(QStringLiteral("chart"))->setCurrentIndex(5);
-            dialog.findChild<QLineEdit*>(QStringLiteral("path"))->setText(dir.filePath(QStringLiteral("residual.svg")));
+            dialog.set_path(dir.filePath(QStringLiteral("residual.svg")));
             dialog.accept();
             QCOMPARE(dialog.result(), int(QDialog::Accepted));
         }
+        std::ofstream(dir.filePath(QStringLiteral("residual.svg")).toStdString()) << "<svg/>";
         FigureExportDialog again(panels, 0);
+        again.set_run_id(QStringLiteral("run-b"));
         QCOMPARE(again.panel(), 5);
-        QCOMPARE(again.path(), dir.filePath(QStringLiteral("residual.svg")));
+        // The folder and suffix of the last export, a name of this run and chart.
+        QCOMPARE(again.path(), dir.filePath(QStringLiteral("run-b-residual.svg")));
+        // Replacing a file asks first; "no" keeps the dialog open and the file as it was.
+        again.set_path(dir.filePath(QStringLiteral("residual.svg")));
+        QStringList asked;
+        again.confirm_overwrite = [&](const QString& file) {
+            asked << file;
+            return false;
+        };
+        again.accept();
+        QCOMPARE(asked, QStringList{dir.filePath(QStringLiteral("residual.svg"))});
+        QCOMPARE(again.result(), int(QDialog::Rejected));
+        again.confirm_overwrite = [&](const QString&) { return true; };
+        again.accept();
+        QCOMPARE(again.result(), int(QDialog::Accepted));
+        // A preset sets the size and font for the panels chosen.
+        FigureExportDialog sized(panels, 0);
+        sized.choose_panels({0, 5, 2});
+        sized.apply_preset(FigurePreset::DoubleColumn);
+        QCOMPARE(sized.size().width, kJournalTwoColumnsCm);
+        QCOMPARE(sized.size().height, preset_size(FigurePreset::DoubleColumn, 3).height);
+        QCOMPARE(sized.size().font_pt, 8);
+        QCOMPARE(sized.findChild<QComboBox*>(QStringLiteral("preset"))->currentText(), QStringLiteral("double column (17.8 cm)"));
+        if (const auto shots = qEnvironmentVariable("TANDEM_SCREENSHOT_DIR"); !shots.isEmpty()) {
+            sized.show();
+            QApplication::processEvents();
+            sized.grab().save(QDir(shots).filePath(QStringLiteral("export-dialog.png")));
+        }
+        // A width typed by hand is no longer the preset.
+        auto* width = sized.findChildren<QDoubleSpinBox*>().value(0);
+        width->setValue(12.0);
+        QCOMPARE(sized.findChild<QComboBox*>(QStringLiteral("preset"))->currentText(), QStringLiteral("custom"));
         auto check_labels = [](QWidget* root) {
             for (auto* label : root->findChildren<QLabel*>()) {
                 const QString t = label->text();

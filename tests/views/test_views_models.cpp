@@ -7,6 +7,8 @@
 
 #include <QAbstractItemModelTester>
 #include <QTemporaryDir>
+#include "tandem/compare/run_overview.h"
+
 #include <QtTest>
 
 #include <cmath>
@@ -59,14 +61,19 @@ private Q_SLOTS:
         RunsModel model;
         QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
         model.set_rows(sample_rows());
-        QCOMPARE(model.rowCount(), 4);
-        QCOMPARE(model.columnCount(), int(RunsModel::ColumnCount));
-        QCOMPARE(model.index(0, RunsModel::FinalLoss).data().toString(), QStringLiteral("2.500000"));
-        QCOMPARE(model.index(2, RunsModel::FinalLoss).data().toString(), QStringLiteral("—"));
-        QCOMPARE(model.index(1, RunsModel::PeakMemory).data().toString(), QStringLiteral("858.3 MiB"));
-        QCOMPARE(model.index(0, RunsModel::Progress).data().toString(), QStringLiteral("40 / 40"));
+        // Three runs at the top, each leg under its run.
+        QCOMPARE(model.rowCount(), 3);
+        QCOMPARE(model.leg_count(), 4);
+        QCOMPARE(model.columnCount(), int(RunsModel::ColumnCount) + int(tandem::experiments::default_setting_columns().size()));
+        const auto run1 = model.run_index("clinical-tiny-1");
+        QCOMPARE(model.rowCount(run1), 2);
+        QCOMPARE(model.index(0, RunsModel::FinalLoss, run1).data().toString(), QStringLiteral("2.500000"));
+        QCOMPARE(model.index(1, RunsModel::PeakMemory, run1).data().toString(), QStringLiteral("858.3 MiB"));
+        QCOMPARE(model.index(0, RunsModel::Progress, run1).data().toString(), QStringLiteral("40 / 40"));
+        QCOMPARE(model.index(0, RunsModel::FinalLoss, model.run_index("clinical-tiny-2")).data().toString(), QStringLiteral("—"));
         model.remove_run("clinical-tiny-1");
         QCOMPARE(model.rowCount(), 2);
+        QCOMPARE(model.leg_count(), 2);
         QCOMPARE(model.index(0, RunsModel::Run).data().toString(), QStringLiteral("clinical-tiny-2"));
         model.set_rows({});
         QCOMPARE(model.rowCount(), 0);
@@ -77,20 +84,31 @@ private Q_SLOTS:
         RunsFilterProxy proxy;
         proxy.setSourceModel(&model);
         QAbstractItemModelTester tester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);
-        model.set_rows(sample_rows());
-        // Tokens/s 900, 100, none, 5000: ascending numeric order puts the missing value last
-        // (a text sort would give 100, 5000, 900).
+        // One run with four legs: tokens/s 900, 100, none, 5000.
+        auto rows = sample_rows();
+        for (auto& r : rows) {
+            r.leg = r.run_id + "-" + r.leg;
+            r.run_id = "one-run";
+        }
+        model.set_rows(rows);
+        const auto run = proxy.index(0, 0);
+        // Ascending numeric order puts the missing value last (a text sort would give 100, 5000, 900).
         proxy.sort(RunsModel::TokensPerSecond, Qt::AscendingOrder);
         QStringList order;
-        for (int r = 0; r < proxy.rowCount(); ++r) order << proxy.index(r, RunsModel::TokensPerSecond).data().toString();
+        for (int r = 0; r < proxy.rowCount(run); ++r) order << proxy.index(r, RunsModel::TokensPerSecond, run).data().toString();
         QCOMPARE(order, (QStringList{"100", "900", "5000", "—"}));
+        // A run stays with the legs that match; a leg that does not match leaves.
         proxy.set_filter_text(QStringLiteral("CUDA"));
-        QCOMPARE(proxy.rowCount(), 2);
-        proxy.set_filter_text(QStringLiteral("failed"));
         QCOMPARE(proxy.rowCount(), 1);
-        QCOMPARE(proxy.index(0, RunsModel::Run).data().toString(), QStringLiteral("clinical-tiny-2"));
+        QCOMPARE(proxy.rowCount(proxy.index(0, 0)), 2);
+        proxy.set_filter_text(QStringLiteral("failed"));
+        QCOMPARE(proxy.rowCount(proxy.index(0, 0)), 1);
+        QCOMPARE(proxy.index(0, RunsModel::Run, proxy.index(0, 0)).data().toString(), QStringLiteral("clinical-tiny-2-engine"));
+        // A run that matches keeps all its legs.
+        proxy.set_filter_text(QStringLiteral("one-run"));
+        QCOMPARE(proxy.rowCount(proxy.index(0, 0)), 4);
         proxy.set_filter_text({});
-        QCOMPARE(proxy.rowCount(), 4);
+        QCOMPARE(proxy.rowCount(proxy.index(0, 0)), 4);
     }
 
     void string_table_model_passes_model_tester() {

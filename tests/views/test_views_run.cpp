@@ -29,6 +29,7 @@
 #include <QTextEdit>
 #include <QValueAxis>
 #include <QXYSeries>
+#include <QTreeView>
 #include <QtTest>
 
 #include <algorithm>
@@ -511,13 +512,18 @@ private Q_SLOTS:
         RunsBrowser browser;
         QAbstractItemModelTester tester(browser.proxy(), QAbstractItemModelTester::FailureReportingMode::QtTest);
         browser.set_catalog(QString::fromStdString(db.string()));
-        QCOMPARE(browser.model()->rowCount(), 4);
-        QCOMPARE(browser.model()->index(0, RunsModel::PeakMemory).data().toString(), QStringLiteral("1.0 MiB"));
-        browser.table()->selectRow(0);
+        // Two runs, each with its two legs under it.
+        QCOMPARE(browser.model()->rowCount(), 2);
+        QCOMPARE(browser.model()->leg_count(), 4);
+        const auto run0 = browser.model()->index(0, 0);
+        QCOMPARE(browser.model()->rowCount(run0), 2);
+        QCOMPARE(browser.model()->index(0, RunsModel::PeakMemory, run0).data().toString(), QStringLiteral("1.0 MiB"));
+        browser.table()->selectionModel()->select(browser.proxy()->index(0, 0), QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
         const auto id = browser.selected_run_id();
         QVERIFY(!id.isEmpty());
         browser.delete_selected(false);
-        QCOMPARE(browser.model()->rowCount(), 2);
+        QCOMPARE(browser.model()->rowCount(), 1);
+        QCOMPARE(browser.model()->leg_count(), 2);
         ex::Catalog check(db);
         QCOMPARE(check.runs().size(), std::size_t(1));
         QVERIFY(!check.run(id.toStdString()));

@@ -2,15 +2,15 @@
 
 namespace tandem::views {
 
-const char* metric_label(Metric metric) {
-    switch (metric) {
-    case Metric::HeldoutCe: return "held-out CE";
-    case Metric::GradNorm: return "grad norm";  // the pre-clip global norm (docs/spec.md §Recipe)
-    case Metric::TrainLoss: return "training loss";
-    case Metric::LearningRate: return "learning rate";
-    case Metric::Throughput: return "tokens/s";
+const char* metric_label(Metric metric) { return experiments::metric_info(metric).label; }
+
+const Series* LegTrajectory::clock(XAxis axis) const {
+    switch (axis) {
+    case XAxis::Update: return nullptr;
+    case XAxis::TokensSeen: return &tokens_seen;
+    case XAxis::WallTime: return &wall_time;
     }
-    return "?";
+    return nullptr;
 }
 
 const Series& LegTrajectory::series(Metric metric) const {

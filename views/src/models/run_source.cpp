@@ -6,6 +6,7 @@
 #include "tandem/compare/report.h"
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/store/run_file.h"
+#include "tandem/compare/run_overview.h"
 
 #include <nlohmann/json.hpp>
 
@@ -43,25 +44,14 @@ void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
 
 // The panel a flag belongs on (what its value is of, as the gate recorded it).
 Metric flag_metric(const ex::GateFlag& f) {
-    if (f.series == "heldout_ce") return Metric::HeldoutCe;
-    if (f.series == "grad_norm") return Metric::GradNorm;
-    if (f.series == "wall_s") return Metric::Throughput;
-    if (f.series == "loss") return Metric::TrainLoss;
+    if (auto m = ex::metric_of_series(f.series)) return *m;
+    if (f.series == "wall_s") return Metric::Throughput;  // step time: drawn on the throughput panel
     // Flags recorded before the gate named the series: what their kind is about.
     if (f.kind == "paired-bound") return Metric::HeldoutCe;
     if (f.kind == "step-time") return Metric::Throughput;
     if (f.message.find("held-out") != std::string::npos) return Metric::HeldoutCe;
     if (f.message.find("grad norm") != std::string::npos) return Metric::GradNorm;
     return Metric::TrainLoss;
-}
-
-const char* series_name(Metric m) {
-    switch (m) {
-    case Metric::HeldoutCe: return "heldout_ce";
-    case Metric::TrainLoss: return "loss";
-    case Metric::GradNorm: return "grad_norm";
-    default: return nullptr;
-    }
 }
 
 bool leg_has_ended(const std::string& status) { return !status.empty() && status != "running" && status != "pending"; }
@@ -109,6 +99,15 @@ std::optional<std::string> run_path_problem(const std::filesystem::path& path, b
     }
     if (!std::filesystem::is_regular_file(path, ec)) return path.string() + " is not a file or a folder";
     if (!has_hdf5_signature(path)) return path.string() + " is not an HDF5 file (not a tandem run file)";
+    // A truncated or damaged file has the signature but HDF5 cannot open it: refuse it now, in the
+    // window, rather than on the follower's thread (opening reads the superblock only: fast).
+    try {
+        ex::RunFileReader reader(path, 0.5);
+    } catch (const std::exception& e) {
+        std::string why = e.what();
+        if (why.find(path.string()) != std::string::npos) return why;
+        return path.string() + " cannot be read as a run file: " + why;
+    }
     return std::nullopt;
 }
 
@@ -144,6 +143,7 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
         const auto experiment = reader.experiment();
         out.experiment = experiment ? experiment->name : std::string();
         out.run_id = experiment && !experiment->run_id.empty() ? experiment->run_id : file.parent_path().filename().string();
+        out.spec_json = experiment ? experiment->spec_json : std::string();
         const auto names = reader.legs();
         // Another run in the same place, legs gone, or tables that shrank: start over.
         bool reset = out.run_id != run_id_ || names.size() < legs_.size();
@@ -170,7 +170,7 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
                     band.stack = envelope_->implementation;
                     band.members = envelope_->members;
                     band.metric = m;
-                    for (const auto& p : ex::envelope_band_points(*envelope_, series_name(m))) {
+                    for (const auto& p : ex::envelope_band_points(*envelope_, ex::metric_info(m).series)) {
                         const auto u = static_cast<double>(p.update);
                         band.min.push_back({u, p.min});
                         band.max.push_back({u, p.max});
@@ -216,6 +216,11 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
                 leg.tokens_per_s.push_back({u, ex::update_tokens_per_second(row)});
             }
             for (const auto& row : evals) leg.heldout_ce.push_back({static_cast<double>(row.update), row.heldout_ce});
+            for (const auto& c : ex::update_clock(steps, state.clock)) {
+                leg.tokens_seen.push_back({static_cast<double>(c.update), c.tokens_seen});
+                leg.wall_time.push_back({static_cast<double>(c.update), c.wall_s});
+                state.clock = c;
+            }
             if (envelope_ && model_ && !evals.empty()) {
                 ZTrajectory z{state.name, envelope_->implementation, {}};
                 for (const auto& q : ex::envelope_z_points(evals, *envelope_, *model_))
@@ -307,6 +312,7 @@ void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) 
     target.path = delta.added.path;
     target.run_id = delta.added.run_id;
     target.experiment = delta.added.experiment;
+    if (!delta.added.spec_json.empty()) target.spec_json = delta.added.spec_json;
     for (const auto& leg : delta.added.legs) {
         auto it = std::find_if(target.legs.begin(), target.legs.end(), [&](const LegTrajectory& l) { return l.leg == leg.leg; });
         if (it == target.legs.end()) {
@@ -321,6 +327,8 @@ void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) 
             const auto& added = leg.series(m);
             series.insert(series.end(), added.begin(), added.end());
         }
+        it->tokens_seen.insert(it->tokens_seen.end(), leg.tokens_seen.begin(), leg.tokens_seen.end());
+        it->wall_time.insert(it->wall_time.end(), leg.wall_time.begin(), leg.wall_time.end());
     }
     for (const auto& r : delta.added.residuals) {
         auto it = std::find_if(target.residuals.begin(), target.residuals.end(), [&](const ResidualTrajectory& t) {
@@ -365,6 +373,9 @@ std::vector<CatalogLegRow> load_catalog_rows(const std::filesystem::path& catalo
         base.run_path = run.folder;
         base.run_file = run.run_file;
         base.started = run.started_at;
+        base.verdict = run.note;  // the runner writes the verdict line there (docs/catalog.md)
+        if (auto spec = ex::read_run_spec(run.folder)) base.spec = std::make_shared<const nlohmann::json>(std::move(*spec));
+        if (auto e = ex::envelope_folder_of(run.folder)) base.envelope = e->string();
         const auto legs = catalog.legs(run.id);
         if (legs.empty()) {
             rows.push_back(base);

@@ -42,7 +42,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     left_layout->setContentsMargins(0, 0, 0, 0);
     tree_ = new QTreeWidget(left);
     tree_->setObjectName(QStringLiteral("compare_runs"));
-    tree_->setHeaderLabels({tr("Run / leg")});
+    tree_->setHeaderLabels({tr("Run / leg"), tr("Named in the legend")});
+    tree_->setColumnCount(2);
+    tree_->header()->moveSection(1, 0);  // what the legend says first, the run id beside it
     tree_->setMinimumWidth(220);
     left_layout->addWidget(tree_, 1);
     auto* buttons = new QHBoxLayout;
@@ -87,6 +89,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     tabs_->addTab(diff_page, tr("Diff runs"));
     splitter->addWidget(tabs_);
     splitter->setStretchFactor(1, 1);
+    splitter->setSizes({320, 1000});
     layout->addWidget(splitter);
 
     connect(add, &QPushButton::clicked, this, [this] {
@@ -156,6 +159,7 @@ void CompareView::remove_run(const QString& path) {
     delete (*it)->item;
     overlay_->remove_run((*it)->run_file);
     runs_.erase(it);
+    refresh_labels();
     refresh_choices();
     sync_shown_legs();
 }
@@ -180,9 +184,19 @@ void CompareView::on_delta(Followed* run, std::shared_ptr<const RunDelta> delta)
         syncing_ = false;
     }
     overlay_->apply_delta(*delta);
+    refresh_labels();
     refresh_choices();
     sync_shown_legs();
     Q_EMIT runs_updated();
+}
+
+void CompareView::refresh_labels() {
+    // What the overlay's legend calls each run (its tags, or the settings that differ).
+    const QSignalBlocker block(tree_);
+    for (const auto& r : runs_)
+        if (!r->run_id.empty()) r->item->setText(1, overlay_->run_label(r->run_id));
+    tree_->resizeColumnToContents(1);
+    tree_->resizeColumnToContents(0);
 }
 
 void CompareView::set_leg_shown(const std::string& run_id, const std::string& leg, bool shown) {

@@ -1,6 +1,9 @@
 #include "tandem/views/export_dialog.h"
 
 #include <QComboBox>
+#include <QDir>
+#include <QFileInfo>
+#include <QRegularExpression>
 #include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -41,7 +44,9 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     form->addRow(tr("&Panels:"), several_);
     several_->setEnabled(panel_->currentIndex() == panels.size());
     auto* path_row = new QHBoxLayout;
-    path_ = new QLineEdit(settings.value(QStringLiteral("export/figure_path"), QStringLiteral("figure.pdf")).toString(), this);
+    // Not the last file: Save must never write another chart over residual.svg without asking. The
+    // name is made from the run and the chart (suggest_path), in the last export's folder.
+    path_ = new QLineEdit(this);
     path_->setObjectName(QStringLiteral("path"));
     auto* browse = new QPushButton(tr("&Browse…"), this);
     path_row->addWidget(path_, 1);
@@ -67,10 +72,10 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     unit_->setCurrentIndex(settings.value(QStringLiteral("export/unit"), 0).toInt());
     preset_ = new QComboBox(this);
     preset_->setObjectName(QStringLiteral("preset"));
-    preset_->addItem(tr("custom"), 0.0);
-    preset_->addItem(tr("journal column (%1 cm)").arg(kJournalColumnCm), kJournalColumnCm);
-    preset_->addItem(tr("journal two columns (%1 cm)").arg(kJournalTwoColumnsCm), kJournalTwoColumnsCm);
-    form->addRow(tr("&Width preset:"), preset_);
+    preset_->addItem(tr("custom"), -1);
+    for (const auto& p : figure_presets()) preset_->addItem(QString::fromLatin1(p.name), static_cast<int>(p.preset));
+    preset_->setToolTip(tr("Size and font for a journal column, two columns or a 16:9 slide, for the panels chosen"));
+    form->addRow(tr("Pres&et:"), preset_);
     auto* size_row = new QHBoxLayout;
     size_row->addWidget(width_);
     size_row->addWidget(new QLabel(QStringLiteral("×"), this));
@@ -96,18 +101,71 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     form->addRow(buttons);
     connect(buttons, &QDialogButtonBox::accepted, this, &FigureExportDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, this, &FigureExportDialog::reject);
-    connect(panel_, &QComboBox::currentIndexChanged, this, [this](int index) { several_->setEnabled(index == several_->count()); });
+    connect(panel_, &QComboBox::currentIndexChanged, this, [this](int index) {
+        several_->setEnabled(index == several_->count());
+        if (preset_->currentData().toInt() >= 0) apply_preset(static_cast<FigurePreset>(preset_->currentData().toInt()));
+        suggest_path();
+    });
+    connect(several_, &QListWidget::itemChanged, this, [this] {
+        if (preset_->currentData().toInt() >= 0) apply_preset(static_cast<FigurePreset>(preset_->currentData().toInt()));
+    });
     connect(preset_, &QComboBox::currentIndexChanged, this, [this](int) {
-        const double cm = preset_->currentData().toDouble();
-        if (cm <= 0) return;
-        unit_->setCurrentIndex(0);
-        width_->setValue(cm);
+        if (preset_->currentData().toInt() >= 0) apply_preset(static_cast<FigurePreset>(preset_->currentData().toInt()));
+    });
+    connect(path_, &QLineEdit::textEdited, this, [this] { path_edited_ = true; });
+    // A size or font typed by hand is no longer the preset's.
+    for (auto* box : {width_, height_})
+        connect(box, &QDoubleSpinBox::valueChanged, this, [this] {
+            if (!applying_preset_) preset_->setCurrentIndex(0);
+        });
+    connect(font_, &QSpinBox::valueChanged, this, [this] {
+        if (!applying_preset_) preset_->setCurrentIndex(0);
     });
     connect(browse, &QPushButton::clicked, this, [this] {
-        const auto file = QFileDialog::getSaveFileName(this, tr("Export figure"), path_->text(),
-                                                       tr("PDF (*.pdf);;SVG (*.svg);;PNG (*.png)"));
-        if (!file.isEmpty()) path_->setText(file);
+        // Save asks before replacing (accept()), so the file dialog does not ask a second time.
+        const auto file = QFileDialog::getSaveFileName(this, tr("Export figure"), path_->text(), tr("PDF (*.pdf);;SVG (*.svg);;PNG (*.png)"),
+                                                       nullptr, QFileDialog::DontConfirmOverwrite);
+        if (!file.isEmpty()) set_path(file);
     });
+    confirm_overwrite = [this](const QString& file) {
+        return QMessageBox::question(this, windowTitle(), tr("%1 exists. Replace it?").arg(file), QMessageBox::Yes | QMessageBox::Cancel,
+                                     QMessageBox::Cancel) == QMessageBox::Yes;
+    };
+    const int preset = settings.value(QStringLiteral("export/preset"), -1).toInt();
+    if (const int i = preset_->findData(preset); i > 0) preset_->setCurrentIndex(i);
+    suggest_path();
+}
+
+void FigureExportDialog::set_run_id(const QString& run_id) {
+    run_id_ = run_id;
+    suggest_path();
+}
+
+void FigureExportDialog::set_path(const QString& path) {
+    path_->setText(path);
+    path_edited_ = true;
+}
+
+void FigureExportDialog::suggest_path() {
+    if (path_edited_) return;
+    QSettings settings;
+    const QString folder = settings.value(QStringLiteral("export/figure_folder"), QDir::currentPath()).toString();
+    const QString suffix = settings.value(QStringLiteral("export/figure_suffix"), QStringLiteral("pdf")).toString();
+    path_->setText(QDir(folder).filePath(export_file_name(run_id_, panel() >= 0 ? panel_->currentText() : QStringLiteral("panels"), suffix)));
+}
+
+void FigureExportDialog::apply_preset(FigurePreset preset) {
+    const FigureSize s = preset_size(preset, static_cast<int>(panels().size()));
+    applying_preset_ = true;
+    unit_->setCurrentIndex(0);
+    width_->setValue(s.width);
+    height_->setValue(s.height);
+    font_->setValue(s.font_pt);
+    applying_preset_ = false;
+    if (const int i = preset_->findData(static_cast<int>(preset)); i >= 0 && preset_->currentIndex() != i) {
+        const QSignalBlocker block(preset_);
+        preset_->setCurrentIndex(i);
+    }
 }
 
 int FigureExportDialog::panel() const { return panel_->currentIndex() == several_->count() ? -1 : panel_->currentIndex(); }
@@ -149,8 +207,11 @@ void FigureExportDialog::accept() {
         QMessageBox::warning(this, windowTitle(), tr("The file name must end in .pdf, .svg or .png."));
         return;
     }
+    if (QFileInfo::exists(path_->text()) && !(confirm_overwrite && confirm_overwrite(path_->text()))) return;
     QSettings settings;
-    settings.setValue(QStringLiteral("export/figure_path"), path_->text());
+    settings.setValue(QStringLiteral("export/figure_folder"), QFileInfo(path_->text()).absolutePath());
+    settings.setValue(QStringLiteral("export/figure_suffix"), QFileInfo(path_->text()).suffix().toLower());
+    settings.setValue(QStringLiteral("export/preset"), preset_->currentData().toInt());
     settings.setValue(QStringLiteral("export/figure_chart"), panel_->currentIndex());
     QVariantList ticked;
     for (int i : panels()) ticked << i;

@@ -101,7 +101,11 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
     connect(control_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus) {
         const QString out = QString::fromUtf8(control_->readAll()).trimmed();
         if (!out.isEmpty()) append_log(out);
-        if (code != 0) state_->setText(out.isEmpty() ? tr("tandem leg exited with %1.").arg(code) : out.section(QLatin1Char('\n'), -1));
+        // Say what happened, not "… requested" forever: the command's own line (it names the leg
+        // and what the runner will do), or its error.
+        const QString last = out.section(QLatin1Char('\n'), -1);
+        if (code != 0) state_->setText(out.isEmpty() ? tr("tandem leg %1 %2 exited with %3.").arg(control_action_, control_leg_).arg(code) : last);
+        else state_->setText(last.isEmpty() ? tr("Leg %1: %2 taken.").arg(control_leg_, control_action_) : last);
         if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(read_run_progress(run_folder_.toStdString())));
     });
     follower_ = new LegProgressFollower(this);
@@ -118,15 +122,31 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
         on_output();  // whatever is still buffered, the error line included
         find_run_folder();
         const int exit_code = status == QProcess::NormalExit ? code : -1;
-        // The runner's own error line says what is wrong (a parse error names the file and field).
+        // One last read so the table shows the final state (and the message can name the legs).
+        RunProgress final_state;
+        if (!run_folder_.isEmpty()) final_state = read_run_progress(run_folder_.toStdString());
         QString text = exit_code == 0 ? tr("Finished.") : tr("Runner exited with %1.").arg(exit_code);
-        if (exit_code != 0 && !last_error_.isEmpty()) text += QLatin1Char(' ') + last_error_;
+        if (exit_code != 0 && !last_error_.isEmpty()) {
+            text += QLatin1Char(' ') + last_error_;  // the runner's own error line (a parse error names the file and field)
+        } else if (exit_code != 0 && !stopping_) {
+            // No error line: legs stopped or paused on request end the run incomplete. Say so per leg.
+            QStringList legs;
+            bool requested = false;
+            for (const auto& leg : final_state) {
+                const QString word = leg.done ? tr("done") : !leg.error.empty() ? tr("failed") : QString::fromStdString(leg.status.empty() ? "interrupted" : leg.status);
+                requested = requested || leg.status == "stopped" || leg.status == "paused";
+                legs << QStringLiteral("%1 %2").arg(QString::fromStdString(leg.leg), word);
+            }
+            if (requested) text = tr("Runner finished with legs stopped or paused on request: %1. Resume continues them.").arg(legs.join(QStringLiteral(", ")));
+        } else if (stopping_) {
+            text = tr("Stopped (legs keep their checkpoints; Resume continues them).");
+        }
+        stopping_ = false;
         state_->setText(text);
         start_->setEnabled(true);
         stop_->setEnabled(false);
         resume_->setEnabled(!run_folder_.isEmpty() && exit_code != 0);
-        // One last read so the table shows the final state.
-        if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(read_run_progress(run_folder_.toStdString())));
+        if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(std::move(final_state)));
         follower_->stop();
         Q_EMIT run_finished(exit_code);
     });
@@ -172,6 +192,21 @@ void LauncherView::set_experiment(const QString& path) {
     }
 }
 
+void LauncherView::set_leg_buttons(int row, bool running_leg, bool resumable) {
+    auto* control = legs_->cellWidget(row, ColControl);
+    if (!control) return;
+    const QString leg = legs_->item(row, ColLeg)->text();
+    for (const auto& [action, on] : {std::pair{QStringLiteral("pause"), running_leg}, std::pair{QStringLiteral("stop"), running_leg},
+                                     std::pair{QStringLiteral("resume"), resumable}})
+        if (auto* button = control->findChild<QToolButton*>(QStringLiteral("%1_%2").arg(action, leg))) button->setEnabled(on);
+}
+
+bool LauncherView::leg_button_enabled(int row, const QString& action) const {
+    auto* control = legs_->cellWidget(row, ColControl);
+    auto* button = control ? control->findChild<QToolButton*>(QStringLiteral("%1_%2").arg(action, legs_->item(row, ColLeg)->text())) : nullptr;
+    return button && button->isEnabled();
+}
+
 void LauncherView::reset_rows() {
     for (int r = 0; r < legs_->rowCount(); ++r) {
         auto* bar = static_cast<QProgressBar*>(legs_->cellWidget(r, ColProgress));
@@ -180,6 +215,7 @@ void LauncherView::reset_rows() {
         bar->setFormat(tr("—"));  // no "0 / 1": the total comes with the run's plan.json
         legs_->item(r, ColState)->setText(tr("not started"));
         legs_->item(r, ColState)->setForeground(palette().text().color());
+        set_leg_buttons(r, false, false);
     }
 }
 
@@ -237,8 +273,8 @@ void LauncherView::set_legs(const std::vector<LegChoice>& legs) {
             control_layout->addWidget(button);
         }
         control_layout->addStretch(1);
-        control->setEnabled(false);
         legs_->setCellWidget(r, ColControl, control);
+        set_leg_buttons(r, false, false);
     }
     reset_rows();
     legs_->resizeColumnsToContents();
@@ -291,6 +327,7 @@ void LauncherView::start() {
 void LauncherView::stop() {
     if (!running()) return;
     state_->setText(tr("Stopping (legs keep their checkpoints)…"));
+    stopping_ = true;
     process_->terminate();  // SIGTERM: the runner interrupts its legs and records them as interrupted
 }
 
@@ -309,6 +346,8 @@ void LauncherView::control_leg(const QString& leg, const QString& action) {
     const auto args = leg_control_arguments(action, run_folder_, leg, catalog_);
     append_log(QStringLiteral("$ %1 %2").arg(tandem_, args.join(QLatin1Char(' '))));
     state_->setText(tr("%1 %2 requested…").arg(action, leg));
+    control_action_ = action;
+    control_leg_ = leg;
     control_->start(tandem_, args);
     // A resumed leg is followed again (the runner relaunches it, or the command continues the run).
     if (action == QStringLiteral("resume")) follower_->follow(run_folder_, 500);
@@ -352,7 +391,11 @@ void LauncherView::on_progress(std::shared_ptr<const RunProgress> progress) {
         if (!leg.done && (leg.status == "paused" || leg.status == "stopped")) state = QString::fromStdString(leg.status);
         if (leg.request_pending) state += tr(" (request pending)");
         if (!leg.error.empty()) state = tr("failed: %1").arg(QString::fromStdString(leg.error));
-        if (auto* control = legs_->cellWidget(row, ColControl)) control->setEnabled(!run_folder_.isEmpty());
+        // Pause and Stop act on a running leg of a running runner; Resume on a paused or stopped
+        // leg (the runner takes it, or `tandem leg resume` continues the run). Nothing else.
+        const bool leg_running = running() && !leg.done && leg.error.empty() && leg.status != "paused" && leg.status != "stopped";
+        const bool leg_resumable = !leg.done && !run_folder_.isEmpty() && (leg.status == "paused" || leg.status == "stopped");
+        set_leg_buttons(row, leg_running, leg_resumable);
         auto* item = legs_->item(row, ColState);
         if (item->text() != state && !leg.error.empty()) {
             // A crash: show what the leg said last, without touching the other legs.

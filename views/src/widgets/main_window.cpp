@@ -33,6 +33,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -99,9 +100,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     follower_ = new RunFollower(this);
     connect(follower_, &RunFollower::delta_ready, this, &MainWindow::on_delta);
-    connect(follower_, &RunFollower::load_failed, this, [this](const QString& m) { status_->setText(m); });
+    // A file that fails on the follower's thread (it passed the quick check) is said in the error
+    // bar like any path that is not a run, and is not remembered in Recent runs.
+    connect(follower_, &RunFollower::load_failed, this, [this](const QString& m) { show_error(m); });
     connect(runs_, &RunsBrowser::open_run_requested, this, [this](const QString& path) { open_run(path); });
     connect(runs_, &RunsBrowser::compare_requested, this, [this](const QStringList& files) {
+        compare_->overlay()->set_run_tags(runs_->run_tags());  // a run's own tags name it in the legend
         compare_->set_runs(files);
         show_page(ComparePage);
     });
@@ -216,7 +220,8 @@ bool MainWindow::open_run(const QString& path, bool pending) {
     snapshot_ = {};
     trajectories_->set_snapshot({});
     follower_->follow(run_path_);
-    remember_recent(run_path_);
+    // Recent runs gets the run once its first rows arrived (on_delta): a file that fails to load is
+    // never remembered.
     status_->setText(tr("Opening %1…").arg(run_path_));
     setWindowTitle(tr("tandem workbench — %1").arg(QFileInfo(run_path_).fileName() == QStringLiteral("run.h5")
                                                        ? QFileInfo(run_path_).dir().dirName()
@@ -232,6 +237,7 @@ void MainWindow::on_delta(std::shared_ptr<const RunDelta> delta) {
     status_->setText(tr("%1: %2 legs, %3 points").arg(QString::fromStdString(snapshot_.path)).arg(snapshot_.legs.size()).arg(last_point_count_));
     if (!static_pages_loaded_) {
         static_pages_loaded_ = true;
+        remember_recent(run_path_);
         load_static_pages(QString::fromStdString(snapshot_.path));
     }
     Q_EMIT run_snapshot_shown();
@@ -342,15 +348,30 @@ void MainWindow::export_figure_dialog() {
     export_figure_with(false);
 }
 
+namespace {
+// A file name that says what the file holds: "<run id>-<what>.<suffix>", in the folder of the last export.
+QString suggested_file(const QString& key, const std::string& run_id, const QString& what, const QString& suffix) {
+    QSettings settings;
+    const QString folder = settings.value(key).toString();
+    return QDir(folder.isEmpty() ? QDir::currentPath() : folder).filePath(export_file_name(QString::fromStdString(run_id), what, suffix));
+}
+void remember_folder(const QString& key, const QString& file) { QSettings().setValue(key, QFileInfo(file).absolutePath()); }
+}  // namespace
+
+TrajectoryView* MainWindow::figure_source() const {
+    // The Compare page's overlay when it is the page in front, else the run's trajectories.
+    return pages_->currentIndex() == ComparePage ? compare_->overlay() : trajectories_;
+}
+
 void MainWindow::export_figure_with(bool several) {
     QStringList panels;
     for (int p = 0; p < TrajectoryView::PanelCount; ++p) panels << TrajectoryView::panel_name(static_cast<TrajectoryView::Panel>(p));
+    TrajectoryView* view = figure_source();
     FigureExportDialog dialog(panels, 0, this);
     if (several) dialog.choose_panels({TrajectoryView::HeldoutPanel, TrajectoryView::ResidualPanel, TrajectoryView::GradNormPanel});
+    dialog.set_run_id(QString::fromStdString(view->snapshot().run_id));
     if (dialog.exec() != QDialog::Accepted) return;
     try {
-        // The Compare page's overlay when it is the page in front, else the run's trajectories.
-        TrajectoryView* view = pages_->currentIndex() == ComparePage ? compare_->overlay() : trajectories_;
         std::vector<PanelFigure> figure;
         for (int p : dialog.panels()) figure.push_back({view->panel_curves(p), view->panel_options(p)});
         export_figure_panels(figure, dialog.size(), *figure_format_for(dialog.path()), dialog.path().toStdString(),
@@ -367,16 +388,20 @@ void MainWindow::export_table_dialog() {
         QMessageBox::information(this, tr("Export table"), tr("Open a run first: the Tables page is empty."));
         return;
     }
-    const auto path = QFileDialog::getSaveFileName(this, tr("Export table"), QStringLiteral("table.tex"),
-                                                   tr("LaTeX booktabs (*.tex);;CSV (*.csv);;Markdown (*.md)"));
+    // Qt's save dialog asks before it replaces a file; the name says which run and table it is.
+    const auto& table = tables_->tables()[static_cast<std::size_t>(index)];
+    const auto path = QFileDialog::getSaveFileName(
+        this, tr("Export table"), suggested_file(QStringLiteral("export/table_folder"), trajectories_->snapshot().run_id, QString::fromStdString(table.id), QStringLiteral("tex")),
+        tr("LaTeX booktabs (*.tex);;CSV (*.csv);;Markdown (*.md)"));
     if (path.isEmpty()) return;
+    remember_folder(QStringLiteral("export/table_folder"), path);
     const auto format = table_format_for(path);
     if (!format) {
         QMessageBox::warning(this, tr("Export table"), tr("The file name must end in .tex, .csv or .md."));
         return;
     }
     try {
-        export_table(tables_->tables()[static_cast<std::size_t>(index)], *format, path.toStdString());
+        export_table(table, *format, path.toStdString());
         status_->setText(tr("Wrote %1").arg(path));
     } catch (const std::exception& e) {
         QMessageBox::warning(this, tr("Export table"), QString::fromUtf8(e.what()));
@@ -384,31 +409,32 @@ void MainWindow::export_table_dialog() {
 }
 
 void MainWindow::export_curves_dialog(bool visible_only) {
-    const auto path = QFileDialog::getSaveFileName(this, tr("Export curves"), QStringLiteral("curves.csv"), tr("CSV (*.csv)"));
+    // Every run the figure source shows (the Compare page: all its runs), plain numbers, units in the header.
+    TrajectoryView* view = figure_source();
+    const auto path = QFileDialog::getSaveFileName(
+        this, tr("Export curves"),
+        suggested_file(QStringLiteral("export/curves_folder"), view->multi_run() ? std::string("compare") : view->snapshot().run_id,
+                       visible_only ? QStringLiteral("curves-visible") : QStringLiteral("curves"), QStringLiteral("csv")),
+        tr("CSV (*.csv)"));
     if (path.isEmpty()) return;
+    remember_folder(QStringLiteral("export/curves_folder"), path);
     try {
-        write_file_atomic(path.toStdString(),
-                          curves_csv(trajectories_->snapshot(), visible_only ? trajectories_->visible_x_range() : std::nullopt));
+        write_file_atomic(path.toStdString(), curves_csv(view->runs(), visible_only ? view->visible_x_range() : std::nullopt, view->x_axis()));
         status_->setText(tr("Wrote %1").arg(path));
     } catch (const std::exception& e) {
         QMessageBox::warning(this, tr("Export curves"), QString::fromUtf8(e.what()));
     }
 }
 
-bool MainWindow::export_multi_panel_figure(const QString& path) {
+bool MainWindow::export_multi_panel_figure(const QString& path, FigurePreset preset) {
     const auto format = figure_format_for(path);
     if (!format) return false;
     trajectories_->redraw_now();
-    FigureSize size;
-    size.width = kJournalColumnCm;
-    size.height = 12;
-    size.font_pt = 8;
-    size.font_family = QStringLiteral("DejaVu Serif");
     std::vector<PanelFigure> figure;
     for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::ResidualPanel), int(TrajectoryView::GradNormPanel)})
         figure.push_back({trajectories_->panel_curves(p), trajectories_->panel_options(p)});
     try {
-        export_figure_panels(figure, size, *format, path.toStdString(),
+        export_figure_panels(figure, preset_size(preset, static_cast<int>(figure.size())), *format, path.toStdString(),
                              QStringLiteral("tandem: %1").arg(QString::fromStdString(trajectories_->snapshot().run_id)));
         return true;
     } catch (const std::exception& e) {

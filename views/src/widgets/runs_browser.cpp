@@ -10,8 +10,13 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
-#include <QTableView>
+#include <QMenu>
+#include <QSettings>
+#include <QTreeView>
 #include <QVBoxLayout>
+
+#include <algorithm>
+#include <functional>
 
 namespace tandem::views {
 
@@ -41,9 +46,21 @@ RunsBrowser::RunsBrowser(QWidget* parent) : QWidget(parent) {
     layout->addLayout(bar);
 
     model_ = new RunsModel(this);
+    {
+        // The setting columns chosen last time (default: lr, rank, alpha, seed, max_updates, base).
+        const auto keys = QSettings().value(QStringLiteral("runs/setting_columns")).toStringList();
+        if (!keys.isEmpty()) {
+            std::vector<tandem::experiments::SettingColumn> columns;
+            for (const auto& k : keys) {
+                const auto key = k.toStdString();
+                columns.push_back({key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1), key});
+            }
+            model_->set_setting_columns(std::move(columns));
+        }
+    }
     proxy_ = new RunsFilterProxy(this);
     proxy_->setSourceModel(model_);
-    table_ = new QTableView(this);
+    table_ = new QTreeView(this);
     table_->setObjectName(QStringLiteral("runs"));
     table_->setModel(proxy_);
     table_->setSortingEnabled(true);
@@ -52,8 +69,27 @@ RunsBrowser::RunsBrowser(QWidget* parent) : QWidget(parent) {
     table_->setSelectionMode(QAbstractItemView::ExtendedSelection);
     table_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::AnyKeyPressed);
     table_->setAlternatingRowColors(true);
-    table_->verticalHeader()->hide();
-    table_->horizontalHeader()->setStretchLastSection(true);
+    table_->setUniformRowHeights(true);
+    table_->setExpandsOnDoubleClick(false);  // double-click opens the run
+    table_->header()->setStretchLastSection(true);
+    table_->header()->setSectionsMovable(true);
+    table_->header()->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(table_->header(), &QWidget::customContextMenuRequested, this, [this](const QPoint& at) {
+        // Which experiment settings are columns: the defaults and every setting the runs differ in.
+        QMenu menu(this);
+        std::vector<std::string> keys;
+        for (const auto& c : tandem::experiments::default_setting_columns()) keys.push_back(c.key);
+        for (const auto& k : model_->differing_settings())
+            if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+        for (const auto& key : keys) {
+            auto* action = menu.addAction(QString::fromStdString(key));
+            action->setCheckable(true);
+            const auto& shown = model_->setting_columns();
+            action->setChecked(std::any_of(shown.begin(), shown.end(), [&](const auto& c) { return c.key == key; }));
+            connect(action, &QAction::toggled, this, [this, key](bool on) { set_setting_column(key, on); });
+        }
+        menu.exec(table_->header()->mapToGlobal(at));
+    });
     layout->addWidget(table_, 1);
     status_ = new QLabel(this);
     layout->addWidget(status_);
@@ -88,7 +124,7 @@ RunsBrowser::RunsBrowser(QWidget* parent) : QWidget(parent) {
         for (const auto& t : new_tags.split(QLatin1Char(','), Qt::SkipEmptyParts)) list << t.trimmed();
         set_annotation(id, list, new_note);
     });
-    connect(table_, &QTableView::activated, this, [this](const QModelIndex&) {
+    connect(table_, &QTreeView::activated, this, [this](const QModelIndex&) {
         if (auto f = selected_run_file(); !f.isEmpty()) Q_EMIT open_run_requested(f);
     });
 }
@@ -106,12 +142,47 @@ void RunsBrowser::reload() {
     }
     try {
         model_->set_rows(load_catalog_rows(catalog_.toStdString()));
-        status_->setText(tr("Catalog %1: %2 legs").arg(catalog_).arg(model_->rowCount()));
+        status_->setText(tr("Catalog %1: %2 runs, %3 legs").arg(catalog_).arg(model_->run_count()).arg(model_->leg_count()));
     } catch (const std::exception& e) {
         model_->set_rows({});
         status_->setText(QString::fromUtf8(e.what()));
     }
-    table_->resizeColumnsToContents();
+    // Runs open (their legs shown), envelopes folded (their members measure the spread).
+    for (int r = 0; r < proxy_->rowCount(); ++r) {
+        const auto index = proxy_->index(r, 0);
+        table_->setExpanded(index, index.data(RunsModel::KindRole).toInt() == RunsModel::RunRow);
+    }
+    place_setting_columns();
+    for (int c = 0; c < proxy_->columnCount(); ++c) table_->resizeColumnToContents(c);
+}
+
+void RunsBrowser::place_setting_columns() {
+    // The settings read next to the verdict and experiment, before the per-leg numbers.
+    auto* header = table_->header();
+    int at = header->visualIndex(RunsModel::Experiment) + 1;
+    for (int c = RunsModel::ColumnCount; c < model_->columnCount(); ++c) header->moveSection(header->visualIndex(c), at++);
+}
+
+void RunsBrowser::set_setting_column(const std::string& key, bool shown) {
+    auto columns = model_->setting_columns();
+    columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const auto& c) { return c.key == key; }), columns.end());
+    if (shown) {
+        std::string name = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+        for (const auto& d : tandem::experiments::default_setting_columns())
+            if (d.key == key) name = d.name;
+        columns.push_back({name, key});
+    }
+    QStringList keys;
+    for (const auto& c : columns) keys << QString::fromStdString(c.key);
+    QSettings().setValue(QStringLiteral("runs/setting_columns"), keys);
+    model_->set_setting_columns(std::move(columns));
+    reload();
+}
+
+std::map<std::string, std::vector<std::string>> RunsBrowser::run_tags() const {
+    std::map<std::string, std::vector<std::string>> out;
+    for (const auto& r : model_->rows()) out[r.run_id] = r.tags;
+    return out;
 }
 
 QString RunsBrowser::selected_run_file() const {
@@ -131,22 +202,39 @@ QStringList RunsBrowser::selected_run_files() const {
     if (!table_->selectionModel()) return out;
     auto rows = table_->selectionModel()->selectedRows();
     std::sort(rows.begin(), rows.end(), [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
-    for (const auto& row : rows) {
+    auto add = [&](const QModelIndex& row) {
         auto file = row.data(RunsModel::RunFileRole).toString();
         if (file.isEmpty()) file = row.data(RunsModel::RunPathRole).toString();
         if (!file.isEmpty() && !out.contains(file)) out << file;
+    };
+    for (const auto& row : rows) {
+        if (row.data(RunsModel::KindRole).toInt() == RunsModel::EnvelopeRow) {
+            // An envelope row stands for its member runs.
+            for (int c = 0; c < proxy_->rowCount(row); ++c) add(proxy_->index(c, 0, row));
+            continue;
+        }
+        add(row);
     }
     return out;
 }
 
 QStringList RunsBrowser::shown_run_files() const {
+    // Every run the filter keeps, envelope members included, in the tree's order.
     QStringList out;
-    for (int r = 0; r < proxy_->rowCount(); ++r) {
-        const auto index = proxy_->index(r, 0);
-        auto file = index.data(RunsModel::RunFileRole).toString();
-        if (file.isEmpty()) file = index.data(RunsModel::RunPathRole).toString();
-        if (!file.isEmpty() && !out.contains(file)) out << file;
-    }
+    std::function<void(const QModelIndex&)> walk = [&](const QModelIndex& parent) {
+        for (int r = 0; r < proxy_->rowCount(parent); ++r) {
+            const auto index = proxy_->index(r, 0, parent);
+            const int kind = index.data(RunsModel::KindRole).toInt();
+            if (kind == RunsModel::EnvelopeRow) {
+                walk(index);
+                continue;
+            }
+            auto file = index.data(RunsModel::RunFileRole).toString();
+            if (file.isEmpty()) file = index.data(RunsModel::RunPathRole).toString();
+            if (!file.isEmpty() && !out.contains(file)) out << file;
+        }
+    };
+    walk({});
     return out;
 }
 

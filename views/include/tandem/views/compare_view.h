@@ -61,6 +61,7 @@ private:
     void on_delta(Followed* run, std::shared_ptr<const RunDelta> delta);
     void sync_shown_legs();
     void refresh_choices();
+    void refresh_labels();
     QString run_file_of(const std::string& run_id) const;
 
     std::vector<std::unique_ptr<Followed>> runs_;

@@ -1,12 +1,14 @@
 #pragma once
 // The figure export dialog: which panel — or several panels stacked in one figure — file name
-// (PNG, SVG or PDF by suffix), size in centimetres or inches (or a journal column width), font
-// family and size, PNG resolution. Remembers its last values, the chosen chart with the file, in
-// QSettings.
+// (PNG, SVG or PDF by suffix), size in centimetres or inches or a preset (single column 8.5 cm,
+// double column 17.8 cm, 16:9 slide: size and font for the number of panels chosen), font family
+// and size, PNG resolution. Remembers its last values in QSettings, but not the file: the name is
+// made from the run and the chart, in the last folder, and Save asks before replacing any file.
 #include "tandem/views/export.h"
 
 #include <QDialog>
 
+#include <functional>
 #include <vector>
 
 QT_BEGIN_NAMESPACE
@@ -30,9 +32,20 @@ public:
     void choose_panels(const std::vector<int>& panels);
     QString path() const;
     FigureSize size() const;
+    // The run the figure is of: the file name offered is "<run>-<chart>.<suffix>".
+    void set_run_id(const QString& run_id);
+    // Applies a preset (size and font for the panels chosen now).
+    void apply_preset(FigurePreset preset);
+    void set_path(const QString& path);
+    // Asked before an existing file is replaced (default: a question box); tests answer it.
+    std::function<bool(const QString& path)> confirm_overwrite;
     void accept() override;
 
 private:
+    void suggest_path();
+    QString run_id_;
+    bool path_edited_ = false;  // the user typed or browsed a name: keep it
+    bool applying_preset_ = false;
     QComboBox* panel_ = nullptr;
     QListWidget* several_ = nullptr;
     QComboBox* preset_ = nullptr;

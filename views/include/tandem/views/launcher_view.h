@@ -61,6 +61,8 @@ public:
     QString state_text() const;
     QString leg_progress_text(int row) const;
     QString leg_state_text(int row) const;
+    // Whether a leg row's Pause / Stop / Resume button ("pause", "stop", "resume") can be pressed now.
+    bool leg_button_enabled(int row, const QString& action) const;
 
 public Q_SLOTS:
     void start();
@@ -80,6 +82,7 @@ private:
     void on_progress(std::shared_ptr<const RunProgress> progress);
     void find_run_folder();
     void reset_rows();
+    void set_leg_buttons(int row, bool running_leg, bool resumable);
     void append_log(const QString& text);
 
     TandemBinary binary_;
@@ -88,6 +91,8 @@ private:
     QString runs_dir_;
     QString catalog_;
     QString run_folder_;
+    QString control_action_, control_leg_;  // the last `tandem leg` request
+    bool stopping_ = false;                 // Stop was pressed: the runner's exit is expected
     QStringList folders_before_;
     QProcess* process_ = nullptr;
     QProcess* control_ = nullptr;

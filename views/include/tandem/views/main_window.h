@@ -2,6 +2,7 @@
 // The workbench window: pages Runs, Launch, Trajectories, Token diff, Tables; menus and shortcuts
 // for the main actions; window layout, recent runs and the catalog remembered in QSettings;
 // run files dropped on the window are opened.
+#include "tandem/views/export.h"
 #include "tandem/views/run_follower.h"
 #include "tandem/views/run_snapshot.h"
 
@@ -49,9 +50,9 @@ public:
     // Grabs every page into `dir` as runs.png, launch.png, trajectories.png, token-diff.png, tables.png
     // (and token-diff-templates.png when tandem's own template renderings are available).
     QStringList save_screenshots(const QString& dir);
-    // Held-out CE + residual + grad norm of the open run in one figure at a journal column width
-    // (8.5 × 12 cm, 8 pt): what File ▸ Export multi-panel figure… writes with its defaults.
-    bool export_multi_panel_figure(const QString& path);
+    // Held-out CE + residual + grad norm of the open run in one figure at a preset's size (default
+    // a journal column, 8.5 cm, 8 pt): what File ▸ Export multi-panel figure… writes with a preset.
+    bool export_multi_panel_figure(const QString& path, FigurePreset preset = FigurePreset::SingleColumn);
 
     RunsBrowser* runs_browser() const { return runs_; }
     LauncherView* launcher() const { return launcher_; }
@@ -85,6 +86,7 @@ private:
     void export_figure_with(bool several_panels);
     void export_table_dialog();
     void export_curves_dialog(bool visible_only);
+    TrajectoryView* figure_source() const;  // what figure and curve exports take: the page in front
 
     QTabWidget* pages_ = nullptr;
     RunsBrowser* runs_ = nullptr;

@@ -1,6 +1,12 @@
 #pragma once
 // What the workbench shows of one run: plain values copied out of the run file (experiments/
 // computed them; the views only draw them). No Qt, no HDF5: a snapshot crosses threads by value.
+#include "tandem/compare/metrics.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <memory>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,9 +21,11 @@ struct SeriesPoint {
 };
 using Series = std::vector<SeriesPoint>;  // sorted by update
 
-// The trajectories the views can draw, in the order of the tabs/panels.
-enum class Metric { HeldoutCe, GradNorm, TrainLoss, LearningRate, Throughput };
-const char* metric_label(Metric metric);  // "held-out CE", ...
+// The trajectories the views can draw, in the order of the panels: experiments' metric table
+// (label, unit, run.h5 series, panel) is the one place that names them.
+using Metric = experiments::Metric;
+using XAxis = experiments::XAxis;
+const char* metric_label(Metric metric);  // "held-out CE", ... (metric_info(metric).label)
 // Every metric, in the order of the trajectory panels.
 inline constexpr Metric kAllMetrics[] = {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm, Metric::LearningRate,
                                          Metric::Throughput};
@@ -32,8 +40,14 @@ struct LegTrajectory {
     Series train_loss;
     Series learning_rate;   // the lr each update used
     Series tokens_per_s;    // supervised tokens / wall seconds of each update (experiments' update_tokens_per_second)
+    // The leg's clock (experiments' update_clock): tokens seen and training wall seconds before each
+    // update boundary, as (update, value) — what the x axis shows when it counts tokens or time.
+    Series tokens_seen;
+    Series wall_time;
     const Series& series(Metric metric) const;
     Series& series(Metric metric);
+    // The clock series of an x axis; nullptr for the update axis (x = update).
+    const Series* clock(XAxis axis) const;
 };
 
 // A residual series in percent, leg minus reference, as experiments/ computed it (compare.h L4Entry:
@@ -76,6 +90,7 @@ struct RunSnapshot {
     std::string path;        // the run.h5 file (or its folder)
     std::string run_id;      // the run's id (/experiment run_id; the folder name when absent)
     std::string experiment;  // experiment name
+    std::string spec_json;   // the resolved experiment spec (/experiment spec_json): what labels runs apart
     std::vector<LegTrajectory> legs;
     std::vector<ResidualTrajectory> residuals;  // empty when experiments/ exposed none
     std::string verdict;                        // Comparison::verdict() once every leg has ended; "" before
@@ -105,6 +120,9 @@ struct CatalogLegRow {
     std::vector<std::string> tags;  // the run's tags (catalog schema 4)
     std::string note;               // what the user wrote about the run
     std::string faults;             // the leg's injected faults (catalog legs.faults; docs/faults.md), "" = clean
+    std::string verdict;            // the run's verdict line (catalog runs.note, written by the runner); "" = none yet
+    std::shared_ptr<const nlohmann::json> spec;  // the run folder's experiment.json spec; null when unreadable
+    std::string envelope;           // the seed envelope folder the run is a member of; "" = none
 };
 
 }  // namespace tandem::views

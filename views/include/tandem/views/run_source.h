@@ -4,6 +4,7 @@
 // thread (every function opens its own reader/connection).
 #include "tandem/compare/distance.h"
 #include "tandem/compare/judge/envelope.h"
+#include "tandem/compare/metrics.h"
 #include "tandem/store/run_file.h"
 #include "tandem/views/run_snapshot.h"
 
@@ -19,8 +20,9 @@ std::filesystem::path resolve_run_file(const std::filesystem::path& path);
 RunSnapshot load_run_snapshot(const std::filesystem::path& path, double wait_s = 5.0);
 
 // Why `path` cannot be opened as a run, in one line naming it ("… does not exist", "… is not a
-// tandem run folder (no run.h5 …)", "… is not an HDF5 file"); nullopt when it can. Cheap: checks
-// existence and the HDF5 signature only, so the window can answer at once. A run folder the
+// tandem run folder (no run.h5 …)", "… is not an HDF5 file", a truncated file HDF5 cannot open);
+// nullopt when it can. Cheap: existence, the HDF5 signature and opening the file (its superblock),
+// so the window can answer at once. A run folder the
 // launcher's runner just created (no run.h5 yet) is accepted when `allow_pending`.
 std::optional<std::string> run_path_problem(const std::filesystem::path& path, bool allow_pending = false);
 
@@ -45,6 +47,7 @@ private:
         std::string name, implementation;
         std::vector<experiments::StepRow> steps;
         std::vector<experiments::EvalRow> evals;
+        std::optional<experiments::ClockPoint> clock = std::nullopt;  // where the leg's clock stands after `steps`
     };
     struct PairState {
         std::int64_t eval_after = -1, step_after = -1;  // last paired update seen

@@ -7,7 +7,10 @@
 
 namespace tandem::engine::simd {
 
-bool enabled() {
+namespace {
+int forced = -1;  // set_enabled_for_testing: -1 none, 0 off, 1 on (when supported)
+
+bool supported() {
 #if defined(__x86_64__) && defined(TANDEM_ENGINE_AVX512)
     static const bool on = [] {
         const char* env = std::getenv("TANDEM_ENGINE_SIMD");
@@ -21,6 +24,14 @@ bool enabled() {
 #else
     return false;
 #endif
+}
+}  // namespace
+
+bool enabled() { return forced < 0 ? supported() : (forced == 1 && supported()); }
+
+bool set_enabled_for_testing(bool on) {
+    forced = on ? 1 : 0;
+    return enabled() == on;
 }
 
 }  // namespace tandem::engine::simd

@@ -18,6 +18,9 @@ namespace tandem::engine::simd {
 
 // True when this CPU has AVX-512 F/DQ/BW/VL and FMA, and TANDEM_ENGINE_SIMD is not "off" (read once).
 bool enabled();
+// Tests: run the scalar loops (false) or the kernels (true, where supported) from now on; returns
+// whether enabled() is now `on`. Not thread-safe: call between ops.
+bool set_enabled_for_testing(bool on);
 
 // Kernels below: only call when enabled(). Rows are given as pointers; `count` <= kLanes.
 inline constexpr int kLanes = 8;

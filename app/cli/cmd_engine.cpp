@@ -145,6 +145,7 @@ void run_inspect(const InspectOptions& o) {
 }  // namespace
 
 void add_engine_commands(CLI::App& app, int& exit_code) {
+    add_bench_engine(app, exit_code);
     auto opts = std::make_shared<InspectOptions>();
     auto* inspect = app.add_subcommand(
         "inspect", "Parameter counts per group and trainable LoRA counts, without loading weights");

@@ -19,6 +19,7 @@ void add_probe_command(CLI::App& app, int& exit_code);    // cmd_probe.cpp
 void add_tokenizer_commands(CLI::App& app, int& exit_code);  // cmd_tokenizer.cpp: tokens encode, template render, bench tokenizer
 void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, tokens show, tokens diff
 void add_engine_commands(CLI::App& app, int& exit_code);     // cmd_engine.cpp: inspect, bench engine
+void add_bench_engine(CLI::App& app, int& exit_code);        // cmd_bench_engine.cpp: bench engine
 void add_run_commands(CLI::App& app, int& exit_code);        // cmd_run.cpp: run, report, leg
 void add_import_commands(CLI::App& app, int& exit_code);     // cmd_import.cpp: import tensorboard|csv|events
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG

@@ -93,6 +93,10 @@ def main(argv):
     out["setup_seconds"] = setup
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out["threads"] = torch.get_num_threads()
+    import peft
+    import transformers
+    out["versions"] = (f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__} "
+                       f"({attn} attention)")
     print(json.dumps(out))
 
 

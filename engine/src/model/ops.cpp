@@ -20,6 +20,8 @@
 #include "simd.h"
 #include "tandem/error.h"
 
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace tandem::engine::ops {
 using detail::parallel_for;
 using detail::parallel_for_grain;
@@ -318,67 +320,126 @@ namespace {
 inline int64_t visible_keys(int64_t i, int64_t len) { return std::min(i + 1, len); }
 }  // namespace
 
+// One (sequence, query head) of the forward: P = softmax(q k^T * scale + mask) (the cache), out = P v.
+template <typename T>
+void attention_forward_head(T* out, T* P, const T* qb, const T* kb, const T* vb, int64_t len, int64_t T_, int64_t H,
+                            int64_t KV, int64_t D) {
+    const T scale = T(1) / std::sqrt(T(D));
+    // P[T,T] = q_bh @ k_b^T (strided views of [B,T,H,D] / [B,T,KV,D])
+    gemm(false, true, T_, T_, D, T(1), qb, H * D, kb, KV * D, T(0), P, T_);
+    if (use_simd<T>()) {
+        for_row_groups(0, T_, [&](int64_t i0, int count) {
+            float* row[simd::kLanes];
+            int64_t nk[simd::kLanes];
+            double sum[simd::kLanes];
+            for (int k = 0; k < count; ++k) {
+                row[k] = reinterpret_cast<float*>(P + (i0 + k) * T_);
+                nk[k] = visible_keys(i0 + k, len);
+                const float mx = simd::max_fold(row[k], nk[k], -std::numeric_limits<float>::infinity(), float(scale), true);
+                simd::exp_minus(row[k], nk[k], mx);
+            }
+            simd::sum_rows(row, nk, count, sum);
+            for (int k = 0; k < count; ++k) {
+                simd::scale(row[k], nk[k], float(1.0 / sum[k]));
+                std::fill(row[k] + nk[k], row[k] + T_, 0.0f);
+            }
+        });
+    } else {
+        for (int64_t i = 0; i < T_; ++i) {
+            T* row = P + i * T_;
+            const int64_t nk = visible_keys(i, len);
+            T mx = -std::numeric_limits<T>::infinity();
+            for (int64_t j = 0; j < nk; ++j) {
+                row[j] = row[j] * scale;  // eager: (q @ k^T) * scaling
+                mx = std::max(mx, row[j]);
+            }
+            double sum = 0.0;
+            for (int64_t j = 0; j < nk; ++j) {
+                row[j] = std::exp(row[j] - mx);
+                sum += double(row[j]);
+            }
+            const T inv = T(1.0 / sum);
+            for (int64_t j = 0; j < nk; ++j) row[j] *= inv;
+            for (int64_t j = nk; j < T_; ++j) row[j] = T(0);
+        }
+    }
+    // out_bh[T,D] = P @ v_b
+    gemm(false, false, T_, D, T_, T(1), P, T_, vb, KV * D, T(0), out, H * D);
+}
+
+// One (sequence, query head) of the backward; dk, dv of its kv head accumulate (+=).
+template <typename T>
+void attention_backward_head(T* dq, T* dk, T* dv, const T* dout, const T* qb, const T* kb, const T* vb, const T* P,
+                             int64_t len, int64_t T_, int64_t H, int64_t KV, int64_t D) {
+    const T scale = T(1) / std::sqrt(T(D));
+    T* const dS = thread_scratch<T, Scratch::AttentionDs>(static_cast<size_t>(T_ * T_));
+    // dP[T,T] = dout_bh @ v_b^T
+    gemm(false, true, T_, T_, D, T(1), dout, H * D, vb, KV * D, T(0), dS, T_);
+    // dS = P * (dP - rowsum(P * dP)) * scale   (softmax backward, then the score scaling)
+    if (use_simd<T>()) {
+        for_row_groups(0, T_, [&](int64_t i0, int count) {
+            float* row[simd::kLanes];
+            const float* p[simd::kLanes];
+            int64_t nk[simd::kLanes];
+            double dot[simd::kLanes];
+            for (int k = 0; k < count; ++k) {
+                row[k] = reinterpret_cast<float*>(dS + (i0 + k) * T_);
+                p[k] = reinterpret_cast<const float*>(P + (i0 + k) * T_);
+                nk[k] = visible_keys(i0 + k, len);
+            }
+            simd::dot_rows(p, row, nk, count, dot);
+            for (int k = 0; k < count; ++k) {
+                simd::softmax_grad(row[k], p[k], float(dot[k]), float(scale), nk[k]);
+                std::fill(row[k] + nk[k], row[k] + T_, 0.0f);
+            }
+        });
+    } else {
+        for (int64_t i = 0; i < T_; ++i) {
+            T* row = dS + i * T_;
+            const T* p = P + i * T_;
+            const int64_t nk = visible_keys(i, len);
+            double dot = 0.0;
+            for (int64_t j = 0; j < nk; ++j) dot += double(p[j]) * double(row[j]);
+            const T d = T(dot);
+            for (int64_t j = 0; j < nk; ++j) row[j] = p[j] * (row[j] - d) * scale;
+            for (int64_t j = nk; j < T_; ++j) row[j] = T(0);
+        }
+    }
+    // dq_bh = dS @ k_b ; dk_b += dS^T @ q_bh ; dv_b += P^T @ dout_bh
+    gemm(false, false, T_, D, T_, T(1), dS, T_, kb, KV * D, T(0), dq, H * D);
+    gemm(true, false, T_, D, T_, T(1), dS, T_, qb, H * D, T(1), dk, KV * D);
+    gemm(true, false, T_, D, T_, T(1), P, T_, dout, H * D, T(1), dv, KV * D);
+}
+
+// While alive, OpenBLAS runs single-threaded (the pool's threads split the work instead: a head's
+// GEMMs are too small to split well, and two thread pools on the same cores hand off and spin).
+// OpenBLAS partitions a GEMM over its output only, so its bits do not depend on this (on the
+// AVX-512 kernels; the AVX2 kernels' rounding may follow the blocking, as with any thread count).
+struct SerialBlas {
+    const int threads = num_threads();
+    SerialBlas() {
+        if (threads > 1) openblas_set_num_threads(1);
+    }
+    ~SerialBlas() {
+        if (threads > 1) openblas_set_num_threads(threads);
+    }
+};
+
 template <typename T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, const int32_t* lengths, int64_t B,
                        int64_t T_, int64_t H, int64_t KV, int64_t D, KvHeadMapping kv_heads) {
     const int64_t rep = H / KV;
-    const T scale = T(1) / std::sqrt(T(D));
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t len = lengths[b];
-        for (int64_t h = 0; h < H; ++h) {
+    SerialBlas serial;
+    // one task per (sequence, query head); each writes its own P and output columns
+    parallel_for(B * H, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t b = t / H, h = t % H;
             // repeat_kv: query head h reads key/value head h / n_rep (h % KV: the Modulo fault variant)
             const int64_t kvh = kv_heads == KvHeadMapping::Modulo ? h % KV : h / rep;
-            const T* qb = q + (b * T_ * H + h) * D;
-            const T* kb = k + (b * T_ * KV + kvh) * D;
-            const T* vb = v + (b * T_ * KV + kvh) * D;
-            T* P = probs + (b * H + h) * T_ * T_;
-            // P[T,T] = q_bh @ k_b^T (strided views of [B,T,H,D] / [B,T,KV,D])
-            gemm(false, true, T_, T_, D, T(1), qb, H * D, kb, KV * D, T(0), P, T_);
-            if (use_simd<T>()) {
-                parallel_for_grain(T_, kRowGrain, [&](int64_t r0, int64_t r1) {
-                    for_row_groups(r0, r1, [&](int64_t i0, int count) {
-                        float* row[simd::kLanes];
-                        int64_t nk[simd::kLanes];
-                        double sum[simd::kLanes];
-                        for (int k = 0; k < count; ++k) {
-                            row[k] = reinterpret_cast<float*>(P + (i0 + k) * T_);
-                            nk[k] = visible_keys(i0 + k, len);
-                            const float mx = simd::max_fold(row[k], nk[k], -std::numeric_limits<float>::infinity(),
-                                                            float(scale), true);
-                            simd::exp_minus(row[k], nk[k], mx);
-                        }
-                        simd::sum_rows(row, nk, count, sum);
-                        for (int k = 0; k < count; ++k) {
-                            simd::scale(row[k], nk[k], float(1.0 / sum[k]));
-                            std::fill(row[k] + nk[k], row[k] + T_, 0.0f);
-                        }
-                    });
-                });
-            } else {
-            parallel_for_grain(T_, kRowGrain, [&](int64_t r0, int64_t r1) {
-                for (int64_t i = r0; i < r1; ++i) {
-                    T* row = P + i * T_;
-                    const int64_t nk = visible_keys(i, len);
-                    T mx = -std::numeric_limits<T>::infinity();
-                    for (int64_t j = 0; j < nk; ++j) {
-                        row[j] = row[j] * scale;  // eager: (q @ k^T) * scaling
-                        mx = std::max(mx, row[j]);
-                    }
-                    double sum = 0.0;
-                    for (int64_t j = 0; j < nk; ++j) {
-                        row[j] = std::exp(row[j] - mx);
-                        sum += double(row[j]);
-                    }
-                    const T inv = T(1.0 / sum);
-                    for (int64_t j = 0; j < nk; ++j) row[j] *= inv;
-                    for (int64_t j = nk; j < T_; ++j) row[j] = T(0);
-                }
-            });
-            }
-            // out_bh[T,D] = P @ v_b
-            gemm(false, false, T_, D, T_, T(1), P, T_, vb, KV * D, T(0), out + (b * T_ * H + h) * D, H * D);
+            attention_forward_head(out + (b * T_ * H + h) * D, probs + (b * H + h) * T_ * T_, q + (b * T_ * H + h) * D,
+                                   k + (b * T_ * KV + kvh) * D, v + (b * T_ * KV + kvh) * D, int64_t(lengths[b]), T_, H, KV, D);
         }
-    }
+    });
 }
 
 template <typename T>
@@ -386,59 +447,22 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                         const int32_t* lengths, int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t D,
                         KvHeadMapping kv_heads) {
     const int64_t rep = H / KV;
-    const T scale = T(1) / std::sqrt(T(D));
     std::fill(dk, dk + B * T_ * KV * D, T(0));
     std::fill(dv, dv + B * T_ * KV * D, T(0));
-    T* const dS = thread_scratch<T, Scratch::AttentionDs>(static_cast<size_t>(T_ * T_));
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t len = lengths[b];
-        for (int64_t h = 0; h < H; ++h) {
-            const int64_t kvh = kv_heads == KvHeadMapping::Modulo ? h % KV : h / rep;
-            const int64_t qoff = (b * T_ * H + h) * D;
-            const int64_t kvoff = (b * T_ * KV + kvh) * D;
-            const T* P = probs + (b * H + h) * T_ * T_;
-            // dP[T,T] = dout_bh @ v_b^T
-            gemm(false, true, T_, T_, D, T(1), dout + qoff, H * D, v + kvoff, KV * D, T(0), dS, T_);
-            // dS = P * (dP - rowsum(P * dP)) * scale   (softmax backward, then the score scaling)
-            if (use_simd<T>()) {
-                parallel_for_grain(T_, kRowGrain, [&](int64_t r0, int64_t r1) {
-                    for_row_groups(r0, r1, [&](int64_t i0, int count) {
-                        float* row[simd::kLanes];
-                        const float* p[simd::kLanes];
-                        int64_t nk[simd::kLanes];
-                        double dot[simd::kLanes];
-                        for (int k = 0; k < count; ++k) {
-                            row[k] = reinterpret_cast<float*>(dS + (i0 + k) * T_);
-                            p[k] = reinterpret_cast<const float*>(P + (i0 + k) * T_);
-                            nk[k] = visible_keys(i0 + k, len);
-                        }
-                        simd::dot_rows(p, row, nk, count, dot);
-                        for (int k = 0; k < count; ++k) {
-                            simd::softmax_grad(row[k], p[k], float(dot[k]), float(scale), nk[k]);
-                            std::fill(row[k] + nk[k], row[k] + T_, 0.0f);
-                        }
-                    });
-                });
-            } else {
-            parallel_for_grain(T_, kRowGrain, [&](int64_t r0, int64_t r1) {
-                for (int64_t i = r0; i < r1; ++i) {
-                    T* row = dS + i * T_;
-                    const T* p = P + i * T_;
-                    const int64_t nk = visible_keys(i, len);
-                    double dot = 0.0;
-                    for (int64_t j = 0; j < nk; ++j) dot += double(p[j]) * double(row[j]);
-                    const T d = T(dot);
-                    for (int64_t j = 0; j < nk; ++j) row[j] = p[j] * (row[j] - d) * scale;
-                    for (int64_t j = nk; j < T_; ++j) row[j] = T(0);
-                }
-            });
+    SerialBlas serial;
+    // one task per (sequence, kv head): the query heads reading it accumulate into its dk, dv in
+    // ascending order, as the serial loop over heads did
+    parallel_for(B * KV, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t b = t / KV, kvh = t % KV;
+            for (int64_t h = 0; h < H; ++h) {
+                if ((kv_heads == KvHeadMapping::Modulo ? h % KV : h / rep) != kvh) continue;
+                const int64_t qoff = (b * T_ * H + h) * D, kvoff = (b * T_ * KV + kvh) * D;
+                attention_backward_head(dq + qoff, dk + kvoff, dv + kvoff, dout + qoff, q + qoff, k + kvoff, v + kvoff,
+                                        probs + (b * H + h) * T_ * T_, int64_t(lengths[b]), T_, H, KV, D);
             }
-            // dq_bh = dS @ k_b ; dk_b += dS^T @ q_bh ; dv_b += P^T @ dout_bh
-            gemm(false, false, T_, D, T_, T(1), dS, T_, k + kvoff, KV * D, T(0), dq + qoff, H * D);
-            gemm(true, false, T_, D, T_, T(1), dS, T_, q + qoff, H * D, T(1), dk + kvoff, KV * D);
-            gemm(true, false, T_, D, T_, T(1), P, T_, dout + qoff, H * D, T(1), dv + kvoff, KV * D);
         }
-    }
+    });
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -35,29 +35,38 @@ def collate_ids(torch, mb):
     return ids, attn, labels
 
 
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def build_model(torch, req, attn="eager"):
+    """The reference leg's model for a request: transformers Qwen3 (random weights) + peft rsLoRA."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(**req["config"])
+    config._attn_implementation = attn
+    model = Qwen3ForCausalLM(config).float()
+    lora = req["lora"]
+    return get_peft_model(model, LoraConfig(r=int(lora["r"]), lora_alpha=float(lora["alpha"]),
+                                            lora_dropout=float(lora["dropout"]), use_rslora=True,
+                                            target_modules=lora.get("targets", ALL_TARGETS)))
+
+
 def main(argv):
     path = argv[1]
     attn = argv[2] if len(argv) > 2 else "eager"
     t_start = time.perf_counter()
     req = json.load(open(path))
     import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3Config, Qwen3ForCausalLM, get_cosine_schedule_with_warmup
+    from transformers import get_cosine_schedule_with_warmup
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from reference_leg import set_determinism, summed_loss
 
     torch.set_num_threads(int(req["threads"]))
     set_determinism(torch, torch.device("cpu"))
-    torch.manual_seed(0)
-    config = Qwen3Config(**req["config"])
-    config._attn_implementation = attn
-    model = Qwen3ForCausalLM(config).float()
-    lora = req["lora"]
-    model = get_peft_model(model, LoraConfig(r=int(lora["r"]), lora_alpha=float(lora["alpha"]),
-                                             lora_dropout=float(lora["dropout"]), use_rslora=True,
-                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"]))
+    model = build_model(torch, req, attn)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                                   foreach=False, fused=False)

@@ -5,6 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+
+#include "tandem/experiments/compare.h"
+#include "tandem/experiments/leg_protocol.h"
+#include "tandem/experiments/statistics.h"
 
 namespace tandem::experiments {
 
@@ -95,6 +100,26 @@ FlopCount evaluation_flops(const engine::Qwen3Config& config, const engine::Lora
                            const std::vector<MicroBatchShape>& micro_batches) {
     FlopCount f;
     for (const auto& mb : micro_batches) f += count(config, lora, mb, false);
+    return f;
+}
+
+FlopFigures flop_figures(const LegTrace& trace, const std::vector<double>& update_flops, double peak_flops_per_s) {
+    FlopFigures f;
+    f.peak_flops_per_s = peak_flops_per_s > 0 ? peak_flops_per_s : -1;
+    const auto [first, last] = timing_window(static_cast<int64_t>(trace.steps.size()));
+    std::vector<double> per_update;
+    double flops = 0, wall = 0;
+    for (const auto& s : trace.steps) {
+        if (s.update < first || s.update > last || s.update < 0 || size_t(s.update) >= update_flops.size()) continue;
+        if (!std::isfinite(s.wall_s) || s.wall_s <= 0) continue;
+        per_update.push_back(update_flops[size_t(s.update)]);
+        flops += update_flops[size_t(s.update)];
+        wall += s.wall_s;
+    }
+    if (per_update.empty()) return f;
+    f.flops_per_update = percentile(per_update, 50);
+    f.flops_per_s = flops / wall;
+    if (f.peak_flops_per_s > 0) f.utilisation = f.flops_per_s / f.peak_flops_per_s;
     return f;
 }
 

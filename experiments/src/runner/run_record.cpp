@@ -347,6 +347,10 @@ void RunRecorder::set_flags(const std::string& leg, const std::vector<GateFlag>&
         }
 }
 
+void RunRecorder::set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s) {
+    work_[leg] = Work{std::move(update_flops), peak_flops_per_s};
+}
+
 void RunRecorder::write_leg_summary(const LegState& l) {
     const LegTrace& t = *l.trace;
     const TimingRow figures = timing_of(t);
@@ -360,6 +364,13 @@ void RunRecorder::write_leg_summary(const LegState& l) {
     tm.tokens_per_s = figures.tokens_per_s;
     tm.extra["setup_s"] = t.setup_s;
     tm.extra["train_s"] = t.train_s;
+    if (auto w = work_.find(l.plan->name); w != work_.end()) {  // docs/hdf5-layout.md /legs/<leg>/timing
+        const FlopFigures f = flop_figures(t, w->second.update_flops, w->second.peak_flops_per_s);
+        tm.extra["flops_per_update"] = f.flops_per_update;
+        tm.extra["flops_per_s"] = f.flops_per_s;
+        tm.extra["peak_flops_per_s"] = f.peak_flops_per_s;
+        tm.extra["utilisation"] = f.utilisation;
+    }
     LegMemory m;
     m.peak_device_bytes = t.peak_device_bytes;
     m.peak_host_bytes = t.peak_host_bytes;

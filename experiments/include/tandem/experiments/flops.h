@@ -18,6 +18,7 @@
 // tests/experiments/test_flops.py checks it against torch.utils.flop_counter.FlopCounterMode on
 // the reference leg's model and micro-batch (within 2 %; measured: identical).
 #include <cstdint>
+#include <filesystem>
 #include <vector>
 
 #include "tandem/engine/config.h"
@@ -49,5 +50,22 @@ FlopCount update_flops(const engine::Qwen3Config& config, const engine::LoraConf
 // Forward only (an evaluation pass over these micro-batches: no backward).
 FlopCount evaluation_flops(const engine::Qwen3Config& config, const engine::LoraConfig& lora,
                            const std::vector<MicroBatchShape>& micro_batches);
+
+struct ExperimentSpec;
+// The FLOPs of every update of a run folder's shared plan (plan.json over corpus/records.jsonl's
+// token lengths and supervised counts, base/config.json, the spec's LoRA): what every leg that
+// follows the shared plan is credited with. Throws tandem::Error naming a file it cannot read.
+std::vector<double> run_update_flops(const std::filesystem::path& run_dir, const ExperimentSpec& spec);
+
+// A leg's work rate over its timing window (compare.h timing_window), from per-update FLOPs and the
+// update wall times it reported; -1 = unknown.
+struct FlopFigures {
+    double flops_per_update = -1;  // median over the window
+    double flops_per_s = -1;       // sum of the window's FLOPs / sum of its update wall seconds
+    double peak_flops_per_s = -1;  // the sgemm probe at the leg's device and thread count
+    double utilisation = -1;       // flops_per_s / peak_flops_per_s
+};
+struct LegTrace;
+FlopFigures flop_figures(const LegTrace& trace, const std::vector<double>& update_flops, double peak_flops_per_s);
 
 }  // namespace tandem::experiments

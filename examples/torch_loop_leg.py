@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A plain PyTorch training loop as a tandem leg (docs/legs.md): the smallest complete example of
-what a leg does, with tandem_leg for the run folder and the events.
+what a leg does, with tandem_leg for the run folder and the events, paired with the reference.
 
     python examples/torch_loop_leg.py --run RUN_DIR --leg loop --device cpu [--threads N]
 
@@ -8,8 +8,9 @@ transformers + peft load the run folder's base and initial adapter; the records 
 tokenizer's chat template and masked per SPEC §2; the loop follows the shared plan (plan.json): per
 update, every micro-batch's summed token loss divided by the update's supervised tokens is
 backpropagated, the global gradient norm is clipped, AdamW steps with the cosine-with-warmup lr.
-Dropout is peft's own (give the leg `"dropout_masks": "native"` in the experiment's overrides; its L4
-is then reported, not gated).
+tandem_leg.torch.pair puts tandem's shared dropout masks on the LoRA layers, checks each micro-batch
+against the plan and records fingerprints on the experiment's `observe` updates, so the leg is judged
+by the float32 error-model bound and `tandem localise` can compare it with the reference point by point.
 """
 import math
 import os
@@ -36,7 +37,7 @@ def main():
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
 
-    from tandem_leg.hf import l2_digests
+    from tandem_leg.torch import l2_digests, pair
 
     events.emit("hello", implementation="torch-loop", leg=args.leg, language="python",
                 stack="PyTorch loop (examples/torch_loop_leg.py)",
@@ -53,6 +54,7 @@ def main():
             AutoModelForCausalLM.from_pretrained(run.base_dir, dtype=torch.float32, local_files_only=True),
             run.init_dir, is_trainable=True)
         model_load_s = time.perf_counter() - t0
+        pairing = pair(model, run, args.leg)  # shared masks, the plan check, fingerprints
 
         # Data: the chat template, SPEC §2 supervision, right truncation, right padding.
         t0 = time.perf_counter()
@@ -130,18 +132,23 @@ def main():
             batches = [batch(mb) for mb in micro_batches]
             n_update = sum(int((lab[:, 1:] != -100).sum()) for _, _, lab in batches)
             loss = 0.0
-            for b in batches:
+            pairing.begin_update(u)
+            for mb, b in zip(micro_batches, batches):
+                pairing.begin_micro_batch(*b, records=mb)  # the mask key (u, m); the plan check
                 s, _ = summed_loss(*b)
                 (s / n_update).backward()
                 loss += float(s)
+            pairing.end_backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, float(spec["clip"])))
             lr = scheduler.get_last_lr()[0]
             optimizer.step()
+            pairing.end_update()
             scheduler.step()
             wall = time.perf_counter() - t0
             train_s += wall
             events.emit("step", update=u, loss=loss / n_update, grad_norm=grad_norm, lr=lr, tokens=n_update,
                         input_tokens=sum(int(a.sum()) for _, a, _ in batches), wall_s=wall)
+            pairing.emit_fingerprints(events)  # on the experiment's observe updates
             if (u + 1) % int(spec["eval"]["interval"]) == 0 or u + 1 == total:
                 ce, n = heldout()
                 events.emit("eval", update=u + 1, heldout_ce=ce, tokens=n)
@@ -152,7 +159,8 @@ def main():
         events.emit("done", updates=total, final=os.path.relpath(final, run.path))
     except Exception as e:
         traceback.print_exc()
-        events.emit("error", message=f"{type(e).__name__}: {e}".replace("\n", " "))
+        message = str(e) if type(e).__name__ == "PairingError" else f"{type(e).__name__}: {e}"
+        events.emit("error", message=message.replace("\n", " "))
         return 1
     return 0
 

@@ -3,7 +3,6 @@
 Every event carries "v" (protocol version) and "event" (its kind). Anything a leg wants to say
 that is not an event goes to stderr, never stdout, so the runner can parse stdout line by line.
 """
-import hashlib
 import json
 import math
 import sys
@@ -56,20 +55,3 @@ def emit_together(*events):
     _out.flush()
     _out.write("".join(_line(event, fields) for event, fields in events))
     _out.flush()
-
-
-def tensor_digest(name, array_f32):
-    """L2 digest of one tensor (a numpy float32 array): shape, sum, sum of squares, max |x| (all
-    accumulated in float64) and the sha256 of its float32 little-endian bytes, row-major."""
-    import numpy as np
-
-    a = np.ascontiguousarray(array_f32, dtype="<f4")
-    a64 = a.astype(np.float64)
-    return {
-        "name": name,
-        "shape": list(a.shape),
-        "sum": float(a64.sum()),
-        "sumsq": float((a64 * a64).sum()),
-        "maxabs": float(np.abs(a64).max()) if a.size else 0.0,
-        "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
-    }

@@ -35,12 +35,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
-from leg_protocol import emit as emit_events, emit_together, tensor_digest  # noqa: E402
-from run_folder import RunFolder, encode_record, load_tokenizer  # noqa: E402
-import leg_checkpoint  # noqa: E402
-import fingerprint  # noqa: E402
+
+def _sdk_python_dir(here):
+    """The tandem_leg package beside this leg: <checkout>/sdk/python next to <checkout>/experiments/legs,
+    or <datadir>/tandem/sdk/python next to the installed <datadir>/tandem/legs (the .deb); None when
+    neither holds it (then an installed `tandem_leg` is used: scripts/setup puts one in the reference
+    environment). The tree's own copy comes first, so a checkout never runs another checkout's."""
+    for candidate in (os.path.join(here, "..", "..", "sdk", "python"), os.path.join(here, "..", "sdk", "python")):
+        if os.path.isfile(os.path.join(candidate, "tandem_leg", "__init__.py")):
+            return os.path.abspath(candidate)
+    return None
+
+
+sys.path.insert(0, _HERE)
+if _sdk_python_dir(_HERE):
+    sys.path.insert(0, _sdk_python_dir(_HERE))
+
+from leg_protocol import emit as emit_events, emit_together  # noqa: E402
+from hf_text import encode_record, load_tokenizer  # noqa: E402
+from tandem_leg import RunFolder, checkpoint as leg_checkpoint  # noqa: E402
 
 
 def log(msg):
@@ -122,55 +137,6 @@ def base_safetensors_files(base_dir):
 
 def peak_host_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
-# --- shared dropout masks -------------------------------------------------------------------------
-
-class MaskContext:
-    """Which (update, micro-batch) the forward pass belongs to; read by SharedMaskDropout."""
-    update = 0
-    micro_batch = 0
-
-
-def make_shared_mask_dropout(torch, shared_dropout, seed, layer, projection, p):
-    """A module replacing peft's lora_dropout: multiplies the adapter input by the mask that
-    experiments/legs/shared_dropout.py draws for (seed, update, micro-batch, layer, projection),
-    so the engine leg can draw the very same mask."""
-    class _SharedMaskDropout(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer, self.projection, self.p = layer, projection, p
-
-        def forward(self, x):
-            if not self.training or self.p == 0.0:
-                return x
-            mask = shared_dropout.shared_multiplier(seed, MaskContext.update, MaskContext.micro_batch,
-                                                     self.layer, self.projection, tuple(x.shape), self.p)
-            return x * torch.as_tensor(mask, dtype=x.dtype, device=x.device)
-
-        def extra_repr(self):
-            return f"shared mask, layer={self.layer}, projection={self.projection}, p={self.p}"
-
-    return _SharedMaskDropout()
-
-
-def install_shared_masks(torch, model, seed, p, targets):
-    import shared_dropout  # written by the engine side; the one definition of the mask generator
-
-    replaced = 0
-    for name, module in model.named_modules():
-        if not hasattr(module, "lora_dropout") or not hasattr(module, "lora_A"):
-            continue
-        parts = name.split(".")
-        layer = int(parts[parts.index("layers") + 1])
-        projection = parts[-1]
-        for adapter in list(module.lora_dropout.keys()):
-            module.lora_dropout[adapter] = make_shared_mask_dropout(
-                torch, shared_dropout, seed, layer, projection, p)
-            replaced += 1
-    if replaced == 0:
-        raise RuntimeError("shared dropout masks requested but no LoRA dropout module was found")
-    return replaced
 
 
 # --- batching ------------------------------------------------------------------------------------
@@ -324,9 +290,12 @@ def run_leg(args, rank=0, world=1):
     import transformers
     import peft
     from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors import safe_open
     from safetensors.torch import save_file, load_file
     from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
+
+    # The shared dropout masks, the fingerprint hooks and the L2 digests: the same code a paired user
+    # leg runs (tandem_leg.torch, docs/legs.md).
+    from tandem_leg.torch import MaskContext, fingerprint, install_shared_masks, l2_digests
 
     run = RunFolder(args.run)
     spec = run.spec
@@ -379,8 +348,9 @@ def run_leg(args, rank=0, world=1):
 
     dropout_masks = run.leg_setting(leg, "dropout_masks")
     lora = spec["lora"]
+    masks = MaskContext()  # which (update, micro-batch) the shared masks are drawn for
     if dropout_masks == "shared" and float(lora["dropout"]) > 0:
-        n = install_shared_masks(torch, model, seed, float(lora["dropout"]), lora["targets"])
+        _, n = install_shared_masks(model, seed, float(lora["dropout"]), masks)
         log(f"shared dropout masks on {n} LoRA modules")
 
     # Data: render + tokenize every record this leg needs, the HF way.
@@ -453,33 +423,10 @@ def run_leg(args, rank=0, world=1):
         emit("resume", update=start_update, path=os.path.relpath(resume_path, run.path))
     elif ranks.lead:
         # L2: every tensor after load, in the files' names, sorted; base weights then adapter.
-        digests = []
-        base_sd = model.get_base_model().state_dict()
-        with safe_open(run.file("base", "model.safetensors"), framework="pt") as f:
-            base_names = sorted(f.keys())
-        for name in base_names:
-            t = base_sd.get(name)
-            if t is None:  # peft wraps adapted layers: <module>.base_layer.weight
-                head, _, leaf = name.rpartition(".")
-                t = base_sd[f"{head}.base_layer.{leaf}"]
-            d = tensor_digest(name, t.detach().float().cpu().numpy())
-            d["kind"] = "base"
-            digests.append(d)
-        adapter_sd = get_peft_model_state_dict(model)
-        for name in sorted(adapter_sd):
-            d = tensor_digest(name, adapter_sd[name].detach().float().cpu().numpy())
-            d["kind"] = "adapter"
-            digests.append(d)
-        emit("l2", tensors=digests)
+        emit("l2", tensors=l2_digests(model, run))
 
         # L3: the first K records of records.jsonl as this leg renders and tokenizes them.
-        l3 = []
-        for i in range(l3_count):
-            e = encoded[i]
-            l3.append({"index": e.index, "id": e.id, "ids": e.ids, "boundary": e.boundary,
-                       "supervised_count": e.supervised_count, "full_length": e.full_length,
-                       "truncated_at": len(e.ids) if e.full_length > len(e.ids) else None,
-                       "text": e.text})
+        l3 = [encoded[i].l3_record() for i in range(l3_count)]
         emit("l3", max_len=max_len, template=template, records=l3)
 
     model.train()
@@ -505,7 +452,7 @@ def run_leg(args, rank=0, world=1):
         n_update = sum(int((lab[:, 1:] != -100).sum().item()) for _, _, lab in collated)
         input_tokens = sum(int(a.sum().item()) for _, a, _ in collated)
         loss_total = 0.0
-        MaskContext.update = u
+        masks.update = u
         observed = hooks is not None and observes(u)
         if observed:
             hooks.begin_update(u)
@@ -514,7 +461,7 @@ def run_leg(args, rank=0, world=1):
             for m, (ids, attn, labels) in enumerate(collated):
                 if not ranks.mine(m):
                     continue
-                MaskContext.micro_batch = m
+                masks.micro_batch = m
                 if observed:
                     hooks.begin_micro_batch(m, ids, attn, labels)
                 s, _ = summed_loss(torch, model, ids, attn, labels, hooks if observed else None)

@@ -11,7 +11,7 @@ numbers are compared with the reference computed here:
   10 updates    SPEC optimizer / schedule / clipping / accumulation: per-update loss relative <= 1e-5,
                 dropout off, and separately with shared dropout masks reproduced here in Python
   held-out CE   of an adapter trained by tandem, loaded by peft: relative <= 1e-6
-  masks         the shared dropout generator: C++ == experiments/legs/shared_dropout.py, bit for bit
+  masks         the shared dropout generator: C++ == tandem_leg/torch/shared_dropout.py (sdk/python), bit for bit
 
 Tolerances and why: docs/engine.md ("Tolerances").
 """
@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 SOURCE_DIR = pathlib.Path(os.environ.get("TANDEM_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(SOURCE_DIR / "experiments" / "legs"))
-import shared_dropout  # noqa: E402
+sys.path.insert(0, str(SOURCE_DIR / "sdk" / "python"))
+from tandem_leg.torch import shared_dropout  # noqa: E402
 
 torch.set_num_threads(1)
 torch.backends.cuda.matmul.allow_tf32 = False

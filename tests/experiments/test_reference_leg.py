@@ -13,6 +13,7 @@ SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 LEG = os.path.join(SOURCE_DIR, "experiments", "legs", "reference_leg.py")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "experiments", "legs"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python"))
 
 import make_test_run  # noqa: E402
 
@@ -62,11 +63,12 @@ def test_l1_matches_full_logits_computation(run_dir, first_events):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
-    from run_folder import RunFolder, encode_record, load_tokenizer
+    from hf_text import encode_record, load_tokenizer
+    from tandem_leg import RunFolder
 
     run = RunFolder(run_dir)
     tok = load_tokenizer(run, "qwen3")
-    base = AutoModelForCausalLM.from_pretrained(run.file("base"), dtype=torch.float64, attn_implementation="eager")
+    base = AutoModelForCausalLM.from_pretrained(run.base_dir, dtype=torch.float64, attn_implementation="eager")
     model = PeftModel.from_pretrained(base, run.file("init")).double().eval()
     total, count = 0.0, 0
     with torch.no_grad():

@@ -3,7 +3,7 @@
   parser accepts (`tandem import events` + h5py), and malformed events are refused before a byte is written;
 - safetensors reader: every bfloat16 bit pattern, float16 and float64 values, upcast exactly as torch's
   .float() (the oracle), and our F32 writer read back by the `safetensors` library;
-- digests: equal to the reference leg's numpy digest (experiments/legs/leg_protocol.py);
+- digests: the sha256 of the float32 bytes (hashlib) and exact float64 sums (math.fsum), from bytes and numpy;
 - the schedule: transformers' get_cosine_schedule_with_warmup, value for value;
 - checkpoints: round trip, a corrupted file falls back to the older checkpoint;
 - `pip install sdk/python` into a fresh virtual environment and an import from outside the checkout."""
@@ -22,7 +22,6 @@ import torch
 
 SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python"))
-sys.path.insert(0, os.path.join(SOURCE_DIR, "experiments", "legs"))
 
 import tandem_leg  # noqa: E402
 from tandem_leg import checkpoint, safetensors  # noqa: E402
@@ -124,16 +123,23 @@ def test_f32_writer_is_read_by_the_safetensors_library(tmp_path):
     assert (os.path.getsize(tmp_path / "w.safetensors") - 8 - len(a) * 4) % 8 == 0
 
 
-def test_digest_equals_the_reference_legs_numpy_digest():
-    from leg_protocol import tensor_digest
+def test_digest_of_bytes_and_of_a_numpy_array_agree_with_hashlib_and_float64_sums():
+    """Both forms (the standard-library loop over float32 bytes, and numpy's path the reference leg and
+    tandem_leg.torch.l2_digests take) against hashlib and math.fsum (exact float64 sums) as the oracle."""
+    import hashlib
 
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((64, 33)) * 5).astype(np.float32)
-    ours = tandem_leg.digest("w", "base", [64, 33], x.tobytes())
-    ref = tensor_digest("w", x)
-    assert ours["sha256"] == ref["sha256"] and ours["shape"] == ref["shape"]
-    for k in ("sum", "sumsq", "maxabs"):  # sequential vs numpy pairwise float64 sums: rounding only
-        assert math.isclose(ours[k], ref[k], rel_tol=1e-12), k
+    exact = {"sum": math.fsum(x.astype(np.float64).ravel()),
+             "sumsq": math.fsum((x.astype(np.float64) ** 2).ravel()), "maxabs": float(np.abs(x).max())}
+    for values in (x.tobytes(), x):
+        d = tandem_leg.digest("w", "base", [64, 33], values)
+        assert d["sha256"] == hashlib.sha256(x.astype("<f4").tobytes()).hexdigest() and d["shape"] == [64, 33]
+        assert d["name"] == "w" and d["kind"] == "base"
+        for k in ("sum", "sumsq", "maxabs"):  # sequential / pairwise float64 sums vs the exact sum: rounding only
+            assert math.isclose(d[k], exact[k], rel_tol=1e-12), k
+    with pytest.raises(ValueError, match="tensor w: shape"):
+        tandem_leg.digest("w", "base", [64, 32], x)
 
 
 def test_schedule_is_transformers_cosine_with_warmup():
@@ -196,3 +202,24 @@ def test_pip_installs_from_the_checkout_into_a_fresh_venv(tmp_path):
     where, version, torch_spec = r.stdout.split()
     assert where.startswith(str(venv)) and version == "1" and torch_spec == "None"
     assert os.path.exists(venv / "bin" / "tandem-sdk-python-leg")
+    # tandem_leg.torch (paired mode: the shared masks and the fingerprint hooks) is in the wheel too
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for f in ("__init__.py", "shared_dropout.py", "fingerprint.py"):
+        assert (site / "tandem_leg" / "torch" / f).exists(), f
+
+
+def test_fingerprints_and_observables_events_are_checked():
+    out = io.StringIO()
+    w = EventWriter(out, clock=lambda: 1.0)
+    w.emit("hello", **hello())
+    point = {"micro_batch": 0, "layer": -1, "op": "tokens", "pass": "forward", "count": 3, "norm": 1.5, "mean": 0.5,
+             "maxabs": 1.0, "sketch": [0.25] * 15 + ["NaN"]}
+    w.emit("fingerprints", update=0, points=[point])
+    w.emit("observables", update=0, adapter=[{"layer": 0, "projection": "q_proj", "a_norm": 1.0, "b_norm": 0.0,
+                                              "delta_norm": 0.0}],
+           probes=[{"probe": 0, "record": 3, "position": 7, "ids": [1, 2], "probs": [0.5, 0.25]}])
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["hello", "fingerprints", "observables"]
+    with pytest.raises(ProtocolError, match=r"event fingerprints: field 'points' \[0\].sketch must be a list of 16"):
+        w.emit("fingerprints", update=1, points=[dict(point, sketch=[0.0] * 15)])
+    with pytest.raises(ProtocolError, match=r"'points' \[0\].pass must be one of forward\|backward\|optimizer"):
+        w.emit("fingerprints", update=1, points=[dict(point, **{"pass": "sideways"})])

@@ -1,5 +1,5 @@
 // Counter-based dropout masks (definition in tandem/engine/dropout.h and docs/engine.md; the Python
-// twin is experiments/legs/shared_dropout.py).
+// twin is sdk/python/tandem_leg/torch/shared_dropout.py).
 #include "tandem/engine/dropout.h"
 
 #include <cstring>

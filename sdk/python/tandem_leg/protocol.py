@@ -120,6 +120,29 @@ def _list_of(schema, what):
     return check
 
 
+def _protocol_number(x):
+    """A number, or one of the protocol's spellings of a non-finite one (fingerprints, observables)."""
+    if x in ("NaN", "Infinity", "-Infinity") or x is None or _is_num(x):
+        return None
+    return "must be a number, \"NaN\", \"Infinity\" or \"-Infinity\""
+
+
+def _number_list(n):
+    def check(x):
+        if not isinstance(x, list) or len(x) != n or any(_protocol_number(v) for v in x):
+            return f"must be a list of {n} numbers"
+        return None
+    return check
+
+
+_POINT = {"micro_batch": _int(-1), "layer": _int(-1), "op": _one_line,
+          "pass": _one_of("forward", "backward", "optimizer"), "count": _int(0),
+          "norm": _protocol_number, "mean": _protocol_number, "maxabs": _protocol_number, "sketch": _number_list(16)}
+_ADAPTER_NORM = {"layer": _int(0), "projection": _one_line, "a_norm": _protocol_number, "b_norm": _protocol_number,
+                 "delta_norm": _protocol_number}
+_PROBE = {"probe": _int(0), "record": _int(0), "position": _int(0), "ids": _int_list, "probs": lambda x: (
+    None if isinstance(x, list) and not any(_protocol_number(v) for v in x) else "must be a list of numbers")}
+
 # event -> (required fields, optional fields)
 SCHEMAS = {
     "hello": ({"implementation": _one_line, "leg": _one_line, "language": _one_line, "stack": _one_line,
@@ -139,6 +162,10 @@ SCHEMAS = {
     "checkpoint": ({"update": _int(1), "path": _str}, {}),
     "done": ({"updates": _int(0), "final": _str}, {}),
     "error": ({"message": _one_line}, {}),
+    # docs/observables.md: the points of an observed update (after its step), the evaluation observables
+    "fingerprints": ({"update": _int(0), "points": _list_of(_POINT, "a fingerprint point")}, {}),
+    "observables": ({"update": _int(0), "adapter": _list_of(_ADAPTER_NORM, "an adapter norm"),
+                     "probes": _list_of(_PROBE, "a next-token probe")}, {}),
 }
 _TIMING_PHASE_FIELDS = {"setup": ("model_load_s", "tokenize_s", "setup_s"), "train": ("train_s", "total_s")}
 

@@ -5,6 +5,7 @@
     run.records()[i]["messages"]        # corpus/records.jsonl
     run.plan_updates()                  # plan.json: updates[u][m] = record indices
     run.eval_prefix(), run.split()      # corpus/eval_prefix.json, corpus/split.json
+    run.seed("dropout")                 # the seed of the shared dropout masks (and a leg's own RNG)
     run.base_dir, run.init_dir, run.tokenizer_dir, run.leg_dir("sdk-python")
 
 Standard library only.
@@ -65,6 +66,11 @@ class RunFolder:
     def leg_setting(self, leg, key):
         """A spec field with the leg's override applied (spec["overrides"][leg][key])."""
         return self.spec.get("overrides", {}).get(leg, {}).get(key, self.spec[key])
+
+    def seed(self, name):
+        """What seed `name` (split, base, adapter, plan, dropout) is: spec["seeds"][name], else the
+        experiment's `seed` (docs/experiment-format.md "seeds"; `seeds` is absent when all equal it)."""
+        return int(self.spec.get("seeds", {}).get(name, self.spec["seed"]))
 
     # ---- data --------------------------------------------------------------------------------------
     def records(self):

@@ -1,8 +1,8 @@
 """Fingerprints and evaluation observables (docs/observables.md), Python side.
 
 The twin of engine/include/tandem/engine/observe.h: the same counter-based Gaussian sketch, the same
-point names, and the hooks that record them on the real transformers + peft modules of the reference
-leg. A point is (layer, op, pass); its summary is count, L2 norm, mean, max |x| (float64) and
+point names, and the hooks that record them on the real transformers + peft modules — of the reference
+leg (experiments/legs/reference_leg.py) and of any PyTorch leg paired through tandem_leg.torch.pair. A point is (layer, op, pass); its summary is count, L2 norm, mean, max |x| (float64) and
 
     sketch[k] = sum_r sum_c g(k, r) * g(16 + k, c) * X[r, c]        k = 0..15
 
@@ -121,17 +121,25 @@ class FingerprintHooks:
     attach() installs forward hooks (and, through them, tensor hooks for the backward) on the real
     modules, parameter post-accumulate-grad hooks on every LoRA A/B, and wraps transformers'
     apply_rotary_pos_emb (a function, not a module) to see RoPE's outputs; detach() removes them all,
-    so an update that is not observed runs exactly the unhooked model."""
+    so an update that is not observed runs exactly the unhooked model.
 
-    def __init__(self, torch, model):
+    The head's points (final_norm at the supervised rows, the micro-batch's sum of token losses):
+    a loop that computes its own loss hands them over with record_head() (the reference leg); with
+    head_hooks=True they are taken by hooks on the final norm and the LM head instead, for a model
+    whose forward computes the loss itself (a Trainer's): the supervised rows come from the labels
+    given to begin_micro_batch, and the loss sum is the float32 cross-entropy of those rows' logits."""
+
+    def __init__(self, torch, model, head_hooks=False):
         self.torch = torch
         self.model = model
         self.base = model.get_base_model()
+        self.head_hooks = head_hooks
         self.sketcher = Sketcher()
         self.points = []
         self.update = 0
         self.micro_batch = 0
         self.valid = None          # flattened bool mask of the micro-batch's real tokens
+        self.labels = None         # the micro-batch's labels (-100: not supervised), for the head hooks
         self.layer = None          # decoder layer whose attention runs (for the RoPE wrapper)
         self._handles = []
         self._rope = None
@@ -157,13 +165,18 @@ class FingerprintHooks:
         self.points = []
 
     def begin_micro_batch(self, index, ids, attn, labels):
+        """attn None: every position is a real token; labels None: no labels point (and no head points
+        from the head hooks)."""
         self.micro_batch = index
-        self.valid = attn.reshape(-1).bool()
+        self.valid = (attn.reshape(-1).bool() if attn is not None
+                      else self.torch.ones(ids.numel(), dtype=self.torch.bool, device=ids.device))
+        self.labels = labels
         self._add(-1, "tokens", "forward",
                   self.sketcher.summarize_numpy(ids.reshape(-1)[self.valid].cpu().numpy().reshape(-1, 1)))
-        lab = labels[:, 1:]
-        self._add(-1, "labels", "forward",
-                  self.sketcher.summarize_numpy(lab[lab != -100].cpu().numpy().reshape(-1, 1)))
+        if labels is not None:
+            lab = labels[:, 1:]
+            self._add(-1, "labels", "forward",
+                      self.sketcher.summarize_numpy(lab[lab != -100].cpu().numpy().reshape(-1, 1)))
 
     def record_optimizer(self):
         for layer, name, module in self._lora_modules():
@@ -250,7 +263,35 @@ class FingerprintHooks:
                     t.register_hook(lambda g, l=l, op=op: self.record_tokens(l, op, "backward", g.transpose(1, 2)))
             return q_e, k_e
         qwen3.apply_rotary_pos_emb = rope
+        if self.head_hooks:
+            h.append(self.base.model.norm.register_forward_hook(self._head_norm))
+            h.append(self.base.lm_head.register_forward_hook(self._head_logits))
         del torch
+
+    def _supervised_rows(self):
+        return None if self.labels is None else self.labels[:, 1:] != -100
+
+    def _head_norm(self, _module, _inputs, out):
+        """The final norm's output [batch, seq, hidden]: its supervised rows (the hidden state at t
+        predicts labels[t + 1]), forward and backward, as record_head takes them."""
+        rows = self._supervised_rows()
+        if rows is None or out.dim() != 3:
+            return
+        self.record_rows(-1, "final_norm", "forward", out[:, :-1, :][rows])
+        if out.requires_grad:
+            out.register_hook(lambda g, rows=rows: self.record_rows(-1, "final_norm", "backward", g[:, :-1, :][rows]))
+
+    def _head_logits(self, _module, _inputs, out):
+        """The LM head's logits (all positions, or already the supervised rows): the float32 sum of
+        the supervised rows' token losses."""
+        rows = self._supervised_rows()
+        if rows is None:
+            return
+        torch = self.torch
+        with torch.no_grad():
+            logits = out[:, :-1, :][rows] if out.dim() == 3 else out
+            loss_sum = torch.nn.functional.cross_entropy(logits.float(), self.labels[:, 1:][rows], reduction="sum")
+        self.record_rows(-1, "ce", "forward", loss_sum)
 
     def detach(self):
         for handle in self._handles:

@@ -1,0 +1,209 @@
+"""tandem_leg.torch.pair and TandemCallback(pair=True) against the reference leg (the oracle) on a small
+run folder made with transformers + peft (tests/experiments/make_test_run.py: a generated Qwen3, LoRA
+dropout 0.1 so the masks matter):
+
+- SharedMaskDropout multiplies by exactly the mask of the pure-Python generator (shared_dropout's
+  keep_mask_python: the definition, element by element);
+- the paired HuggingFace Trainer leg (examples/hf_trainer_leg.py) and the plain loop
+  (examples/torch_loop_leg.py) reproduce the reference leg's per-update training loss, pre-clip grad
+  norm and lr and its held-out CE to float32 rounding, and their fingerprints match the reference's
+  point by point; the same Trainer with peft's own (native) masks does not (the control that shows the
+  masks are what is shared);
+- the callback measures the model load and tokenization times itself;
+- wrong wiring is named at the first update and the leg exits 1: a Trainer whose DataLoader shuffles,
+  a callback that does not pair a leg the experiment pairs, a model whose dropout p is not the
+  experiment's, a plain loop that batches other records than the plan's."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "experiments"))
+
+import make_test_run  # noqa: E402
+import tandem_leg  # noqa: E402
+from tandem_leg.torch import PairingError, SharedMaskDropout, pair, shared_dropout  # noqa: E402
+
+REFERENCE = os.path.join(SOURCE_DIR, "experiments", "legs", "reference_leg.py")
+HF = os.path.join(SOURCE_DIR, "examples", "hf_trainer_leg.py")
+LOOP = os.path.join(SOURCE_DIR, "examples", "torch_loop_leg.py")
+
+
+def leg(script, run_dir, name, *extra):
+    p = subprocess.run([sys.executable, script, "--run", run_dir, "--leg", name, "--device", "cpu", "--threads", "1",
+                        *extra], capture_output=True, text=True, timeout=600)
+    return p.returncode, [json.loads(line) for line in p.stdout.splitlines() if line.strip()], p.stderr
+
+
+def kinds(events, kind):
+    return [e for e in events if e["event"] == kind]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("pairing") / "run")
+    spec = make_test_run.small_spec("pairing", dropout_masks="shared", observe={"updates": [1]},
+                                    overrides={"hf-native": {"dropout_masks": "native"}})
+    spec["lora"]["dropout"] = 0.1
+    spec["checkpoint"] = {"interval": 0}
+    make_test_run.make_run(d, spec)
+    return d
+
+
+@pytest.fixture(scope="module")
+def legs(run_dir):
+    out = {}
+    for name, script, extra in (("reference", REFERENCE, ()), ("hf", HF, ()), ("loop", LOOP, ()),
+                                ("hf-native", HF, ())):
+        rc, events, err = leg(script, run_dir, name, *extra)
+        assert rc == 0, (name, err[-3000:])
+        out[name] = events
+    return out
+
+
+def test_shared_mask_dropout_is_the_generator():
+    ctx = tandem_leg.torch.MaskContext()
+    ctx.update, ctx.micro_batch = 3, 1
+    d = SharedMaskDropout(ctx, seed=1234, layer=1, projection="v_proj", p=0.25)
+    x = torch.randn(2, 5, 7)
+    y = d(x)
+    key = shared_dropout.shared_key(1234, 3, 1, 1, shared_dropout.PROJECTIONS.index("v_proj"))
+    keep = shared_dropout.keep_mask_python(key, x.numel(), 0.25)
+    scale = np.float32(1.0 / 0.75)
+    want = np.where(np.array(keep).reshape(2, 5, 7), x.numpy() * scale, np.float32(0.0))
+    assert np.array_equal(y.numpy(), want)
+    d.eval()
+    assert torch.equal(d(x), x)  # evaluation: no mask
+
+
+def test_pair_replaces_every_lora_dropout_and_refuses_another_p(run_dir):
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run = tandem_leg.RunFolder(run_dir)
+
+    def load(p):
+        config = PeftConfig.from_pretrained(run.init_dir)
+        config.lora_dropout = p
+        return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run.base_dir), run.init_dir,
+                                         config=config, is_trainable=True)
+
+    model = load(0.1)
+    pairing = pair(model, run, "hf")
+    layers = model.get_base_model().config.num_hidden_layers
+    assert len(tandem_leg.torch.lora_dropouts(model)) == layers * 7
+    assert tandem_leg.torch.unpaired_dropouts(model) == []
+    assert pair(model, run, "hf") is pairing  # pairing twice keeps the first
+    with pytest.raises(PairingError, match=r"leg hf: .*lora_dropout.default has dropout p 0.2, the experiment's "
+                                           r"lora.dropout is 0.1"):
+        pair(load(0.2), run, "hf")
+
+
+def close(a, b, rel):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+
+
+@pytest.mark.parametrize("name", ["hf", "loop"])
+def test_paired_legs_reproduce_the_reference_per_update(legs, name):
+    ref, mine = legs["reference"], legs[name]
+    rs, ms = kinds(ref, "step"), kinds(mine, "step")
+    assert [s["update"] for s in ms] == [s["update"] for s in rs] == [0, 1, 2, 3]
+    for r, m in zip(rs, ms):
+        assert m["lr"] == r["lr"], (m, r)  # the schedule's value, exactly
+        # float32 rounding of a different op order (full-vocabulary logits, another summation order):
+        assert close(m["loss"], r["loss"], 1e-5), (name, m["update"], m["loss"], r["loss"])
+        assert close(m["grad_norm"], r["grad_norm"], 1e-4), (name, m["update"], m["grad_norm"], r["grad_norm"])
+        assert m["tokens"] == r["tokens"]
+    re, me = kinds(ref, "eval"), kinds(mine, "eval")
+    assert [e["update"] for e in me] == [e["update"] for e in re] == [0, 2, 4]
+    for r, m in zip(re, me):
+        assert m["tokens"] == r["tokens"] and close(m["heldout_ce"], r["heldout_ce"], 1e-5), (name, m, r)
+    assert mine[-1]["event"] == "done"
+
+
+@pytest.mark.parametrize("name", ["hf", "loop"])
+def test_paired_legs_fingerprint_the_reference_points(legs, name):
+    """The same points (update 1, every micro-batch, layer, op, pass) and, per point, the localisation's
+    value max(|sketch_a - sketch_b| / (4 max norm), |norm_a - norm_b| / max norm) small: the two stacks
+    compute the same tensors."""
+    def points(events):
+        (f,) = kinds(events, "fingerprints")
+        assert f["update"] == 1
+        return {(p["micro_batch"], p["layer"], p["op"], p["pass"]): p for p in f["points"]}
+
+    ref, mine = points(legs["reference"]), points(legs[name])
+    assert set(mine) == set(ref), (sorted(set(ref) - set(mine))[:5], sorted(set(mine) - set(ref))[:5])
+    worst = 0.0
+    for key, r in ref.items():
+        m = mine[key]
+        assert m["count"] == r["count"], key
+        scale = max(r["norm"], m["norm"])
+        if scale == 0:
+            continue
+        d = math.sqrt(sum((a - b) ** 2 for a, b in zip(m["sketch"], r["sketch"])))
+        worst = max(worst, d / (4 * scale), abs(m["norm"] - r["norm"]) / scale)
+    assert worst < 1e-3, worst
+
+
+def test_the_callback_times_model_load_and_tokenization_itself(legs):
+    """examples/hf_trainer_leg.py sets no timing: the callback measured both (time inside from_pretrained
+    and inside the tokenizer), and setup_s counts from the process start, so it holds both."""
+    (setup,) = [e for e in kinds(legs["hf"], "timing") if e["phase"] == "setup"]
+    assert setup["model_load_s"] > 0 and setup["tokenize_s"] > 0, setup
+    assert setup["setup_s"] >= setup["model_load_s"] + setup["tokenize_s"], setup
+
+
+def test_native_masks_are_not_the_shared_ones(legs):
+    """The control: the same Trainer leg with peft's own dropout draws other masks, so its updates differ
+    from the reference's by far more than rounding (the shared masks are what makes the pair)."""
+    rs, ns = kinds(legs["reference"], "step"), kinds(legs["hf-native"], "step")
+    assert close(ns[0]["loss"], rs[0]["loss"], 1e-2) and not close(ns[0]["loss"], rs[0]["loss"], 1e-4)
+
+
+@pytest.mark.parametrize("bug, message", [
+    ("shuffled-sampler", r"leg wired: update 0 micro-batch 0 row \d is not record \d+ of plan.json .* the DataLoader "
+                         r"does not follow the plan"),
+    ("pair-off", r"leg wired: the experiment pairs this leg with the reference \(dropout_masks shared, plan shared\) "
+                 r"but TandemCallback\(pair=False\)"),
+])
+def test_wrong_trainer_wiring_is_named_at_the_first_update(run_dir, bug, message):
+    import re
+
+    rc, events, err = leg(HF, run_dir, "wired", "--test-bug", bug)
+    assert rc == 1, err[-2000:]
+    assert not kinds(events, "step")  # nothing was trained unpaired
+    (error,) = kinds(events, "error")
+    assert re.search(message, error["message"]), error["message"]
+
+
+def test_a_plain_loop_that_leaves_the_plan_is_named(run_dir):
+    """begin_micro_batch with the records the loop batched: other records than plan.json's are refused."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run = tandem_leg.RunFolder(run_dir)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run.base_dir), run.init_dir,
+                                      is_trainable=True)
+    pairing = pair(model, run, "loop")
+    model.train()
+    planned = run.plan_updates()[0][0]
+    ids = torch.ones((len(planned), 4), dtype=torch.long)
+    pairing.begin_update(0)
+    with pytest.raises(PairingError, match=rf"leg loop: update 0 micro-batch 0 holds records \[.*\], plan.json's are "
+                                           rf"\[{planned[0]}, {planned[1]}\]: the loop does not follow the plan"):
+        pairing.begin_micro_batch(ids, torch.ones_like(ids), None, records=list(reversed(planned)))
+    # left padding: the shared masks are drawn over the right-padded layout
+    pairing = pair(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run.base_dir), run.init_dir,
+                                             is_trainable=True), run, "loop2")
+    pairing.begin_update(0)
+    attn = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    with pytest.raises(PairingError, match=r"micro-batch 0 row 0 is not right-padded"):
+        pairing.begin_micro_batch(ids, attn, None, records=planned)

@@ -30,7 +30,7 @@ struct BenchEngineArgs {
     std::vector<std::string> shapes;
     std::vector<int> threads{1, 2};
     int repeats = 3, updates = 3, warmup = 1;
-    std::string format = "text", json_out, python, worker, flops;
+    std::string format = "text", json_out, python, worker, flops, other_engine;
 };
 
 std::string load_text() {
@@ -79,6 +79,7 @@ void run_bench_engine(const BenchEngineArgs& a) {
     o.engine_argv = {self, "bench", "engine", "--worker"};
     const std::string python = a.python.empty() ? ex::reference_python() : a.python;
     o.reference_argv = {python, (ex::legs_dir() / "bench_reference.py").string()};
+    if (!a.other_engine.empty()) o.other_engine_argv = {a.other_engine};
     o.work_dir = (std::filesystem::temp_directory_path() / ("tandem-bench-engine-" + std::to_string(::getpid()))).string();
     const ex::HostInfo host = ex::collect_host_info();
     const std::string load_before = load_text();
@@ -131,6 +132,9 @@ void add_bench_engine(CLI::App& app, int& exit_code) {
     cmd->add_option("--warmup", a->warmup, "untimed updates first (default 1)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--format", a->format, "text or md (default text)");
     cmd->add_option("--json", a->json_out, "also write every measurement to this JSON file");
+    cmd->add_option("--other-engine", a->other_engine,
+                    "also time another engine build's tests/engine/bench_engine in every repeat (e.g. main's: before/after)")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--python", a->python, "reference Python (default: $TANDEM_REFENV_PYTHON or the reference environment)");
     cmd->add_option("--worker", a->worker, "run one engine repeat of REQUEST and print its JSON (used by the bench)")
         ->group("");

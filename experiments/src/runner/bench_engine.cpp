@@ -127,6 +127,22 @@ double mean(const std::vector<double>& v) {
     return v.empty() ? std::nan("") : s / double(v.size());
 }
 
+// tests/engine/bench_engine's output (an engine build that predates --worker) in the workers' form.
+json from_bench_engine(const json& r, int warmup) {
+    json out{{"seconds", json::array()}, {"cpu_seconds", json::array()}, {"tokens", json::array()}};
+    const auto& updates = r.at("updates");
+    const size_t timed = updates.size() > size_t(warmup) ? updates.size() - size_t(warmup) : 0;
+    for (size_t u = size_t(warmup); u < updates.size(); ++u) {
+        out["seconds"].push_back(updates[u].at("seconds"));
+        out["cpu_seconds"].push_back(r.at("timed_cpu_seconds").get<double>() / double(timed));
+        out["tokens"].push_back(r.at("timed_tokens").get<double>() / double(timed));
+    }
+    out["setup_seconds"] = r.at("setup_seconds");
+    out["peak_rss_bytes"] = int64_t(r.at("peak_rss_mb").get<double>() * 1024 * 1024);
+    out["versions"] = "another engine build (bench_engine)";
+    return out;
+}
+
 void add_repeat(BenchSideResult& side, const json& r) {
     side.s_per_update.push_back(mean(r.at("seconds").get<std::vector<double>>()));
     side.cpu_s_per_update.push_back(mean(r.at("cpu_seconds").get<std::vector<double>>()));
@@ -318,6 +334,12 @@ std::vector<BenchCase> run_engine_bench(const BenchOptions& o, const std::functi
                 const fs::path base = fs::path(o.work_dir) / (shape->name + "-t" + std::to_string(threads) + "-r" + std::to_string(r + 1));
                 progress(tag + ": sgemm " + std::to_string(int(p.sgemm.front().flops_per_s / 1e9)) + " GFLOP/s; engine");
                 add_repeat(c.engine, run_worker(o.engine_argv, req_path, threads, base.string() + "-engine", "engine"));
+                if (!o.other_engine_argv.empty()) {
+                    progress(tag + ": other engine");
+                    add_repeat(c.other, from_bench_engine(run_worker(o.other_engine_argv, req_path, threads,
+                                                                     base.string() + "-other", "other engine"),
+                                                          o.warmup));
+                }
                 progress(tag + ": reference");
                 add_repeat(c.reference, run_worker(o.reference_argv, req_path, threads, base.string() + "-reference", "reference"));
             }
@@ -352,7 +374,8 @@ json engine_bench_json(const std::vector<BenchCase>& cases) {
                            {"flops_per_update", c.flops_per_update},
                            {"sgemm_flops_per_s", c.sgemm_flops_per_s},
                            {"engine", side(c.engine)},
-                           {"reference", side(c.reference)}});
+                           {"reference", side(c.reference)},
+                           {"other_engine", side(c.other)}});
     }
     return out;
 }
@@ -365,12 +388,13 @@ std::string format_engine_bench(const std::vector<BenchCase>& cases, const std::
     std::vector<std::vector<std::string>> rows;
     for (const auto& c : cases) {
         const Spread peak = spread(c.sgemm_flops_per_s);
-        for (int k = 0; k < 2; ++k) {
-            const BenchSideResult& s = k == 0 ? c.engine : c.reference;
+        for (int k = 0; k < 3; ++k) {
+            if (k == 2 && c.other.s_per_update.empty()) continue;
+            const BenchSideResult& s = k == 0 ? c.engine : k == 1 ? c.reference : c.other;
             const Spread t = spread(s.s_per_update), cpu = spread(s.cpu_s_per_update);
             std::vector<double> rss(s.peak_rss_bytes.begin(), s.peak_rss_bytes.end());
             const double achieved = c.flops_per_update / t.median;
-            rows.push_back({c.shape, std::to_string(c.threads), k == 0 ? "engine" : "reference", triple(t),
+            rows.push_back({c.shape, std::to_string(c.threads), k == 0 ? "engine" : k == 1 ? "reference" : "other engine", triple(t),
                             num(s.tokens_per_update / t.median, "%.1f"), num(cpu.median), num(c.flops_per_update / 1e9, "%.1f"),
                             num(achieved / 1e9, "%.1f"), num(100.0 * achieved / peak.median, "%.0f") + " %",
                             format_bytes(int64_t(spread(rss).median))});
@@ -386,6 +410,12 @@ std::string format_engine_bench(const std::vector<BenchCase>& cases, const std::
         rows.push_back({c.shape, std::to_string(c.threads), "ratio", "engine " + num(speed, "%.2f") + "x faster (pairs " + triple(spread(pair), "%.2f") + ")",
                         num(speed, "%.2f") + "x", num(cpu_ratio, "%.2f") + "x", "", "", "",
                         num(spread(er).median / spread(rr).median, "%.2f") + "x"});
+        if (!c.other.s_per_update.empty()) {
+            const double vs = spread(c.other.s_per_update).median / spread(c.engine.s_per_update).median;
+            const double vs_cpu = spread(c.other.cpu_s_per_update).median / spread(c.engine.cpu_s_per_update).median;
+            rows.push_back({c.shape, std::to_string(c.threads), "engine vs other", "engine " + num(vs, "%.2f") + "x faster",
+                            num(vs, "%.2f") + "x", num(vs_cpu, "%.2f") + "x", "", "", "", ""});
+        }
     }
     if (md) {
         o << "|";

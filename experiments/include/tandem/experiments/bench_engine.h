@@ -58,6 +58,7 @@ struct BenchCase {
     double flops_per_update = 0;          // flops.h over the timed updates, mean
     std::vector<double> sgemm_flops_per_s;  // the sgemm probe before each repeat pair
     BenchSideResult engine, reference;
+    BenchSideResult other;  // BenchOptions::other_engine_argv (another engine build), when given
 };
 
 struct BenchOptions {
@@ -68,6 +69,9 @@ struct BenchOptions {
     int warmup = 1;   // untimed updates first
     std::vector<std::string> engine_argv;     // the engine worker command; the request path is appended
     std::vector<std::string> reference_argv;  // the reference worker command (python bench_reference.py)
+    // Optional: another engine build's tests/engine/bench_engine (e.g. main's: the before figures),
+    // timed third in every repeat (engine, other, reference). Its JSON is bench_engine's own.
+    std::vector<std::string> other_engine_argv;
     std::string work_dir;                     // requests and worker logs
 };
 

@@ -23,6 +23,7 @@
 
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
+#include "tandem/experiments/bench_engine.h"
 #include "forwarding_backend.h"
 
 using json = nlohmann::json;
@@ -106,16 +107,7 @@ int main(int argc, char** argv) {
         trainer.load_adapter(generate_initial_adapter(cfg, lora, 2));
         const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
 
-        std::vector<MicroBatch> mbs;
-        for (const auto& j : req.at("micro_batches")) {
-            MicroBatch mb;
-            mb.batch = j.at("batch");
-            mb.seq = j.at("seq");
-            mb.ids = j.at("ids").get<std::vector<int32_t>>();
-            mb.supervised = j.at("supervised").get<std::vector<uint8_t>>();
-            mb.lengths = j.at("lengths").get<std::vector<int32_t>>();
-            mbs.push_back(std::move(mb));
-        }
+        const std::vector<MicroBatch> mbs = tandem::experiments::request_micro_batches(req);
         const auto cpu_seconds = [] {
             rusage r{};
             getrusage(RUSAGE_SELF, &r);

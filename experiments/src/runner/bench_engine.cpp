@@ -35,20 +35,6 @@ using nlohmann::json;
 
 namespace {
 
-engine::Qwen3Config shape_config(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv, int64_t head_dim,
-                                 bool tied) {
-    engine::Qwen3Config c;  // the real vocabulary, rope theta, eps of Qwen3
-    c.hidden_size = hidden;
-    c.intermediate_size = inter;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kv;
-    c.head_dim = head_dim;
-    c.tie_word_embeddings = tied;
-    c.max_position_embeddings = 4096;
-    return c;
-}
-
 double cpu_seconds() {
     rusage r{};
     getrusage(RUSAGE_SELF, &r);
@@ -159,13 +145,22 @@ void add_repeat(BenchSideResult& side, const json& r) {
 const std::vector<BenchShape>& bench_shapes() {
     static const std::vector<BenchShape> shapes = [] {
         std::vector<BenchShape> s;
+        // Qwen3's vocabulary, rope theta and eps (the config's defaults) in every shape
+        using C = engine::Qwen3Config;
         s.push_back({"clinical-tiny", "the main job's model: hidden 128, 4 layers, 4/2 heads x 32, intermediate 384, tied",
-                     shape_config(128, 384, 4, 4, 2, 32, true), 256, 2, 2});
+                     C{.hidden_size = 128, .intermediate_size = 384, .num_hidden_layers = 4, .num_attention_heads = 4,
+                       .num_key_value_heads = 2, .head_dim = 32, .max_position_embeddings = 4096},
+                     256, 2, 2});
         s.push_back({"qwen3-0.6b-2l", "two Qwen3-0.6B layers: hidden 1024, 16/8 heads x 128, intermediate 3072, tied",
-                     shape_config(1024, 3072, 2, 16, 8, 128, true), 512, 2, 2});
+                     C{.hidden_size = 1024, .intermediate_size = 3072, .num_hidden_layers = 2, .num_attention_heads = 16,
+                       .num_key_value_heads = 8, .head_dim = 128, .max_position_embeddings = 4096},
+                     512, 2, 2});
         s.push_back({"odd", "untied, 3 query heads per kv head, heads x head_dim != hidden: hidden 320, 3 layers, 6/2 heads x 48, "
                             "intermediate 1000",
-                     shape_config(320, 1000, 3, 6, 2, 48, false), 384, 2, 2});
+                     C{.hidden_size = 320, .intermediate_size = 1000, .num_hidden_layers = 3, .num_attention_heads = 6,
+                       .num_key_value_heads = 2, .head_dim = 48, .max_position_embeddings = 4096,
+                       .tie_word_embeddings = false},
+                     384, 2, 2});
         return s;
     }();
     return shapes;
@@ -236,8 +231,21 @@ std::vector<MicroBatchShape> request_update_shapes(const json& request, size_t u
     return out;
 }
 
+std::vector<engine::MicroBatch> request_micro_batches(const json& request) {
+    std::vector<engine::MicroBatch> mbs;
+    for (const auto& j : request.at("micro_batches")) {
+        engine::MicroBatch mb;
+        mb.batch = j.at("batch");
+        mb.seq = j.at("seq");
+        mb.ids = j.at("ids").get<std::vector<int32_t>>();
+        mb.supervised = j.at("supervised").get<std::vector<uint8_t>>();
+        mb.lengths = j.at("lengths").get<std::vector<int32_t>>();
+        mbs.push_back(std::move(mb));
+    }
+    return mbs;
+}
+
 json run_engine_bench_worker(const json& req) {
-    const double cpu_start = cpu_seconds();
     const auto t_start = std::chrono::steady_clock::now();
     const engine::Qwen3Config cfg = engine::Qwen3Config::from_json(req.at("config"), "bench request");
     engine::LoraConfig lora = bench_lora();
@@ -250,18 +258,8 @@ json run_engine_bench_worker(const json& req) {
     opts.dropout_mode = engine::DropoutMode::Native;
     engine::Trainer trainer = engine::Trainer::create(cfg, engine::generate_base_weights(cfg, 1), lora, opts);
     trainer.load_adapter(engine::generate_initial_adapter(cfg, lora, 2));
-    std::vector<engine::MicroBatch> mbs;
-    for (const auto& j : req.at("micro_batches")) {
-        engine::MicroBatch mb;
-        mb.batch = j.at("batch");
-        mb.seq = j.at("seq");
-        mb.ids = j.at("ids").get<std::vector<int32_t>>();
-        mb.supervised = j.at("supervised").get<std::vector<uint8_t>>();
-        mb.lengths = j.at("lengths").get<std::vector<int32_t>>();
-        mbs.push_back(std::move(mb));
-    }
+    const std::vector<engine::MicroBatch> mbs = request_micro_batches(req);
     const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    (void)cpu_start;
     json out{{"seconds", json::array()}, {"cpu_seconds", json::array()}, {"tokens", json::array()}, {"losses", json::array()}};
     const int warmup = req.at("warmup_updates");
     int u = 0;

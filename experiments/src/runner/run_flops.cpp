@@ -7,17 +7,13 @@
 #include "tandem/error.h"
 #include "tandem/experiments/experiment.h"
 #include "tandem/experiments/flops.h"
+#include "tandem/experiments/prepare.h"
 
 namespace tandem::experiments {
 
 std::vector<double> run_update_flops(const std::filesystem::path& run_dir, const ExperimentSpec& spec) {
     const engine::Qwen3Config config = engine::read_hf_config(run_dir / "base");
-    engine::LoraConfig lora;
-    lora.rank = spec.lora_rank;
-    lora.alpha = spec.lora_alpha;
-    lora.use_rslora = spec.lora_use_rslora;
-    lora.dropout = spec.lora_dropout;
-    if (!spec.lora_targets.empty()) lora.targets = spec.lora_targets;
+    const engine::LoraConfig lora = lora_config_of(spec);
     const std::vector<data::Record> records = data::read_records(run_dir / "corpus" / "records.jsonl");
     const data::BatchPlan plan = data::read_plan(run_dir / "plan.json");
     const size_t max_len = spec.max_len > 0 ? size_t(spec.max_len) : SIZE_MAX;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/engine/batch.h"
 #include "tandem/engine/config.h"
 #include "tandem/experiments/flops.h"
 
@@ -36,6 +37,8 @@ engine::LoraConfig bench_lora();
 // (lengths 60-100 % of seq, the first one full), the first 20-40 % of each is an unsupervised
 // prompt; ids are uniform over the vocabulary; everything from `seed`.
 nlohmann::json bench_request(const BenchShape& shape, int threads, int updates, int warmup, uint64_t seed = 0);
+// The request's micro-batches as the engine takes them.
+std::vector<engine::MicroBatch> request_micro_batches(const nlohmann::json& request);
 // The shapes of update u's micro-batches (for the FLOP formula).
 std::vector<MicroBatchShape> request_update_shapes(const nlohmann::json& request, size_t update);
 

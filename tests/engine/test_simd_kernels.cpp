@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "simd.h"
+#include "tandem/engine/dropout.h"
 #include "tandem/engine/ops.h"
 
 namespace {
@@ -143,6 +144,29 @@ TEST_F(SimdKernels, CrossEntropySinglePassAndChunked) {
             });
         }
     }
+}
+
+TEST_F(SimdKernels, DropoutMasksAndTheLoraLinearsThatApplyThem) {
+    for (double p : {0.0, 0.05, 0.5, 0.999, 1.0}) {
+        expect_same_bits("dropout keep p=" + std::to_string(p), [&] {
+            std::vector<uint8_t> keep(100003);
+            fill_dropout_keep(keep.data(), int64_t(keep.size()), 0x1234567890abcdefULL, 977, p);
+            return std::vector<std::vector<float>>{std::vector<float>(keep.begin(), keep.end())};
+        });
+    }
+    const int64_t N = 37, in = 53, out = 29, r = 4;
+    const auto x = random_floats(size_t(N * in), 14), w = random_floats(size_t(out * in), 15), a = random_floats(size_t(r * in), 16),
+               b = random_floats(size_t(out * r), 17), dy = random_floats(size_t(N * out), 18);
+    std::vector<uint8_t> keep(size_t(N * in));
+    fill_dropout_keep(keep.data(), N * in, 99, 0, 0.3);
+    expect_same_bits("lora linear with dropout", [&] {
+        std::vector<float> y(size_t(N * out)), t(size_t(N * r)), dx = random_floats(size_t(N * in), 19), da(a.size()), db(b.size());
+        ops::lora_linear_forward(y.data(), t.data(), x.data(), w.data(), a.data(), b.data(), keep.data(), 1.0f / 0.7f, 8.0f,
+                                 N, in, out, r);
+        ops::lora_linear_backward(dx.data(), da.data(), db.data(), dy.data(), x.data(), w.data(), a.data(), b.data(), t.data(),
+                                  keep.data(), 1.0f / 0.7f, 8.0f, N, in, out, r, true);
+        return std::vector<std::vector<float>>{y, t, dx, da, db};
+    });
 }
 
 }  // namespace

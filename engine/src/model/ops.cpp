@@ -513,7 +513,10 @@ namespace {
 template <typename T>
 void apply_dropout(T* xd, const T* x, const uint8_t* keep, T scale, int64_t n) {
     parallel_for_grain(n, 1 << 14, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) xd[i] = keep[i] ? x[i] * scale : T(0);
+        if (use_simd<T>())
+            simd::apply_dropout(reinterpret_cast<float*>(xd) + b, reinterpret_cast<const float*>(x) + b, keep + b, float(scale), e - b);
+        else
+            for (int64_t i = b; i < e; ++i) xd[i] = keep[i] ? x[i] * scale : T(0);
     });
 }
 }  // namespace
@@ -571,7 +574,11 @@ void lora_linear_backward(T* dx, T* da, T* db, const T* dy, const T* x, const T*
         T* const dxd = thread_scratch<T, Scratch::LoraDxd>(static_cast<size_t>(N * in));
         linear_backward_input(dxd, dt, a, N, r, in);
         parallel_for_grain(N * in, 1 << 14, [&](int64_t b0, int64_t e0) {
-            for (int64_t i = b0; i < e0; ++i) dx[i] += keep[i] ? dxd[i] * dropout_scale : T(0);
+            if (use_simd<T>())
+                simd::add_dropped(reinterpret_cast<float*>(dx) + b0, reinterpret_cast<const float*>(dxd) + b0, keep + b0,
+                                  float(dropout_scale), e0 - b0);
+            else
+                for (int64_t i = b0; i < e0; ++i) dx[i] += keep[i] ? dxd[i] * dropout_scale : T(0);
         });
     }
 }

@@ -45,6 +45,14 @@ void dot_rows(const float* const* a, const float* const* b, const int64_t* n, in
 // out[r] = sum over j < n of (double(w[j]) * double(dy[r][j])) * double(x[r][j]), in j order.
 void dot3_rows(const float* w, const float* const* dy, const float* const* x, int64_t n, int count, double* out);
 
+// Dropout (dropout.cpp, ops.cpp), integer-exact: keep[i] = u(key, first + i) >= p with
+// u = (mix64(key ^ (first + i)) >> 40) * 2^-24 (dropout.h), for i in [0, n).
+void fill_dropout_keep(uint8_t* keep, int64_t n, uint64_t key, uint64_t first, double p);
+// xd[i] = keep[i] ? x[i] * scale : 0
+void apply_dropout(float* xd, const float* x, const uint8_t* keep, float scale, int64_t n);
+// dx[i] += keep[i] ? dxd[i] * scale : 0
+void add_dropped(float* dx, const float* dxd, const uint8_t* keep, float scale, int64_t n);
+
 // Element-wise pieces of the ops (the same expressions as ops.cpp's scalar loops):
 // o[c] = w[c] * (x[c] * r)
 void rmsnorm_apply(float* o, const float* x, const float* w, float r, int64_t n);

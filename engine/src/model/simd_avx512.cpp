@@ -135,6 +135,63 @@ inline __m512 negate(__m512 x) { return _mm512_xor_ps(x, _mm512_set1_ps(-0.0f));
 
 float expf1(float x) { return ::expf(x); }
 
+namespace {
+// SplitMix64's mix on 8 lanes (dropout.cpp mix64), exact 64-bit integer arithmetic.
+inline __m512i mix64x8(__m512i z) {
+    z = _mm512_add_epi64(z, _mm512_set1_epi64(int64_t(0x9E3779B97F4A7C15ULL)));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), _mm512_set1_epi64(int64_t(0xBF58476D1CE4E5B9ULL)));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), _mm512_set1_epi64(int64_t(0x94D049BB133111EBULL)));
+    return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+}  // namespace
+
+void fill_dropout_keep(uint8_t* keep, int64_t n, uint64_t key, uint64_t first, double p) {
+    // u >= p  <=>  (r >> 40) >= ceil(p * 2^24): u = (r >> 40) * 2^-24 is exact, and so is the
+    // comparison of the integer with the smallest integer k for which k * 2^-24 >= p
+    const double scaled = p * 16777216.0;  // exact: a power-of-two multiple
+    double threshold_d = __builtin_ceil(scaled);
+    if (threshold_d < 0) threshold_d = 0;
+    // p > 1 or NaN: u >= p never holds (a threshold no 24-bit value reaches)
+    const uint64_t threshold = !(threshold_d <= 16777216.0) ? (1ULL << 25) : uint64_t(threshold_d);
+    const __m512i kv = _mm512_set1_epi64(int64_t(key)), th = _mm512_set1_epi64(int64_t(threshold));
+    const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m512i idx = _mm512_add_epi64(_mm512_set1_epi64(int64_t(first + uint64_t(i))), lane);
+        const __m512i r = _mm512_srli_epi64(mix64x8(_mm512_xor_si512(kv, idx)), 40);
+        const __mmask8 k = _mm512_cmpge_epu64_mask(r, th);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(keep + i), _mm_maskz_set1_epi8(k, 1));
+    }
+    for (; i < n; ++i) {
+        uint64_t z = key ^ (first + uint64_t(i));
+        z += 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        keep[i] = double(z >> 40) * (1.0 / 16777216.0) >= p ? 1 : 0;
+    }
+}
+
+void apply_dropout(float* xd, const float* x, const uint8_t* keep, float s, int64_t n) {
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __mmask16 k = _mm_test_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + i)), _mm_set1_epi8(-1));
+        _mm512_storeu_ps(xd + i, _mm512_maskz_mul_ps(k, _mm512_loadu_ps(x + i), sv));
+    }
+    for (; i < n; ++i) xd[i] = keep[i] ? x[i] * s : 0.0f;
+}
+
+void add_dropped(float* dx, const float* dxd, const uint8_t* keep, float s, int64_t n) {
+    const __m512 sv = _mm512_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __mmask16 k = _mm_test_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + i)), _mm_set1_epi8(-1));
+        _mm512_storeu_ps(dx + i, _mm512_add_ps(_mm512_loadu_ps(dx + i), _mm512_maskz_mul_ps(k, _mm512_loadu_ps(dxd + i), sv)));
+    }
+    for (; i < n; ++i) dx[i] += keep[i] ? dxd[i] * s : 0.0f;
+}
+
 float max_fold(float* x, int64_t n, float init, float s, bool scale_first) {
     __m512 acc = _mm512_set1_ps(init);
     const __m512 sv = _mm512_set1_ps(s);

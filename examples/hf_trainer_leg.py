@@ -5,14 +5,14 @@
 
 An ordinary Trainer fine-tuning script: transformers + peft load the run folder's base and initial
 adapter; the script's own data pipeline renders each record with the tokenizer's chat template and
-masks the prompt (SPEC §2: supervised = the tokens from the end of the prompt up to and including the
+masks the prompt (docs/spec.md §Supervision: supervised = the tokens from the end of the prompt up to and including the
 first <|im_end|>); the Trainer's AdamW, cosine schedule with warmup and gradient clipping do the updates.
 tandem_leg pairs it with the reference: `TandemCallback(pair=True)` puts tandem's shared dropout masks
 on every LoRA layer (tandem_leg.torch.pair) and checks every micro-batch against plan.json, which
 `plan_sampler(run)` feeds micro-batch by micro-batch; so the leg keeps the experiment's
 `dropout_masks: shared`, `plan: shared` and is judged by the float32 error-model bound. (With
 `"dropout_masks": "native"` in the experiment's overrides the same script keeps peft's own masks.)
-Held-out CE is token-weighted over the run's eval prefix (the SPEC's definition); --trainer-eval reports
+Held-out CE is token-weighted over the run's eval prefix (docs/spec.md's definition); --trainer-eval reports
 the Trainer's own eval_loss instead, whose normalisation (a mean of per-batch means) differs: the known
 difference tandem flags at L1.
 
@@ -61,7 +61,7 @@ GENERIC_CHATML = (
 
 
 def encode(tok, record, max_len, late=0):
-    """This script's data pipeline: the chat template, offsets, SPEC §2 supervision, right truncation.
+    """This script's data pipeline: the chat template, offsets, docs/spec.md §Supervision supervision, right truncation.
     late: supervision starts that many tokens after the boundary (a test-only bug)."""
     messages = record["messages"]
     prompt = tok.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True, enable_thinking=False)
@@ -122,7 +122,7 @@ def main():
         return {"input_ids": ids, "attention_mask": att, "labels": lab}
 
     def heldout(model):
-        """Token-weighted held-out CE over the eval prefix, in chunks of micro_batch (the SPEC's L1 / L4)."""
+        """Token-weighted held-out CE over the eval prefix, in chunks of micro_batch (docs/spec.md's L1 / L4)."""
         total, n = 0.0, 0
         with torch.no_grad(), (model.disable_adapter() if bug == "eval-without-adapter" else contextlib.nullcontext()):
             for k in range(0, len(prefix), micro):

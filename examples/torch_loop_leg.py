@@ -5,7 +5,7 @@ what a leg does, with tandem_leg for the run folder and the events, paired with 
     python examples/torch_loop_leg.py --run RUN_DIR --leg loop --device cpu [--threads N]
 
 transformers + peft load the run folder's base and initial adapter; the records are rendered with the
-tokenizer's chat template and masked per SPEC §2; the loop follows the shared plan (plan.json): per
+tokenizer's chat template and masked per docs/spec.md §Supervision; the loop follows the shared plan (plan.json): per
 update, every micro-batch's summed token loss divided by the update's supervised tokens is
 backpropagated, the global gradient norm is clipped, AdamW steps with the cosine-with-warmup lr.
 tandem_leg.torch.pair puts tandem's shared dropout masks on the LoRA layers, checks each micro-batch
@@ -56,7 +56,7 @@ def main():
         model_load_s = time.perf_counter() - t0
         pairing = pair(model, run, args.leg)  # shared masks, the plan check, fingerprints
 
-        # Data: the chat template, SPEC §2 supervision, right truncation, right padding.
+        # Data: the chat template, docs/spec.md §Supervision supervision, right truncation, right padding.
         t0 = time.perf_counter()
         tok = AutoTokenizer.from_pretrained(run.tokenizer_dir, local_files_only=True)
         pad, im_end = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")

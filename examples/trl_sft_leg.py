@@ -4,7 +4,7 @@
     python examples/trl_sft_leg.py --run RUN_DIR --leg trl --device cpu [--threads N]
 
 The same recipe as examples/hf_trainer_leg.py on TRL's SFTTrainer: the script tokenizes the records
-itself (the chat template, SPEC §2 supervision as `labels`) and hands SFTTrainer a processed dataset
+itself (the chat template, docs/spec.md §Supervision supervision as `labels`) and hands SFTTrainer a processed dataset
 (`skip_prepare_dataset`), one row per record in record order, so `plan_sampler(run)` can feed plan.json;
 TRL's own collator pads on the right with the tokenizer's pad token (<|endoftext|>) and its fused LM
 head computes the loss (sum of token losses / the update's supervised tokens). TandemCallback(pair=True)

@@ -4,7 +4,7 @@
 // error"); a spec that parses resolves to JSON that parses again to the same spec (same sha256).
 #include "tandem/engine/config.h"
 #include "tandem/error.h"
-#include "tandem/experiments/experiment.h"
+#include "tandem/spec/experiment.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // records the runner stores (l1/l2/l3 to JSON and back). Property: nothing throws (the parser's
 // contract: a malformed line is recorded, never thrown), the JSON it produces is valid UTF-8-safe
 // text, and every line is accounted for (an event kind or a malformed entry).
-#include "tandem/experiments/leg_protocol.h"
+#include "tandem/legs/leg_protocol.h"
 
 #include <cstdint>
 #include <cstdlib>

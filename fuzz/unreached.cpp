@@ -4,8 +4,8 @@
 // preparation), which this sanitizer build leaves out. Each stand-in aborts: a target that ever
 // reached one would be reported by libFuzzer as a crash (a find), never pass silently.
 #include "tandem/engine/io.h"
-#include "tandem/experiments/envelope.h"
-#include "tandem/experiments/prepare.h"
+#include "tandem/compare/judge/envelope.h"
+#include "tandem/spec/model.h"
 
 #include <cstdio>
 #include <cstdlib>

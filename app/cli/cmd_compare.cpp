@@ -5,8 +5,8 @@
 #include "commands.h"
 
 #include "tandem/atomic_file.h"
-#include "tandem/experiments/compare.h"
-#include "tandem/experiments/report.h"
+#include "tandem/compare/compare.h"
+#include "tandem/compare/report.h"
 
 #include <cstdio>
 #include <memory>

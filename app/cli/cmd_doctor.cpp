@@ -8,8 +8,8 @@
 #include "tandem/data/tokenizer.h"
 #include "tandem/error.h"
 #include "tandem/strict_json.h"
-#include "tandem/experiments/host_info.h"
-#include "tandem/experiments/probe.h"
+#include "tandem/store/host_info.h"
+#include "tandem/store/probe.h"
 #include "tandem/version.h"
 
 #include <hdf5.h>

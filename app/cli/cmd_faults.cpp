@@ -2,9 +2,9 @@
 // the fault matrix — one clean reference leg, one clean engine leg and one faulty engine leg per fault.
 #include "commands.h"
 
-#include "tandem/experiments/faults.h"
-#include "tandem/experiments/faults_run.h"
-#include "tandem/experiments/report.h"
+#include "tandem/spec/faults.h"
+#include "tandem/studies/faults_run.h"
+#include "tandem/compare/report.h"
 
 #include <cstdio>
 #include <memory>

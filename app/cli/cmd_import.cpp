@@ -1,8 +1,8 @@
 // `tandem import tensorboard|csv|events SOURCE --into RUN --as LEG`: a run made elsewhere becomes a
-// read-only leg of a tandem run (experiments/include/tandem/experiments/import.h, docs/legs.md).
+// read-only leg of a tandem run (experiments/studies/include/tandem/studies/import.h, docs/legs.md).
 #include "commands.h"
 
-#include "tandem/experiments/import.h"
+#include "tandem/studies/import.h"
 
 #include <cstdio>
 #include <memory>

@@ -7,8 +7,8 @@
 #include "commands.h"
 
 #include "tandem/error.h"
-#include "tandem/experiments/localise.h"
-#include "tandem/experiments/report.h"
+#include "tandem/studies/localise_run.h"
+#include "tandem/compare/report.h"
 
 #include <cstdio>
 #include <memory>

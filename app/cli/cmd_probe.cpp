@@ -1,14 +1,14 @@
-// tandem probe — bandwidth probes into an HDF5 run file and the catalog (issue 2, docs/cli.md).
+// tandem probe — bandwidth probes into an HDF5 run file and the catalog (docs/cli.md).
 //
 // Order matters: every input is validated and the catalog opened BEFORE any probe runs or any file
 // is written, so bad input leaves every existing file as it was.
 #include "commands.h"
 
 #include "tandem/error.h"
-#include "tandem/experiments/catalog.h"
-#include "tandem/experiments/host_info.h"
-#include "tandem/experiments/probe.h"
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/catalog.h"
+#include "tandem/store/host_info.h"
+#include "tandem/store/probe.h"
+#include "tandem/store/run_file.h"
 
 #include <fcntl.h>
 #include <hdf5.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Each family of `tandem` subcommands registers itself here. A subcommand's callback stores its
+// Each group of `tandem` subcommands (one app/cli/cmd_<group>.cpp) registers itself here. A subcommand's callback stores its
 // exit status in `exit_code` (see docs/cli.md for the codes) and throws tandem::Error for bad input.
 #include <CLI/CLI.hpp>
 
@@ -16,11 +16,15 @@ enum ExitCode : int {
 
 void add_doctor_command(CLI::App& app, int& exit_code);   // cmd_doctor.cpp
 void add_probe_command(CLI::App& app, int& exit_code);    // cmd_probe.cpp
-void add_tokenizer_commands(CLI::App& app, int& exit_code);  // cmd_tokenizer.cpp: tokens encode, template render, bench tokenizer
-void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, tokens show, tokens diff
-void add_engine_commands(CLI::App& app, int& exit_code);     // cmd_engine.cpp: inspect, bench engine
-void add_bench_engine(CLI::App& app, int& exit_code);        // cmd_bench_engine.cpp: bench engine
-void add_run_commands(CLI::App& app, int& exit_code);        // cmd_run.cpp: run, report, leg
+void add_tokens_commands(CLI::App& app, int& exit_code);     // cmd_tokens.cpp: tokens encode, tokens show, tokens diff
+void add_template_commands(CLI::App& app, int& exit_code);   // cmd_template.cpp: template render
+void add_bench_commands(CLI::App& app, int& exit_code);      // cmd_bench.cpp: bench tokenizer, bench engine
+void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, corpus plan
+void add_inspect_command(CLI::App& app, int& exit_code);     // cmd_inspect.cpp: inspect
+void add_run_command(CLI::App& app, int& exit_code);         // cmd_run.cpp: run EXPERIMENT | --resume RUN
+void add_report_command(CLI::App& app, int& exit_code);      // cmd_report.cpp: report RUN
+void add_envelope_command(CLI::App& app, int& exit_code);    // cmd_envelope.cpp: envelope EXPERIMENT
+void add_leg_commands(CLI::App& app, int& exit_code);        // cmd_leg.cpp: leg stop|pause|resume, leg engine
 void add_import_commands(CLI::App& app, int& exit_code);     // cmd_import.cpp: import tensorboard|csv|events
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG
 void add_localise_command(CLI::App& app, int& exit_code);    // cmd_localise.cpp: localise RUN [--update K]

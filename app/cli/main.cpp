@@ -21,10 +21,15 @@ int main(int argc, char** argv) {
     int exit_code = kOk;
     add_doctor_command(app, exit_code);
     add_probe_command(app, exit_code);
-    add_tokenizer_commands(app, exit_code);
+    add_tokens_commands(app, exit_code);
+    add_template_commands(app, exit_code);
+    add_bench_commands(app, exit_code);
     add_corpus_commands(app, exit_code);
-    add_engine_commands(app, exit_code);
-    add_run_commands(app, exit_code);
+    add_inspect_command(app, exit_code);
+    add_run_command(app, exit_code);
+    add_report_command(app, exit_code);
+    add_envelope_command(app, exit_code);
+    add_leg_commands(app, exit_code);
     add_import_commands(app, exit_code);
     add_compare_command(app, exit_code);
     add_localise_command(app, exit_code);
@@ -54,7 +59,7 @@ int main(int argc, char** argv) {
         return kError;
     } catch (const std::exception& e) {
         // Reaching this is a bug in tandem (an input path without its own error message): the
-        // bad-input suite (tests/faults_io) keeps the known paths away from here.
+        // bad-input suite (tests/cli) keeps the known paths away from here.
         std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
         return kError;
     }

@@ -1,4 +1,4 @@
-/* tandem_engine.h — the engine's C ABI (issue 4): enough for an independently written training loop
+/* tandem_engine.h — the engine's C ABI (docs/engine-io.md): enough for an independently written training loop
  * in another language (Python ctypes, Rust, Go, Julia ...) to drive tandem's C++ engine.
  *
  * Conventions
@@ -36,7 +36,7 @@ typedef enum tandem_status {
 typedef enum tandem_dropout_mode {
     TANDEM_DROPOUT_OFF = 0,    /* no dropout whatever the adapter's lora_dropout */
     TANDEM_DROPOUT_NATIVE = 1, /* the engine's own counter-based masks */
-    TANDEM_DROPOUT_SHARED = 2  /* SPEC §1 shared masks keyed by (seed, update, micro-batch, layer, projection) */
+    TANDEM_DROPOUT_SHARED = 2  /* docs/spec.md §Recipe shared masks keyed by (seed, update, micro-batch, layer, projection) */
 } tandem_dropout_mode;
 
 typedef struct tandem_trainer tandem_trainer;

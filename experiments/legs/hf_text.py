@@ -1,6 +1,6 @@
 """The reference leg's text: records turned into token sequences the HuggingFace way — the model's own
 chat template through tokenizer.apply_chat_template, ids and character offsets from the `tokenizers`
-library, supervision per SPEC §2 computed from the offsets. (The run folder itself is read with
+library, supervision per docs/spec.md §Supervision computed from the offsets. (The run folder itself is read with
 tandem_leg.RunFolder; an encoded record is a tandem_leg.tokens.Encoded.)
 
 This is the reference side of the L3 cross-check: it must never share code with tandem's tokenizer
@@ -32,7 +32,7 @@ def load_tokenizer(run, template):
 
 
 def encode_record(tok, record, max_len):
-    """SPEC §2: prompt_text / full_text through the chat template, ids with special tokens
+    """docs/spec.md §Supervision: prompt_text / full_text through the chat template, ids with special tokens
     recognised, supervised = tokens whose span starts at or after len(prompt_text) up to and
     including the first <|im_end|> after it; then truncation on the right to max_len."""
     messages = record["messages"]

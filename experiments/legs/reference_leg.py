@@ -91,7 +91,7 @@ def number_text(x):
 
 
 def non_finite_step(leg, update, loss, grad_norm):
-    """The failure of a non-finite loss or grad norm (issue 10 item 5), worded as the engine leg's;
+    """The failure of a non-finite loss or grad norm (docs/leg-protocol.md, non-finite numbers), worded as the engine leg's;
     "" when both are finite."""
     what = "loss" if not math.isfinite(loss) else "grad norm" if not math.isfinite(grad_norm) else None
     if not what:

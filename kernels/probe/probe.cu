@@ -1,4 +1,4 @@
-// Bandwidth probes and device facts (SPEC §5): host→device and device→host through pinned memory,
+// Bandwidth probes and device facts (docs/spec.md §Records): host→device and device→host through pinned memory,
 // device→device copies, timed with CUDA events; the negotiated PCIe link from NVML or sysfs.
 // No kernels of our own: cudaMemcpyAsync is what is measured.
 #include "tandem/cuda_probe/probe.h"

@@ -185,7 +185,7 @@ MemoryReport DeviceAllocator::report() const {
 BlasHandle::BlasHandle(cudaStream_t stream) {
     CUBLAS_CHECK(cublasCreate(&h_));
     CUBLAS_CHECK(cublasSetStream(h_, stream));
-    // SPEC §1: float32 everywhere, no TF32. CUBLAS_DEFAULT_MATH never uses TF32 for Sgemm (TF32 needs
+    // docs/spec.md §Recipe: float32 everywhere, no TF32. CUBLAS_DEFAULT_MATH never uses TF32 for Sgemm (TF32 needs
     // CUBLAS_TF32_TENSOR_OP_MATH or a TF32 compute type, neither of which appears in this code).
     CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
     // Deterministic results for the same inputs: no atomics-based split-K reductions.

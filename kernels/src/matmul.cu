@@ -1,6 +1,6 @@
 // GEMM glue: the CPU engine's linear_* wrappers on cuBLAS (row-major semantics on a column-major
 // library). float32 compute only: cublasSgemm under CUBLAS_DEFAULT_MATH (BlasHandle sets it) never
-// takes a TF32 path, so results carry float32's 24-bit mantissa products as SPEC §1 demands.
+// takes a TF32 path, so results carry float32's 24-bit mantissa products as docs/spec.md §Recipe demands.
 //
 // Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T: call Sgemm with the
 // operands swapped and the leading dimensions of the row-major storage.

@@ -1,4 +1,4 @@
-// Named assets ("assets:NAME", issue 19): lookup order, no fallback past an explicit folder, and
+// Named assets ("assets:NAME", docs/decisions.md): lookup order, no fallback past an explicit folder, and
 // one-line errors naming every folder tried.
 #include "tandem/assets.h"
 #include "tandem/error.h"

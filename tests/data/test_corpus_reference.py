@@ -1,4 +1,4 @@
-"""Corpus build, supervision, split and batch plan against independent Python oracles (issue 3 §6).
+"""Corpus build, supervision, split and batch plan against independent Python oracles (docs/data-corpus.md).
 
 The oracle side never calls tandem code: HuggingFace `transformers` renders the chat template,
 `tokenizers` gives ids and character offsets, hashlib recomputes the split, and the source files are
@@ -80,7 +80,7 @@ def source_rows():
 
 
 def hf_encode(hf, messages, template, max_len):
-    """SPEC §2 the HuggingFace way: template via apply_chat_template, ids and character offsets via
+    """docs/spec.md §Supervision the HuggingFace way: template via apply_chat_template, ids and character offsets via
     tokenizers, supervised = span start >= len(prompt_text) through the first <|im_end|>."""
     tok = hf[template]
     prompt = tok.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True, enable_thinking=False)
@@ -189,7 +189,7 @@ def test_split_is_the_documented_hash(corpus):
     assert split["heldout"] == heldout
     assert split["train"] == [r["index"] for r in records if not heldout_by_hash(r["id"])]
     assert all(r["split"] == ("heldout" if heldout_by_hash(r["id"]) else "train") for r in records)
-    assert len(split["heldout"]) >= 512  # the SPEC's eval prefix fits at the default fraction
+    assert len(split["heldout"]) >= 512  # docs/spec.md's eval prefix fits at the default fraction
 
 
 def drop_every_tenth(src, dst):

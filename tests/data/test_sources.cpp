@@ -1,4 +1,4 @@
-// Converters (SPEC §3): the real corpora in ../shared/data/corpora against the counts their README
+// Converters (docs/spec.md §Corpus): the real corpora in ../shared/data/corpora against the counts their README
 // states (an independent description of the data), and synthetic edge cases.
 #include "tandem/data/corpus_sources.h"
 #include "tandem/error.h"

@@ -69,7 +69,7 @@ TEST(TokenizeRecord, ChatMLHasNoReasoningBlock) {
 
 TEST(TokenizeRecord, PrefixCheckRejectsATargetThatTheTemplateRewrites) {
     // Qwen3's template moves text before "</think>" into the reasoning block, so the rendered
-    // conversation no longer starts with the prompt (SPEC §2: rejected with a reason).
+    // conversation no longer starts with the prompt (docs/spec.md §Supervision: rejected with a reason).
     try {
         tokenize_record(qwen3(), TemplateKind::Qwen3, qa("Q?", "draft</think>final"), 0);
         FAIL() << "not rejected";

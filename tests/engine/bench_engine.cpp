@@ -23,7 +23,7 @@
 
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
-#include "tandem/experiments/bench_engine.h"
+#include "tandem/studies/bench_engine.h"
 #include "forwarding_backend.h"
 
 using json = nlohmann::json;

@@ -1,4 +1,4 @@
-"""Engine (CPU) vs PyTorch + peft on the same CPU training config and data (issue 4, item 9).
+"""Engine (CPU) vs PyTorch + peft on the same CPU training config and data (docs/engine.md).
 
 Not a test: prints tokens/s for both, the ratio, and the peak resident memory of both (each side runs
 in its own process so peak RSS is its own). Figures go to docs/benchmarks.md ("Engine (CPU)").

@@ -12,7 +12,7 @@
 //   {"kind": "logits", "micro_batch": i}            -> out/logits_<i>.safetensors {"logits": [B,T,V]}
 //   {"kind": "grads", "micro_batches": [i, ...]}    -> out/grads.safetensors (peft names), out/grads.json
 //        {"loss", "loss_sum", "supervised", "grad_norm"}: one update's accumulated gradients, normalised
-//        by the supervised tokens of all listed micro-batches (SPEC §1), no optimizer step.
+//        by the supervised tokens of all listed micro-batches (docs/spec.md §Recipe), no optimizer step.
 //   {"kind": "train", "updates": [[i, ...], ...], "lr", "total_updates", "warmup" (opt), "max_grad_norm",
 //    "dropout_mode": "off"|"native"|"shared", "seed", "eval": [i, ...] (opt), "save_adapter": DIR (opt)}
 //        -> out/train.json {"updates": [{update, loss, grad_norm, lr, supervised_tokens}], "eval": {...}}

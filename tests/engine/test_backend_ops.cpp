@@ -1,4 +1,4 @@
-// The op table (issue 11): every op of the backend seam (TANDEM_BACKEND_OPS in
+// The op table (docs/engine.md "The backend seam"): every op of the backend seam (TANDEM_BACKEND_OPS in
 // engine/include/tandem/engine/backend.h) has ONE entry here — its shapes, inputs, and a float64
 // reference on the CPU — and each entry runs on the backend under test:
 //   - test_backend_ops (default test command): the CPU backend;

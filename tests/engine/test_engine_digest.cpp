@@ -1,4 +1,4 @@
-// The CPU engine's numbers must not change under a refactor (issue 11): three small deterministic
+// The CPU engine's numbers must not change under a refactor (docs/engine.md "The backend seam"): three small deterministic
 // training runs through the public Trainer API, each number recorded as its exact float64 bit pattern
 // (every update's loss, pre-clip grad norm and lr, every held-out CE) plus SHA-256 digests of the
 // final adapter, the AdamW moments and the whole trajectory, compared against

@@ -1,5 +1,5 @@
 // Each engine fault switch (tandem/engine/faults.h, docs/faults.md) changes the computation it names
-// and nothing else (issue 12 "Must hold"). Two kinds of checks:
+// and nothing else (docs/faults.md). Two kinds of checks:
 //   - op level: the op variant against the correct op on the same inputs (which outputs move, which
 //     stay bit-identical), with an independent recomputation where one is cheap (the GQA mapping by
 //     permuting the kv heads, the interleaved RoPE by permuting the head dimension, AdamW in double);
@@ -7,7 +7,7 @@
 //     observables compared one by one — the held-out CE before training, each update's loss, its
 //     pre-clip grad norm, its lr, the adapter after it, the held-out CE after training — asserting
 //     exactly which of them the fault moves.
-// The data/template faults are record-level tests in tests/experiments/test_faults.cpp.
+// The data/template faults are record-level tests in tests/spec/test_faults.cpp.
 #include <gtest/gtest.h>
 
 #include "random_batches.h"

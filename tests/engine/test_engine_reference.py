@@ -1,4 +1,4 @@
-"""tandem's CPU engine against transformers + peft (issue 4, item 8).
+"""tandem's CPU engine against transformers + peft (docs/engine.md).
 
 A tiny random Qwen3 (transformers, fixed seed, save_pretrained) and a peft rsLoRA adapter with a
 NON-zero B (so gradients of A are non-trivial) are written to a temporary folder; tests/engine's
@@ -8,7 +8,7 @@ numbers are compared with the reference computed here:
   logits        max|diff| / max|ref| <= 1e-5 (real positions; padded rows are never used)
   loss          relative <= 1e-6
   LoRA grads    ||diff|| / ||ref|| <= 1e-5 for every tensor; pre-clip grad norm relative <= 1e-6
-  10 updates    SPEC optimizer / schedule / clipping / accumulation: per-update loss relative <= 1e-5,
+  10 updates    docs/spec.md optimizer / schedule / clipping / accumulation: per-update loss relative <= 1e-5,
                 dropout off, and separately with shared dropout masks reproduced here in Python
   held-out CE   of an adapter trained by tandem, loaded by peft: relative <= 1e-6
   masks         the shared dropout generator: C++ == tandem_leg/torch/shared_dropout.py (sdk/python), bit for bit
@@ -219,7 +219,7 @@ def test_logits_loss_and_lora_gradients_match_peft(setup, chunks):
         print(f"logits micro-batch {i}: max|diff|/max|ref| = {err:.3e}")
         assert err <= 1e-5
 
-    # loss and accumulated gradients of one update (two micro-batches, SPEC normalisation)
+    # loss and accumulated gradients of one update (two micro-batches, docs/spec.md normalisation)
     total = sum(int(torch.tensor(mb["supervised"]).view(mb["batch"], mb["seq"])[:, 1:].sum()) for mb in mbs)
     pm.zero_grad()
     loss_sum = 0.0
@@ -249,7 +249,7 @@ def test_logits_loss_and_lora_gradients_match_peft(setup, chunks):
 
 
 class SharedDropout(torch.nn.Module):
-    """Replaces peft's lora_dropout module: the mask of SPEC §1's shared generator."""
+    """Replaces peft's lora_dropout module: the mask of docs/spec.md §Recipe's shared generator."""
 
     ctx = {"update": 0, "micro_batch": 0}
 
@@ -359,7 +359,7 @@ def test_ten_updates_match_torch(setup, dropout):
 
 
 def test_long_sequence_logits_and_loss_match(setup):
-    """Positions up to 511 (SPEC's max sequence): RoPE tables built in float32 as transformers does."""
+    """Positions up to 511 (docs/spec.md's max sequence): RoPE tables built in float32 as transformers does."""
     root, model_dir, adapter_dir = setup
     rng = np.random.default_rng(5)
     mbs = [make_micro_batch(rng, 2, 512, [512, 300])]

@@ -1,4 +1,4 @@
-// Per-op checks of engine/src/model/ops.cpp (SPEC §4 L0), run on the double instantiation of the very
+// Per-op checks of engine/src/model/ops.cpp (docs/spec.md §Levels L0), run on the double instantiation of the very
 // templates the engine runs in float:
 //   - every backward against central finite differences of the forward, in float64;
 //   - every forward in float32 against the same op in float64.

@@ -1,6 +1,6 @@
 // Trainer-level checks: bit-identical resume (interrupted at update k and restored into a fresh
 // Trainer == the uninterrupted run, every bit of metrics, adapter and AdamW moments), the schedule
-// against SPEC §1's closed form, AdamW against a float64 re-derivation of torch's update, chunked CE
+// against docs/spec.md §Recipe's closed form, AdamW against a float64 re-derivation of torch's update, chunked CE
 // against the unchunked one, dropout generators and input validation.
 #include <gtest/gtest.h>
 
@@ -173,7 +173,7 @@ TEST(Trainer, UpdateWithoutSupervisedTokensAndMalformedBatchesThrow) {
 }
 
 TEST(Trainer, LossIsTokenWeightedOverTheWholeUpdate) {
-    // SPEC §1: sum of token losses over all micro-batches / supervised tokens of the update, which is
+    // docs/spec.md §Recipe: sum of token losses over all micro-batches / supervised tokens of the update, which is
     // what evaluate() computes for the same batches with the same (untouched) adapter.
     Trainer t = make_trainer(DropoutMode::Off, 0.0, 3, 1);
     std::mt19937_64 rng(5);

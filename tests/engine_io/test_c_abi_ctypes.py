@@ -1,5 +1,5 @@
 """An independently written training loop in Python drives the engine through the C ABI (ctypes) and
-is compared, update by update, with the reference stack (transformers + peft + torch AdamW, SPEC §1
+is compared, update by update, with the reference stack (transformers + peft + torch AdamW, docs/spec.md §Recipe
 schedule, clipping and per-update token normalisation) on the same generated files and batches."""
 import ctypes as C
 import json

@@ -36,7 +36,7 @@ json real_qwen3_06b_config() {
 }  // namespace
 
 TEST(Config, SpecCountsForQwen3_06bWithRank16OnSevenProjections) {
-    // SPEC §1: 596,049,920 parameters; rsLoRA r 16 on all seven projections: 10,092,544 trainable.
+    // docs/spec.md §Recipe: 596,049,920 parameters; rsLoRA r 16 on all seven projections: 10,092,544 trainable.
     const auto c = Qwen3Config::named("qwen3-0.6b");
     LoraConfig l;
     l.rank = 16;

@@ -84,7 +84,7 @@ TEST(Generator, BaseAndAdapterAreDeterministicAndSeedDependent) {
     EXPECT_EQ(ad.at(peft_lora_name(1, "down_proj", 'A')).data, generate_initial_adapter(c, l, 9).at(peft_lora_name(1, "down_proj", 'A')).data);
 }
 
-// Issue 10 item 5: a NaN or an infinity in a base or adapter file is named at load, with the file
+// docs/leg-protocol.md, non-finite numbers: a NaN or an infinity in a base or adapter file is named at load, with the file
 // and the tensor, instead of turning into a NaN loss (or an L2 digest no parser reads).
 TEST(Generator, NonFiniteWeightsAreNamedAtLoad) {
     Qwen3Config c = Qwen3Config::named("tiny");

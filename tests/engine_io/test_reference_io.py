@@ -164,7 +164,7 @@ def tandem(*args):
 
 
 def test_inspect_prints_the_spec_counts_for_qwen3_06b():
-    # SPEC §1: 596,049,920 parameters; rsLoRA r 16 on all seven projections: 10,092,544 (1.693%).
+    # docs/spec.md §Recipe: 596,049,920 parameters; rsLoRA r 16 on all seven projections: 10,092,544 (1.693%).
     out = tandem("inspect", "--config", "qwen3-0.6b", "--lora-rank", "16", "--lora-alpha", "32")
     assert "596,049,920" in out and "10,092,544" in out and "1.693%" in out, out
     # Same numbers from transformers' and peft's own counting of a meta-device model (no weights).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch + transformers + peft leg of the GPU benchmark (issue 6; run by scripts/gpu-check).
+"""PyTorch + transformers + peft leg of the GPU benchmark (docs/benchmarks.md; run by scripts/gpu-check).
 
-The same workload as tandem_cuda_bench: Qwen3-0.6B architecture (SPEC §1) with randomly initialised
+The same workload as tandem_cuda_bench: Qwen3-0.6B architecture (docs/spec.md §Recipe) with randomly initialised
 weights (speed does not depend on the values), rsLoRA r 16 / alpha 32 / dropout 0.05 on all seven
 projections, micro-batch 2 x accumulation 8 at sequence 512 (every token real, the first --prompt
 tokens of each sequence unsupervised), float32 with TF32 OFF for matmul and cuDNN, AdamW (torch's

@@ -1,5 +1,5 @@
-// tandem_cuda_bench: the engine leg of the GPU benchmark (issue 6, run by scripts/gpu-check).
-// Qwen3-0.6B architecture (SPEC §1) with generated weights, rsLoRA r 16 / alpha 32 / dropout 0.05
+// tandem_cuda_bench: the engine leg of the GPU benchmark (docs/benchmarks.md, run by scripts/gpu-check).
+// Qwen3-0.6B architecture (docs/spec.md §Recipe) with generated weights, rsLoRA r 16 / alpha 32 / dropout 0.05
 // on all seven projections, micro-batch 2 x accumulation 8 at sequence 512, float32, no TF32.
 // Runs `warmup` updates, then times `timed` updates (steps warmup+1 .. warmup+timed) with wall
 // clock around train_update (which synchronises the device once per update). Prints one JSON line:
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
         tandem::kernels::set_attention_backward_version(a.attention_backward);
         if (a.kernels_only) return run_kernels(a);
         const Qwen3Config cfg = Qwen3Config::named(a.config);
-        LoraConfig lora;  // SPEC §1 defaults: r 16, alpha 32, rsLoRA, dropout 0.05, all seven projections
+        LoraConfig lora;  // docs/spec.md §Recipe defaults: r 16, alpha 32, rsLoRA, dropout 0.05, all seven projections
         TrainOptions opts;
         opts.total_updates = a.warmup + a.timed;
         opts.dropout_mode = DropoutMode::Native;

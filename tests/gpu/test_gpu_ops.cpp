@@ -1,6 +1,6 @@
 // Every CUDA op (kernels/ops.h) against the CPU op of the same name (engine/ops.h, optim.h,
 // dropout.h) on the same inputs: float32, max difference <= 1e-5 relative to the tensor's largest
-// magnitude (issue 6); the dropout masks and the embedding must be bit-identical, AdamW too (both
+// magnitude (docs/engine-cuda.md); the dropout masks and the embedding must be bit-identical, AdamW too (both
 // sides do the same float32 operations in the same order, no FMA contraction). Shapes are
 // deliberately awkward (sequence lengths that are not tile multiples, padding, GQA, odd row counts).
 // Skips with a message when there is no CUDA device.
@@ -23,7 +23,7 @@ using gputest::random_vector;
 namespace cpu = tandem::engine::ops;
 namespace k = tandem::kernels;
 
-constexpr double kTol = 1e-5;  // issue 6: every op within 1e-5 relative of the CPU op (float32)
+constexpr double kTol = 1e-5;  // docs/engine-cuda.md: every op within 1e-5 relative of the CPU op (float32)
 
 class GpuOps : public ::testing::Test {
 protected:

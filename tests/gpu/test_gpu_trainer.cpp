@@ -1,4 +1,4 @@
-// The Trainer on the CUDA backend against the Trainer on the CPU backend (issues 6, 11): the same
+// The Trainer on the CUDA backend against the Trainer on the CPU backend (docs/engine-cuda.md): the same
 // wiring and trainer core on both, so this checks the CUDA ops in place. The same generated tiny Qwen3 model, the same
 // initial adapter and micro-batches, the same options and SHARED dropout masks (bit-identical on
 // both backends), 10 updates: every update's loss within 1e-5 relative (the issue's bound), the

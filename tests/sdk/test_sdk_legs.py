@@ -1,4 +1,4 @@
-"""The SDK legs (issue 15): sdk-python (tandem_leg over the C ABI with ctypes) and sdk-go (cgo), each its
+"""The SDK legs (docs/legs.md): sdk-python (tandem_leg over the C ABI with ctypes) and sdk-go (cgo), each its
 own training loop, adapter construction, optimizer and checkpoints, against the reference leg on
 clinical-tiny (the pretrained base, shared masks and plan).
 
@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from runner_fixture import cut_spec
 from test_run_end_to_end import SOURCE_DIR, TANDEM, check_json, h5, only_run_folder, tandem_run, write_spec
 
 PYTHON_LEG = [sys.executable, os.path.join(SOURCE_DIR, "sdk", "python", "sdk_leg.py")]
@@ -28,16 +29,7 @@ if GO_LEG:  # registered with the Go leg only when the build made it (sdk/CMakeL
 
 
 def spec_for(name):
-    with open(os.path.join(SOURCE_DIR, "experiments", "clinical-tiny.json")) as f:
-        spec = json.load(f)
-    spec["name"] = name
-    spec["batch"]["max_updates"] = 8
-    spec["eval"] = {"interval": 4, "prefix_size": 8}
-    spec["checkpoint"] = {"interval": 4}
-    spec["corpus"]["max_records_per_source"] = 60
-    spec["sequence"]["max_len"] = 192
-    spec["l3_records"] = 16
-    return spec
+    return cut_spec("clinical-tiny.json", name, 8, 4, 4, 60, 192, l3_records=16)
 
 
 def env_for(threads):

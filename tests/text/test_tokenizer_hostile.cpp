@@ -1,4 +1,4 @@
-// Hostile tokenizer.json files (issue 10: found by the bad-input suite tests/faults_io and by the
+// Hostile tokenizer.json files (docs/fuzzing.md: found by the bad-input suite tests/cli and by the
 // fuzz target fuzz/fuzz_tokenizer.cpp): each must be one tandem::Error naming the file and what is
 // wrong -- before, an invalid UTF-8 vocab string escaped as nlohmann's type_error ("internal
 // error"), a negative added-token id segfaulted, and an id of 2^31-1 threw std::length_error.

@@ -1,4 +1,4 @@
-// bench_views_follow [RUNS LEGS UPDATES] — live following at scale (issue 14, "what to build" 5).
+// bench_views_follow [RUNS LEGS UPDATES] — live following at scale (docs/workbench.md, docs/benchmarks.md).
 // Writes RUNS run files of LEGS legs × UPDATES updates (through experiments' RunFileWriter), opens
 // them all in one TrajectoryView (the compare page's overlay, offscreen, 1280×960, default panels),
 // then measures, best of 10:

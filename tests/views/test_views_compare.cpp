@@ -1,11 +1,11 @@
-// Comparing runs (issue 14, "what to build" 1 and 2): runs picked in the runs browser (selection or
+// Comparing runs (docs/workbench.md "Compare"): runs picked in the runs browser (selection or
 // filter, tags and notes included) are overlaid on the compare page; every overlaid series must
 // equal what h5py reads from the run files, colours stay with their runs, and the diff view's
 // tables are what `tandem compare RUN_A:LEG RUN_B:LEG` prints.
 #include "views_test_support.h"
 
-#include "tandem/experiments/catalog.h"
-#include "tandem/experiments/report.h"
+#include "tandem/store/catalog.h"
+#include "tandem/compare/report.h"
 #include "tandem/views/compare_view.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/runs_browser.h"

@@ -1,9 +1,9 @@
-// The divergence page (issue 16): the grid model over a hand-made localisation (rows, columns, the
+// The divergence page (docs/observables.md): the grid model over a hand-made localisation (rows, columns, the
 // largest ratio over micro-batches, the localised cell, colours, model invariants), the update
 // chooser, and the page on a run file without fingerprints (says how to record them); the per-layer
 // LoRA update-norm curves overlaid across legs equal what h5py reads from the run file (the layer's
 // sqrt(sum of |dW|^2) recomputed in Python).
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/run_file.h"
 #include "tandem/views/divergence_model.h"
 #include "tandem/views/divergence_view.h"
 #include "tandem/views/trajectory_chart.h"

@@ -1,7 +1,7 @@
 // The fault matrix heatmap (docs/faults.md): exported as PNG (QImage: size and the cells' colours),
 // SVG (XML with the fault names and levels) and PDF (%PDF header) through the one figure writer, and
 // the Faults page drawing what experiments computed (a caught cell dark, a missed expected level framed).
-#include "tandem/experiments/catalog.h"
+#include "tandem/store/catalog.h"
 #include "tandem/views/fault_heatmap.h"
 #include "tandem/views/run_source.h"
 #include "tandem/views/runs_model.h"

@@ -1,8 +1,8 @@
-// Issue 14's numbered findings, one test (or more) each: what a new user saw on screen, checked
+// What a new user found on the workbench (docs/workbench.md), one test (or more) each: what they saw on screen, checked
 // offscreen against what the chart, window or file really holds.
 #include "views_test_support.h"
 
-#include "tandem/experiments/report.h"
+#include "tandem/compare/report.h"
 #include "tandem/views/axis_ticks.h"
 #include "tandem/views/export.h"
 #include "tandem/views/export_dialog.h"

@@ -1,7 +1,7 @@
 // Launching a tiny run from the launcher page: the same `tandem run` the CLI user runs is started
 // as a child process with the legs and devices chosen in the page; the run must end up in the
 // catalog with both legs finished, and the window must have followed its folder.
-#include "tandem/experiments/catalog.h"
+#include "tandem/store/catalog.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/runs_browser.h"

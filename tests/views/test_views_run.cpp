@@ -1,13 +1,13 @@
 // Opening a recorded run in the workbench window: the run file is written here through
 // experiments' RunFileWriter (the runner's own writer), the catalog through its Catalog; the test
 // checks what the views then show against what was written.
-#include "tandem/experiments/catalog.h"
-#include "tandem/experiments/distance.h"
-#include "tandem/experiments/envelope.h"
-#include "tandem/experiments/gate.h"
-#include "tandem/experiments/leg_protocol.h"
-#include "tandem/experiments/report.h"
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/catalog.h"
+#include "tandem/compare/distance.h"
+#include "tandem/compare/judge/envelope.h"
+#include "tandem/compare/judge/gate.h"
+#include "tandem/legs/leg_protocol.h"
+#include "tandem/compare/report.h"
+#include "tandem/store/run_file.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/run_source.h"
 #include "tandem/views/runs_browser.h"

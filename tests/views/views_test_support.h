@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the QtTest suites of views/: a run file written through experiments' own
 // RunFileWriter, and the axis tick labels a chart actually drew (read back from its scene).
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/run_file.h"
 
 #include <QChart>
 #include <QGraphicsScene>

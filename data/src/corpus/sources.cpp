@@ -1,4 +1,4 @@
-// Converters from PubMedQA, MedMCQA and MedQA-USMLE rows to chat messages (SPEC §3). The layouts,
+// Converters from PubMedQA, MedMCQA and MedQA-USMLE rows to chat messages (docs/spec.md §Corpus). The layouts,
 // file names and fields are documented in docs/data-corpus.md; keep the two in step.
 #include "tandem/data/corpus_sources.h"
 

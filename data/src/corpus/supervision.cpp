@@ -1,4 +1,4 @@
-// Supervision and truncation of one record (SPEC §2; rules in supervision.h).
+// Supervision and truncation of one record (docs/spec.md §Supervision; rules in supervision.h).
 #include "tandem/data/supervision.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Qwen3Config <-> HuggingFace config.json, LoraConfig <-> peft adapter_config.json, named configs.
 // Where a field is absent we use transformers 5.24's Qwen3Config default, so both legs read the same
-// architecture from the same file (SPEC: "where this page is silent, match the reference stack").
+// architecture from the same file (docs/spec.md: "where this page is silent, match the reference stack").
 #include "tandem/engine/config.h"
 
 #include "tandem/error.h"
@@ -169,11 +169,11 @@ json Qwen3Config::to_json() const {
 }
 
 Qwen3Config Qwen3Config::named(std::string_view name) {
-    Qwen3Config c;  // the struct defaults are the Qwen3-0.6B architecture (SPEC §1)
+    Qwen3Config c;  // the struct defaults are the Qwen3-0.6B architecture (docs/spec.md §Recipe)
     c.max_position_embeddings = 40960;
     if (name == "qwen3-0.6b") return c;
     if (name == "bench-cpu") {
-        // The CPU benchmark size of issue 4 (hidden 512, 4 layers, the real vocabulary).
+        // The CPU benchmark size (docs/benchmarks.md) (hidden 512, 4 layers, the real vocabulary).
         c.hidden_size = 512;
         c.num_hidden_layers = 4;
         c.num_attention_heads = 8;

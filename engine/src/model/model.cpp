@@ -15,7 +15,7 @@
 #include "tandem/error.h"
 
 #if defined(TANDEM_ENGINE_CPU_OPS_INCLUDED) || defined(TANDEM_KERNELS_OPS_INCLUDED)
-#error "the wiring reaches ops only through tandem::engine::Backend (issue 11)"
+#error "the wiring reaches ops only through tandem::engine::Backend (docs/engine.md, The backend seam)"
 #endif
 
 namespace tandem::engine {

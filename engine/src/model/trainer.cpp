@@ -1,4 +1,4 @@
-// Trainer: gradient accumulation with SPEC §1's per-update token normalisation, global-norm clipping,
+// Trainer: gradient accumulation with docs/spec.md §Recipe's per-update token normalisation, global-norm clipping,
 // AdamW with the transformers cosine/warmup schedule, evaluation, and resumable state — written once
 // over the backend seam: the moments, the norm and the clipping coefficient live on the backend, and
 // the host waits once per update (for the loss) and once more for the grad norm.

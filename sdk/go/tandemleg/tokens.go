@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Encoded is one record rendered and tokenized per SPEC §2.
+// Encoded is one record rendered and tokenized per docs/spec.md §Supervision.
 type Encoded struct {
 	Index           int64
 	ID              string
@@ -112,7 +112,7 @@ func (t *TandemText) TokenID(token string) (int32, error) {
 }
 
 // EncodeRecords renders (prompt and full conversation) and tokenizes records[i] for every i in
-// indices; supervision from the byte offsets (SPEC §2), truncation to maxLen.
+// indices; supervision from the byte offsets (docs/spec.md §Supervision), truncation to maxLen.
 func EncodeRecords(t *TandemText, records []Record, indices []int, maxLen int) (map[int]*Encoded, error) {
 	seen := map[int]bool{}
 	var idx []int

@@ -116,7 +116,7 @@ def peak_host_rss_bytes():
 
 
 def warmup_updates(fraction, total):
-    """W = ceil(fraction * T) (SPEC §1)."""
+    """W = ceil(fraction * T) (docs/spec.md §Recipe)."""
     return math.ceil(float(fraction) * total)
 
 

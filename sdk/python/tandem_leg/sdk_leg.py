@@ -8,11 +8,11 @@ pass into the LoRA parameters of one micro-batch: `tandem_model_*`); everything 
 here, independently of the engine's own trainer, with the standard library only: the adapter is
 built from the run folder's init/adapter_model.safetensors by this package's own reader and laid
 out in the engine's flat order by name, the gradient is accumulated over the micro-batches of an
-update (SPEC §1's per-update token normalisation), its global norm is taken and clipped as
+update (docs/spec.md §Recipe's per-update token normalisation), its global norm is taken and clipped as
 torch.nn.utils.clip_grad_norm_ does, AdamW (torch semantics, float32 state) and transformers'
 cosine-with-warmup schedule step the parameters, and checkpoints are this leg's own files
 (adapter, AdamW moments, cursor) committed by manifest. Text: tandem's tokenizer and template via
-the `tandem` command line (tandem_leg.tokens), with SPEC §2's supervision, truncation and padding
+the `tandem` command line (tandem_leg.tokens), with docs/spec.md §Supervision's supervision, truncation and padding
 written here. Events: tandem_leg.protocol, validated as they are written.
 """
 import array
@@ -140,7 +140,7 @@ def run_leg(args, events):
     params = build_adapter(model, run.init_dir, spec)
     model_load_s = time.perf_counter() - t0
 
-    # ---- data: tandem's template + tokenizer (CLI), SPEC §2 rules here -------------------------------
+    # ---- data: tandem's template + tokenizer (CLI), docs/spec.md §Supervision rules here -------------------------------
     t0 = time.perf_counter()
     text = TandemText(engine.find_tandem_cli(), run.tokenizer_dir, run.leg_setting(leg, "template"))
     records = run.records()

@@ -1,6 +1,6 @@
 """Rendering and tokenizing records with tandem's tokenizer and chat template, through the `tandem`
 command line (`tandem template render`, `tandem tokens encode --offsets`: JSON Lines in, JSON Lines
-out, one process each for all records), and the token-level rules of SPEC §2 applied here:
+out, one process each for all records), and the token-level rules of docs/spec.md §Supervision applied here:
 supervision from the byte offsets, truncation, padding. Standard library only.
 
 This is what an SDK leg that has no tokenizer of its own uses; L3 then compares tandem's tokenizer
@@ -72,7 +72,7 @@ class TandemText:
 
 
 def encode_records(text, records, indices, max_len):
-    """{index: Encoded} for records[i], i in indices, per SPEC §2: prompt_text = template(messages
+    """{index: Encoded} for records[i], i in indices, per docs/spec.md §Supervision: prompt_text = template(messages
     without the assistant turn, add_generation_prompt, enable_thinking false), full_text =
     template(all messages); token i is supervised when its span starts at or after prompt_text's
     end, up to and including the first <|im_end|> after it; truncation to max_len on the right."""

@@ -1,6 +1,8 @@
 // The divergence page's grid (tandem/views/divergence_model.h).
 #include "tandem/views/divergence_model.h"
 
+#include "tandem/studies/localise_run.h"
+
 #include <QFont>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #include "tandem/views/leg_progress.h"
 
-#include "tandem/experiments/leg_protocol.h"
-#include "tandem/experiments/run_file.h"
+#include "tandem/legs/leg_protocol.h"
+#include "tandem/store/run_file.h"
 
 #include <QTimer>
 

@@ -1,7 +1,7 @@
 #include "tandem/views/report_tables.h"
 
-#include "tandem/experiments/compare.h"
-#include "tandem/experiments/report.h"
+#include "tandem/compare/compare.h"
+#include "tandem/compare/report.h"
 #include "tandem/views/run_source.h"
 
 namespace tandem::views {

@@ -5,7 +5,7 @@ namespace tandem::views {
 const char* metric_label(Metric metric) {
     switch (metric) {
     case Metric::HeldoutCe: return "held-out CE";
-    case Metric::GradNorm: return "grad norm";  // the pre-clip global norm (SPEC §1)
+    case Metric::GradNorm: return "grad norm";  // the pre-clip global norm (docs/spec.md §Recipe)
     case Metric::TrainLoss: return "training loss";
     case Metric::LearningRate: return "learning rate";
     case Metric::Throughput: return "tokens/s";

@@ -1,11 +1,11 @@
 #include "tandem/views/run_source.h"
 
 #include "tandem/error.h"
-#include "tandem/experiments/catalog.h"
-#include "tandem/experiments/compare.h"
-#include "tandem/experiments/report.h"
-#include "tandem/experiments/leg_protocol.h"
-#include "tandem/experiments/run_file.h"
+#include "tandem/store/catalog.h"
+#include "tandem/compare/compare.h"
+#include "tandem/compare/report.h"
+#include "tandem/legs/leg_protocol.h"
+#include "tandem/store/run_file.h"
 
 #include <nlohmann/json.hpp>
 

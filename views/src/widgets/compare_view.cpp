@@ -1,7 +1,7 @@
 #include "tandem/views/compare_view.h"
 
-#include "tandem/experiments/compare.h"
-#include "tandem/experiments/report.h"
+#include "tandem/compare/compare.h"
+#include "tandem/compare/report.h"
 #include "tandem/views/run_source.h"
 #include "tandem/views/tables_view.h"
 #include "tandem/views/trajectory_view.h"

@@ -37,7 +37,7 @@ DivergenceView::DivergenceView(QWidget* parent) : QWidget(parent) {
                                  "(white ≪ 1, yellow ≈ 1, orange–red > 1); ◆ the first point over its bound"),
                               this);
     legend->setWordWrap(true);
-    // The per-layer update-norm curves (issue 16 item 4) under the heat map, the split adjustable.
+    // The per-layer update-norm curves (docs/observables.md) under the heat map, the split adjustable.
     norm_chart_ = std::make_unique<TrajectoryChart>();
     norm_view_ = new QChartView(norm_chart_->chart(), this);
     norm_view_->setRenderHint(QPainter::Antialiasing);

@@ -1,6 +1,6 @@
 #include "tandem/views/fault_heatmap.h"
 
-#include "tandem/experiments/faults_run.h"
+#include "tandem/studies/faults_run.h"
 
 #include <QPaintEvent>
 #include <QFontMetricsF>

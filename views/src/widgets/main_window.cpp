@@ -92,7 +92,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     central_layout->addWidget(fault_banner_);
     central_layout->addWidget(pages_, 1);
     setCentralWidget(central);
-    // Below this the charts collapse and the tool rows clip (issue 14, item 11).
+    // Below this the charts collapse and the tool rows clip (docs/workbench.md).
     setMinimumSize(880, 640);
     status_ = new QLabel(this);
     statusBar()->addWidget(status_, 1);

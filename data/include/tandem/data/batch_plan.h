@@ -1,5 +1,5 @@
 #pragma once
-// The length-bucketed batch plan (SPEC §1 "batching"; file format in docs/run-folder.md, algorithm in
+// The length-bucketed batch plan (docs/spec.md §Recipe "batching"; file format in docs/run-folder.md, algorithm in
 // docs/data-corpus.md). Computed once from the seed and handed to every leg as plan.json.
 //
 // Algorithm, per epoch e = 0, 1, ...:

@@ -1,5 +1,5 @@
 #pragma once
-// Corpus build (SPEC §3): converters -> dedup -> supervision check -> accounting -> split.
+// Corpus build (docs/spec.md §Corpus): converters -> dedup -> supervision check -> accounting -> split.
 // Files (docs/run-folder.md, docs/data-corpus.md): corpus/records.jsonl, corpus/accounting.json,
 // corpus/accounting.txt, corpus/split.json, corpus/not_converted.jsonl.
 #include "tandem/data/chat_template.h"

@@ -1,5 +1,5 @@
 #pragma once
-// Converters from the three source corpora to chat messages (SPEC §3; layouts, file names and fields
+// Converters from the three source corpora to chat messages (docs/spec.md §Corpus; layouts, file names and fields
 // in docs/data-corpus.md). A converter reads every row of its files and returns one SourceRow per
 // input row, in file order: either messages, or a rejection reason. A malformed file (bad JSON, a
 // required field missing or of the wrong type) throws tandem::Error naming the file, line and field.

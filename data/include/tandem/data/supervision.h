@@ -1,5 +1,5 @@
 #pragma once
-// Supervision and truncation of one record (SPEC §2). The engine leg uses this; the reference leg
+// Supervision and truncation of one record (docs/spec.md §Supervision). The engine leg uses this; the reference leg
 // implements the same rules with HuggingFace's tokenizer and template (docs/data-corpus.md).
 //
 //   prompt_text = template(messages without the final assistant turn,

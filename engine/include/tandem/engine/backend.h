@@ -1,5 +1,5 @@
 #pragma once
-// The backend seam (issue 11): every op the Qwen3 + LoRA wiring (model.cpp) and the trainer core
+// The backend seam (docs/engine.md "The backend seam"): every op the Qwen3 + LoRA wiring (model.cpp) and the trainer core
 // (trainer.cpp) need, listed ONCE in TANDEM_BACKEND_OPS below. From that one list come
 //   - the pure virtual methods of `Backend` (a backend that lacks an op does not compile),
 //   - the `Op` enum and op_name() (what the op-table test iterates and counts),

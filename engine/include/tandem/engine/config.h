@@ -29,7 +29,7 @@ struct Qwen3Config {
     // Parses HF config.json; `source` (a path) is named in errors. Implemented in src/io/config.cpp.
     static Qwen3Config from_json(const nlohmann::json& j, const std::string& source);
     nlohmann::json to_json() const;  // a config.json transformers' Qwen3ForCausalLM loads
-    // Named architectures: "qwen3-0.6b" (SPEC §1) and the small test/CPU configs documented in
+    // Named architectures: "qwen3-0.6b" (docs/spec.md §Recipe) and the small test/CPU configs documented in
     // docs/engine.md. Throws tandem::Error for an unknown name, listing the known ones.
     static Qwen3Config named(std::string_view name);
 };

@@ -10,7 +10,7 @@
 //               z  = (z ^ (z >> 27)) * 0x94D049BB133111EB
 //               return z ^ (z >> 31)                       (all arithmetic mod 2^64)
 //
-// SHARED ("shared" masks, SPEC §1): the stream of (seed, update, micro_batch, layer, projection)
+// SHARED ("shared" masks, docs/spec.md §Recipe): the stream of (seed, update, micro_batch, layer, projection)
 //   key = mix64(mix64(mix64(mix64(mix64(seed) ^ update) ^ micro_batch) ^ layer) ^ projection)
 //   element i (flat row-major index into the [batch*seq, in_features] adapter input of that
 //   micro-batch, padding positions included, seq = the micro-batch's padded length):

@@ -1,5 +1,5 @@
 #pragma once
-// Fault switches of the engine (issue 12, docs/faults.md): named, documented bugs the engine can be
+// Fault switches of the engine (docs/faults.md): named, documented bugs the engine can be
 // told to commit, so that tandem's checks can be shown to catch them and how early. Every switch is
 // OFF in a default-constructed FaultConfig, and an engine with the default config computes exactly
 // what it computed before the switches existed (tests/engine/test_engine_digest pins the bits).
@@ -16,7 +16,7 @@
 //   - the loader of the engine leg: truncate_mantissa() on one base tensor before L2's digests.
 // The data/template faults live in the engine leg's data path (experiments/faults.h), and the
 // catalogue — names, one-line descriptions, sizes, the level expected to catch each — is
-// experiments/include/tandem/experiments/faults.h. Faults are set only through an experiment's
+// experiments/spec/include/tandem/spec/faults.h. Faults are set only through an experiment's
 // `faults` list or `tandem faults`; a run with any fault says "FAULT INJECTED" wherever it is shown.
 #include <cstdint>
 
@@ -71,7 +71,8 @@ struct FaultConfig {
     double slow_after_eval = 0;  // > 1: the first update after each evaluation takes this many times
                                  // as long (the trainer sleeps); no number changes
 
-    bool any() const;
+    bool operator==(const FaultConfig&) const = default;
+    bool any() const { return *this != FaultConfig{}; }  // some switch differs from its default
 };
 
 // The base tensor the mantissa-truncation fault hits.

@@ -1,6 +1,6 @@
 #pragma once
 // Deterministic weights from a seed: a generated base checkpoint (so experiments run without
-// downloaded weights) and the initial LoRA adapter every leg loads (SPEC §1 "adapter init").
+// downloaded weights) and the initial LoRA adapter every leg loads (docs/spec.md §Recipe "adapter init").
 //
 // The generator (documented precisely so any language can reproduce it; see docs/engine-io.md):
 //   mix(z)        = SplitMix64's finaliser: z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;

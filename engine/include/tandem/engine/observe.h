@@ -1,5 +1,5 @@
 #pragma once
-// Fingerprints (issue 16): a compact summary of every tensor the wiring passes between ops, recorded
+// Fingerprints (docs/observables.md): a compact summary of every tensor the wiring passes between ops, recorded
 // at named points so that two independent stacks can be compared op by op without storing tensors.
 //
 // A point is (layer, op, pass). The op names and the order of the chain are ONE table, shared with the

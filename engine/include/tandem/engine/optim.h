@@ -27,7 +27,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 
 // transformers.get_cosine_schedule_with_warmup (num_cycles 0.5) times base_lr, for 0-based update t.
 double cosine_with_warmup_lr(double base_lr, int64_t t, int64_t warmup, int64_t total);
-// W = ceil(ratio * T) (SPEC §1: ratio 0.03).
+// W = ceil(ratio * T) (docs/spec.md §Recipe: ratio 0.03).
 int64_t warmup_updates(double ratio, int64_t total);
 
 // Global L2 norm of the gradient (double accumulation per tensor then over tensors, in the given

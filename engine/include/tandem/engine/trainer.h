@@ -1,6 +1,6 @@
 #pragma once
 // One training run of the engine on one backend (CPU or CUDA): a Qwen3LoraModel, AdamW moments, the
-// schedule, clipping, gradient accumulation with SPEC §1's per-update token normalisation, evaluation
+// schedule, clipping, gradient accumulation with docs/spec.md §Recipe's per-update token normalisation, evaluation
 // and resumable state, written once over the backend seam (tandem/engine/backend.h). The engine leg,
 // the C ABI and the tests drive training through this class only, whatever the backend; a
 // TrainerState (host tensors with peft names) restores on any backend.

@@ -152,7 +152,7 @@ private:
     T* ptr_ = nullptr;
 };
 
-// A cuBLAS handle bound to a stream, in CUBLAS_DEFAULT_MATH (float32 compute, never TF32: SPEC §1).
+// A cuBLAS handle bound to a stream, in CUBLAS_DEFAULT_MATH (float32 compute, never TF32: docs/spec.md §Recipe).
 class BlasHandle {
 public:
     explicit BlasHandle(cudaStream_t stream);

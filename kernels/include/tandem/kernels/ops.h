@@ -11,7 +11,7 @@
 //   - N = B*T tokens, C hidden, H query heads, KV key/value heads, D head_dim.
 //   - ACTIVATION gradients are ASSIGNED (=) unless the function says it accumulates; PARAMETER
 //     gradients ACCUMULATE (+=); a nullptr parameter gradient is not computed (frozen).
-//   - float32 only; GEMMs through cuBLAS in CUBLAS_DEFAULT_MATH (no TF32, SPEC §1).
+//   - float32 only; GEMMs through cuBLAS in CUBLAS_DEFAULT_MATH (no TF32, docs/spec.md §Recipe).
 //   - Reductions are deterministic (fixed partitions, no float atomics): the same inputs give the
 //     same bits on the same device, so bit-identical resume is testable on the GPU too.
 // Differences from the CPU ops, by design:

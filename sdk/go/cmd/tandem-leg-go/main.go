@@ -5,10 +5,10 @@
 //
 // The engine computes one micro-batch's forward and backward pass (tandem_model_*); everything else
 // is here: the adapter built from init/adapter_model.safetensors by this program's own reader, laid
-// out in the engine's flat order by name; gradient accumulation with SPEC §1's per-update token
+// out in the engine's flat order by name; gradient accumulation with docs/spec.md §Recipe's per-update token
 // normalisation; the global norm and torch's clipping; AdamW (torch semantics, float32 state) and
 // transformers' cosine-with-warmup schedule; checkpoints of its own (adapter, moments, cursor)
-// committed by manifest. Text: tandem's template and tokenizer via the tandem command line, SPEC §2's
+// committed by manifest. Text: tandem's template and tokenizer via the tandem command line, docs/spec.md §Supervision's
 // supervision, truncation and padding in package tandemleg. Events are checked before they are written.
 package main
 

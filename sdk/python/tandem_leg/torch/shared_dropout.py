@@ -1,4 +1,4 @@
-"""The shared dropout generator of SPEC §1 ("shared" masks), bit for bit as tandem's engine draws them.
+"""The shared dropout generator of docs/spec.md §Recipe ("shared" masks), bit for bit as tandem's engine draws them.
 
 Definition (also in docs/engine.md and engine/include/tandem/engine/dropout.h); all arithmetic mod 2**64:
 

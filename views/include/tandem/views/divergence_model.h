@@ -1,10 +1,10 @@
 #pragma once
-// The divergence page's data (issue 16, docs/observables.md): one update's localisation as a
+// The divergence page's data (docs/observables.md): one update's localisation as a
 // layer x op grid — rows (pass, layer) in chain order, columns the ops in chain order, each cell the
 // largest ratio (difference / bound) over the update's micro-batches, as experiments/ localise()
 // computed it; the localised point (the first over its bound) is marked. Draws, computes nothing.
-#include "tandem/experiments/localise.h"
-#include "tandem/experiments/observables.h"
+#include "tandem/compare/judge/localise.h"
+#include "tandem/compare/observables.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <QAbstractTableModel>
@@ -60,7 +60,7 @@ private:
 // workbench only reads). Throws tandem::Error when the run holds none.
 experiments::Localisation load_divergence(const std::filesystem::path& run_file);
 
-// The divergence page's per-layer LoRA update-norm curves (issue 16 item 4): one curve per (leg,
+// The divergence page's per-layer LoRA update-norm curves (docs/observables.md): one curve per (leg,
 // layer), the values experiments::layer_update_norms computed from /legs/<leg>/adapter_norms, as
 // recorded (no smoothing, nothing dropped). Named "<leg> · layer <l>".
 struct UpdateNormCurve {

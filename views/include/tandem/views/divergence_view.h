@@ -1,5 +1,5 @@
 #pragma once
-// The divergence page (issue 16): the layer x op heat map of one update's localisation (ratio =
+// The divergence page (docs/observables.md): the layer x op heat map of one update's localisation (ratio =
 // difference / bound per point, docs/observables.md), the localised point marked, an update chooser
 // and the localisation's one-line summary; below it the per-layer LoRA update-norm curves of every leg
 // overlaid (colour per layer, line style per leg), as experiments/ computed them.

@@ -3,7 +3,7 @@
 // one column per level (L1, L2, L3, L4, gate); a cell holds the first update at which the level caught
 // the fault, darker = earlier, blank = not caught; a red frame marks a level docs/faults.md expects
 // that did not fire. Drawn from experiments' FaultMatrix (run.h5 /faults) — the views compute nothing.
-#include "tandem/experiments/fault_matrix.h"
+#include "tandem/spec/fault_matrix.h"
 #include "tandem/views/export.h"
 
 #include <QWidget>

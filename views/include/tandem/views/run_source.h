@@ -2,9 +2,9 @@
 // Where the views' data comes from: the run file (experiments' RunFileReader) and the catalog
 // (experiments' Catalog). Copies values out; computes nothing. Widget-free, callable off the GUI
 // thread (every function opens its own reader/connection).
-#include "tandem/experiments/distance.h"
-#include "tandem/experiments/envelope.h"
-#include "tandem/experiments/run_file.h"
+#include "tandem/compare/distance.h"
+#include "tandem/compare/judge/envelope.h"
+#include "tandem/store/run_file.h"
 #include "tandem/views/run_snapshot.h"
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 #pragma once
 // A table exactly as experiments/ formatted it for `tandem report` (header + rows of cells), and the
 // item model the Tables view shows it with. The views never recompute a cell.
-#include "tandem/experiments/report.h"
+#include "tandem/compare/report.h"
 
 #include <QAbstractTableModel>
 #include <QString>

@@ -1,0 +1,96 @@
+// The inputs several subcommands read the same way (cli_inputs.h).
+#include "cli_inputs.h"
+
+#include "commands.h"
+
+#include "tandem/assets.h"
+#include "tandem/atomic_file.h"
+#include "tandem/error.h"
+
+#include <iostream>
+#include <optional>
+
+namespace tandem::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n' || c == '\r') c = ' ';
+    return s;
+}
+
+}  // namespace
+
+fs::path tokenizer_folder(const std::string& flag) {
+    if (!flag.empty()) return flag;
+    return tokenizer_dir(require_asset_root());
+}
+
+// --corpus may name the corpus folder itself or a run folder holding corpus/.
+fs::path corpus_folder(const fs::path& given) {
+    if (fs::exists(given / "records.jsonl")) return given;
+    if (fs::exists(given / "corpus" / "records.jsonl")) return given / "corpus";
+    throw Error(given.string() + ": no records.jsonl here or in corpus/ (build one with `tandem corpus build`)");
+}
+
+size_t corpus_max_len(const fs::path& corpus) {
+    const fs::path acc = corpus / "accounting.json";
+    if (!fs::exists(acc)) return 512;
+    try {
+        const json j = json::parse(read_file(acc));
+        if (j.contains("max_len") && j["max_len"].is_number_unsigned()) return j["max_len"].get<size_t>();
+    } catch (const json::exception&) {
+    }
+    return 512;
+}
+
+// Runs `handle` on every stdin line; returns the exit status.
+int process_jsonl(bool keep_going, const std::function<ordered_json(const ordered_json&)>& handle) {
+    std::ios::sync_with_stdio(false);
+    std::string line;
+    size_t line_no = 0;
+    bool failed = false;
+    std::string out;
+    while (std::getline(std::cin, line)) {
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        std::optional<LineError> error;
+        try {
+            ordered_json in = ordered_json::parse(line);
+            if (!in.is_object()) throw LineError{"(line)", "must be a JSON object"};
+            out = handle(in).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+        } catch (const LineError& e) {
+            error = e;
+        } catch (const ordered_json::parse_error& e) {
+            error = LineError{"(line)", std::string("not valid JSON: ") + e.what()};
+        } catch (const ordered_json::exception& e) {
+            error = LineError{"(line)", e.what()};
+        } catch (const Error& e) {
+            error = LineError{"(value)", e.what()};
+        }
+        if (error) {
+            failed = true;
+            // The message may quote the offending bytes (invalid UTF-8 among them): written with
+            // U+FFFD in their place, so the error line and the {"error"} output stay valid UTF-8.
+            const std::string message = "line " + std::to_string(line_no) + ": field '" + error->field + "': " + error->message;
+            const std::string as_json = ordered_json(message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+            const std::string printable = ordered_json::parse(as_json).get<std::string>();
+            std::fprintf(stderr, "tandem: error: stdin %s\n", one_line(printable).c_str());
+            if (!keep_going) {
+                std::fflush(stdout);
+                return kError;
+            }
+            out = "{\"error\":" + as_json + "}";
+        }
+        out += '\n';
+        std::fwrite(out.data(), 1, out.size(), stdout);
+    }
+    std::fflush(stdout);
+    return failed ? kError : kOk;
+}
+
+}  // namespace tandem::cli

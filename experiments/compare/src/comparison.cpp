@@ -1,0 +1,280 @@
+// A run's comparison: every pair of legs through the four levels (levels.cpp), the per-leg figures
+// (timing.cpp), the completeness of every leg, and the run's one-line verdict (docs/report.md).
+#include "tandem/compare/compare.h"
+
+#include "tandem/error.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace tandem::experiments {
+
+bool is_imported(const LegData& leg) { return leg.implementation == "imported"; }
+
+bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
+    return implementation_a == "reference" && implementation_b != "reference";
+}
+
+ResidualPoints residual_points_after(const std::vector<StepRow>& steps_a, const std::vector<EvalRow>& evals_a,
+                                     const std::vector<StepRow>& steps_b, const std::vector<EvalRow>& evals_b,
+                                     bool reference_is_a, int64_t eval_after, int64_t step_after) {
+    auto tail = [](const auto& rows, int64_t after) {
+        auto it = std::upper_bound(rows.begin(), rows.end(), after, [](int64_t u, const auto& r) { return u < r.update; });
+        return std::vector<typename std::decay_t<decltype(rows)>::value_type>(it, rows.end());
+    };
+    const auto sa = tail(steps_a, step_after), sb = tail(steps_b, step_after);
+    const auto ea = tail(evals_a, eval_after), eb = tail(evals_b, eval_after);
+    ResidualPoints r;
+    r.eval = residual_percent(pair_evals(ea, eb), reference_is_a).points;
+    r.loss = residual_percent(pair_losses(sa, sb), reference_is_a).points;
+    r.grad = residual_percent(pair_grad_norms(sa, sb), reference_is_a).points;
+    return r;
+}
+
+namespace {
+
+// The pairs compared: every pair (i < j) in run order, or (leg, anchor) for every other leg.
+std::vector<std::pair<size_t, size_t>> pairs_of(const std::vector<LegData>& legs, const std::string& against) {
+    std::vector<std::pair<size_t, size_t>> out;
+    if (against.empty()) {
+        for (size_t i = 0; i < legs.size(); ++i)
+            for (size_t j = i + 1; j < legs.size(); ++j) out.emplace_back(i, j);
+        return out;
+    }
+    size_t anchor = legs.size();
+    for (size_t i = 0; i < legs.size(); ++i)
+        if (legs[i].name == against) anchor = i;
+    if (anchor == legs.size()) throw Error("compare: no leg '" + against + "' to compare the others with");
+    for (size_t i = 0; i < legs.size(); ++i)
+        if (i != anchor) out.emplace_back(i, anchor);
+    return out;
+}
+
+}  // namespace
+Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t,
+                        const std::optional<ErrorModel>& model, const std::vector<SeedEnvelope>& envelopes) {
+    return compare_legs_against(legs, spec, "", t, model, envelopes);
+}
+
+Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
+                                const Thresholds& t, const std::optional<ErrorModel>& model,
+                                const std::vector<SeedEnvelope>& envelopes) {
+    Comparison c;
+    std::vector<std::pair<std::string, std::string>> faulty;
+    std::string model_error;
+    if (model) c.error_model = *model;
+    else {
+        try {
+            c.error_model = error_model_for(spec);
+        } catch (const std::exception& e) {
+            model_error = e.what();
+        }
+    }
+    c.error_model.k = t.error_model_k;
+    const std::string key = spec.sha256_without_seeds();
+    for (const auto& e : envelopes)
+        if (e.key == key) c.envelopes.push_back(e);
+    for (const auto& l : legs) {
+        c.legs.push_back(l.name);
+        c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
+        c.grads.push_back(grad_stats(l, spec.clip));
+        c.timing.push_back(timing_row(l));
+        faulty.emplace_back(l.name, l.faults);
+    }
+    c.fault_banner = fault_banner(faulty);
+    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key};
+    for (const auto& [i, j] : pairs_of(legs, against)) {
+        const LegData& a = legs[i];
+        const LegData& b = legs[j];
+        // An imported leg (TensorBoard, CSV) has no L1/L2/L3 data: those levels are n/a, not failures.
+        const bool imported = is_imported(a) || is_imported(b);
+        const size_t failures_before = c.failures.size();
+        L1Entry l1 = compare_l1(a, b, t);
+        if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
+        if (!l1.pass && l1.na.empty()) {
+            std::ostringstream w;
+            w.precision(3);
+            w << "L1 " << a.name << "~" << b.name << ": relative difference "
+              << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
+            c.failures.push_back(w.str());
+        }
+        c.l1.push_back(l1);
+        L2Entry l2 = compare_l2(a, b);
+        if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
+            l2.na = "imported";
+            l2.mismatches.clear();
+        }
+        if (!l2.pass && l2.na.empty())
+            c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
+                                 " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
+        c.l2.push_back(l2);
+        L3Entry l3 = compare_l3(a, b);
+        if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
+        if (!l3.pass && l3.na.empty())
+            c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
+        c.l3.push_back(l3);
+
+        const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
+                                                      c.failures.end());
+        c.l4.push_back(compare_l4(a, b, l4_context, level_failures));
+    }
+    return c;
+}
+
+// A pair with an imported leg (TensorBoard, CSV) has no L1-L3 and no paired distance: only a seed
+// envelope can judge it. Unjudged, it is reported per pair (not comparable) and named on the run's
+// verdict line, but it does not decide the verdict of the run's own legs (docs/thresholds.md
+// "Imported legs"): importing a run must not turn an agreeing run into a failure, and nothing about
+// the imported leg is ever called equivalent.
+bool Comparison::counts_for_run(const L4Entry& e) { return !e.imported || e.envelope.available; }
+
+std::vector<const L4Entry*> Comparison::unjudged_imported() const {
+    std::vector<const L4Entry*> out;
+    for (const auto& e : l4)
+        if (!counts_for_run(e)) out.push_back(&e);
+    return out;
+}
+
+bool Comparison::passed() const {
+    if (!completeness_judged || !incomplete.empty() || !failures.empty()) return false;
+    for (const auto& e : l4)
+        if (counts_for_run(e) && !verdict_passes(e.verdict)) return false;
+    return true;
+}
+
+std::string Comparison::verdict() const {
+    auto first_of = [](const std::vector<std::string>& v) {
+        return v.front() + (v.size() > 1 ? " (+" + std::to_string(v.size() - 1) + " more)" : "");
+    };
+    if (!completeness_judged) return "incomplete: completeness not judged";
+    if (!incomplete.empty()) return "incomplete: " + first_of(incomplete);
+    if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::NotComparable)) + ": " + first_of(failures);
+    if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
+    if (l4.empty()) return "incomplete: no pair of legs compared";
+    const auto unjudged = unjudged_imported();
+    std::string not_judged;
+    if (!unjudged.empty())
+        not_judged = "; not judged: " + unjudged.front()->leg_a + "~" + unjudged.front()->leg_b +
+                     (unjudged.size() > 1 ? " (+" + std::to_string(unjudged.size() - 1) + " more)" : "") +
+                     ": an imported leg, no paired distance and no seed envelope";
+    if (unjudged.size() == l4.size()) return "complete; no pair of the run's own legs to cross-check" + not_judged;
+    // The worst pair speaks for the run: not comparable, then outside, then within, then equivalent.
+    auto severity = [](PairVerdict v) {
+        switch (v) {
+            case PairVerdict::NotComparable: return 3;
+            case PairVerdict::OutsideEnvelope: return 2;
+            case PairVerdict::WithinEnvelope: return 1;
+            case PairVerdict::Equivalent: return 0;
+        }
+        return 3;
+    };
+    const L4Entry* worst = nullptr;
+    for (const auto& e : l4)
+        if (counts_for_run(e) && (!worst || severity(e.verdict) > severity(worst->verdict))) worst = &e;
+    size_t others = 0;
+    for (const auto& e : l4) others += counts_for_run(e) && &e != worst && severity(e.verdict) == severity(worst->verdict);
+    return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
+           (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "") + not_judged;
+}
+
+std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {
+    std::vector<int64_t> out;
+    if (updates < 0) return out;
+    out.push_back(0);
+    if (interval > 0)
+        for (int64_t u = interval; u < updates; u += interval) out.push_back(u);
+    if (updates > 0) out.push_back(updates);
+    return out;
+}
+
+namespace {
+// "2, 3, 7-9" for a sorted list of integers (at most `max_items` ranges, then "...").
+std::string ranges_text(const std::vector<int64_t>& v, size_t max_items = 6) {
+    std::string o;
+    size_t items = 0;
+    for (size_t i = 0; i < v.size();) {
+        size_t j = i;
+        while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+        if (items == max_items) return o + ", ...";
+        o += (o.empty() ? "" : ", ") + std::to_string(v[i]) + (j > i ? "-" + std::to_string(v[j]) : "");
+        ++items;
+        i = j + 1;
+    }
+    return o;
+}
+}  // namespace
+
+std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries& expected) {
+    std::vector<std::string> out;
+    const std::string& n = leg.name;
+    if (leg.status != "finished") {
+        std::string why = leg.status == "running" || leg.status == "pending" || leg.status.empty()
+                              ? "did not finish (last recorded status: " + (leg.status.empty() ? std::string("none") : leg.status) + ")"
+                              : leg.status;
+        out.push_back(n + ": leg " + why + (leg.trace.error ? " (" + *leg.trace.error + ")" : ""));
+    }
+    const auto& steps = leg.trace.steps;
+    std::vector<int64_t> repeated, disordered;
+    for (size_t i = 1; i < steps.size(); ++i) {
+        if (steps[i].update == steps[i - 1].update) repeated.push_back(steps[i].update);
+        else if (steps[i].update < steps[i - 1].update) disordered.push_back(steps[i].update);
+    }
+    if (!repeated.empty()) out.push_back(n + ": update(s) " + ranges_text(repeated) + " recorded more than once");
+    if (!disordered.empty()) out.push_back(n + ": update(s) " + ranges_text(disordered) + " recorded out of order");
+    if (expected.updates < 0) {
+        out.push_back(n + ": the run does not record how many updates it plans, so missing rows cannot be ruled out");
+        return out;
+    }
+    std::vector<char> seen(static_cast<size_t>(expected.updates), 0);
+    std::vector<int64_t> beyond;
+    for (const auto& s : steps) {
+        if (s.update >= 0 && s.update < expected.updates) seen[static_cast<size_t>(s.update)] = 1;
+        else beyond.push_back(s.update);
+    }
+    std::vector<int64_t> missing;
+    for (int64_t u = 0; u < expected.updates; ++u)
+        if (!seen[static_cast<size_t>(u)]) missing.push_back(u);
+    if (!missing.empty())
+        out.push_back(n + ": " + std::to_string(missing.size()) + " of " + std::to_string(expected.updates) +
+                      " update rows missing (" + ranges_text(missing) + ")");
+    if (!beyond.empty()) out.push_back(n + ": update(s) " + ranges_text(beyond) + " outside the plan");
+    std::vector<int64_t> eval_missing;
+    for (int64_t u : expected_eval_updates(expected.updates, expected.eval_interval)) {
+        bool found = false;
+        for (const auto& e : leg.trace.evals) found = found || e.update == u;
+        if (!found) eval_missing.push_back(u);
+    }
+    if (!eval_missing.empty())
+        out.push_back(n + ": held-out evaluation(s) missing at update(s) " + ranges_text(eval_missing));
+    return out;
+}
+
+std::vector<std::string> non_finite_values(const LegData& leg) {
+    std::vector<std::string> out;
+    for (const auto& s : leg.trace.steps) {
+        if (!std::isfinite(s.loss)) out.push_back(leg.name + ": non-finite loss at update " + std::to_string(s.update));
+        if (!std::isfinite(s.grad_norm))
+            out.push_back(leg.name + ": non-finite grad norm at update " + std::to_string(s.update));
+        if (out.size() >= 4) return out;
+    }
+    for (const auto& e : leg.trace.evals)
+        if (!std::isfinite(e.heldout_ce)) {
+            out.push_back(leg.name + ": non-finite held-out CE at update " + std::to_string(e.update));
+            break;
+        }
+    if (leg.trace.l1_ce && !std::isfinite(*leg.trace.l1_ce)) out.push_back(leg.name + ": non-finite initial held-out CE (L1)");
+    return out;
+}
+
+void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const ExpectedSeries& expected) {
+    c.incomplete.clear();
+    if (legs.empty()) c.incomplete.push_back("the run has no leg");
+    for (const auto& l : legs) {
+        if (is_imported(l)) continue;  // a run made elsewhere holds whatever series it has (docs/legs.md)
+        for (auto& line : incompleteness(l, expected)) c.incomplete.push_back(std::move(line));
+        for (auto& line : non_finite_values(l)) c.failures.push_back(std::move(line));
+    }
+    c.completeness_judged = true;
+}
+
+}  // namespace tandem::experiments

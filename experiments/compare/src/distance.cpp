@@ -1,0 +1,230 @@
+// The paired numerics distance (error-model bound), the envelope distance (z-scores, band, one-sided
+// test) and the verdict names (docs/thresholds.md).
+#include "tandem/compare/distance.h"
+
+#include "tandem/engine/io.h"
+#include "tandem/error.h"
+#include "tandem/compare/compare.h"
+#include "tandem/spec/model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+
+double ErrorModel::bound(int64_t update) const {
+    return k * kFloat32Epsilon * std::pow(c, static_cast<double>(layers + 1)) * std::sqrt(static_cast<double>(seq_len)) *
+           std::sqrt(1.0 + static_cast<double>(std::max<int64_t>(0, update)));
+}
+
+std::string ErrorModel::describe() const {
+    char b[200];
+    std::snprintf(b, sizeof b, "%g x eps32 x %g^(L+1) x sqrt(S) x sqrt(1+u), L %lld, S %lld", k, c,
+                  static_cast<long long>(layers), static_cast<long long>(seq_len));
+    return b;
+}
+
+ErrorModel error_model_for(const ExperimentSpec& spec, const fs::path& run_folder) {
+    ErrorModel m;
+    m.seq_len = spec.max_len;
+    try {
+        m.layers = model_config_of(spec).num_hidden_layers;
+    } catch (const std::exception& e) {
+        // A checkpoint base that is gone since the run: the run folder's copy (links) or config.
+        if (run_folder.empty() || !fs::exists(run_folder / "base" / "config.json"))
+            throw Error(std::string("error model: cannot read the model's depth: ") + e.what());
+        m.layers = engine::read_hf_config(run_folder / "base").num_hidden_layers;
+    }
+    return m;
+}
+
+std::optional<ErrorModel> error_model_or_none(const ExperimentSpec& spec, const fs::path& run_folder) {
+    try {
+        return error_model_for(spec, run_folder);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+bool legs_are_paired(const ExperimentSpec& spec, const std::string& a, const std::string& b) {
+    const bool dropout_matches = spec.lora_dropout == 0.0 ||
+                                 (spec.leg_setting(a, "dropout_masks") == "shared" && spec.leg_setting(b, "dropout_masks") == "shared");
+    return dropout_matches && spec.leg_setting(a, "plan") == "shared" && spec.leg_setting(b, "plan") == "shared";
+}
+
+bool PairedDistance::within() const {
+    if (!applies || points.empty()) return false;
+    for (const auto& p : points)
+        if (!std::isfinite(p.distance) || p.distance > 1.0) return false;
+    return true;
+}
+
+PairedDistance paired_distance(const std::vector<PairedPoint>& evals, const ErrorModel& model, bool reference_is_a) {
+    PairedDistance d;
+    d.applies = true;
+    for (const auto& e : evals) {
+        DistancePoint p;
+        p.update = e.update;
+        p.value = reference_is_a ? e.b : e.a;
+        p.reference = reference_is_a ? e.a : e.b;
+        const double denom = std::fabs(p.reference);
+        p.difference = denom > 0 ? std::fabs(p.value - p.reference) / denom : std::nan("");
+        p.scale = model.bound(e.update);
+        p.distance = p.difference / p.scale;
+        // A non-finite ratio (a NaN value, a zero reference) fails the bound: it is reported as the
+        // largest, never skipped.
+        const bool nonfinite_seen = d.max_ratio_update >= 0 && !std::isfinite(d.max_ratio);
+        if (!nonfinite_seen && (d.max_ratio_update < 0 || !std::isfinite(p.distance) || p.distance > d.max_ratio)) {
+            d.max_ratio = p.distance;
+            d.max_ratio_update = p.update;
+        }
+        d.points.push_back(p);
+    }
+    return d;
+}
+
+Band envelope_band(const EnvelopePoint& p, double sigma, double relative_floor) {
+    const double std = std::isfinite(p.std) ? p.std : 0.0;
+    const double floor = relative_floor * std::fabs(p.mean);
+    return {p.min - sigma * std - floor, p.max + sigma * std + floor};
+}
+
+namespace {
+
+// Continued fraction of the incomplete beta function (modified Lentz).
+double beta_continued_fraction(double a, double b, double x) {
+    const double tiny = 1e-300;
+    double c = 1.0, d = 1.0 - (a + b) * x / (a + 1.0);
+    if (std::fabs(d) < tiny) d = tiny;
+    d = 1.0 / d;
+    double h = d;
+    for (int m = 1; m <= 300; ++m) {
+        const double m2 = 2.0 * m;
+        double aa = m * (b - m) * x / ((a + m2 - 1.0) * (a + m2));
+        d = 1.0 + aa * d;
+        if (std::fabs(d) < tiny) d = tiny;
+        c = 1.0 + aa / c;
+        if (std::fabs(c) < tiny) c = tiny;
+        d = 1.0 / d;
+        h *= d * c;
+        aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0));
+        d = 1.0 + aa * d;
+        if (std::fabs(d) < tiny) d = tiny;
+        c = 1.0 + aa / c;
+        if (std::fabs(c) < tiny) c = tiny;
+        d = 1.0 / d;
+        const double del = d * c;
+        h *= del;
+        if (std::fabs(del - 1.0) < 1e-15) break;
+    }
+    return h;
+}
+
+// Regularized incomplete beta I_x(a, b).
+double incomplete_beta(double a, double b, double x) {
+    if (x <= 0) return 0;
+    if (x >= 1) return 1;
+    const double ln_front = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
+    const double front = std::exp(ln_front);
+    if (x < (a + 1.0) / (a + b + 2.0)) return front * beta_continued_fraction(a, b, x) / a;
+    return 1.0 - front * beta_continued_fraction(b, a, 1.0 - x) / b;
+}
+
+std::vector<double> finite_only(const std::vector<double>& v) {
+    std::vector<double> out;
+    for (double x : v)
+        if (std::isfinite(x)) out.push_back(x);
+    return out;
+}
+
+double sample_std(const std::vector<double>& v) {
+    if (v.size() < 2) return 0;
+    const double m = mean(v);
+    double s = 0;
+    for (double x : v) s += (x - m) * (x - m);
+    return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+}  // namespace
+
+double student_t_sf(double t, double df) {
+    if (std::isnan(t) || !(df > 0)) return std::nan("");
+    if (std::isinf(t)) return t > 0 ? 0.0 : 1.0;
+    const double tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t));  // P(T > |t|)
+    return t >= 0 ? tail : 1.0 - tail;
+}
+
+std::vector<DistancePoint> envelope_z_points(const std::vector<EvalRow>& evals, const SeedEnvelope& env, const ErrorModel& model) {
+    std::vector<DistancePoint> out;
+    for (const EvalRow& e : evals) {
+        const EnvelopePoint* p = env.at("heldout_ce", e.update);
+        if (!p || p->n < 2) continue;
+        // No z where the members spread less than rounding can (update 0 when B starts at zero).
+        if (!(p->std > model.bound(e.update) * std::fabs(p->mean))) continue;
+        DistancePoint q;
+        q.update = e.update;
+        q.value = e.heldout_ce;
+        q.reference = p->mean;
+        q.difference = e.heldout_ce - p->mean;
+        q.scale = p->std;
+        q.distance = q.difference / q.scale;
+        out.push_back(q);
+    }
+    return out;
+}
+
+EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<EvalRow>& evals, const SeedEnvelope& env,
+                                   const ErrorModel& model) {
+    EnvelopeDistance d;
+    d.stack = env.implementation;
+    d.leg = leg;
+    d.members = env.members;
+    const std::vector<double> sample = finite_only(env.member_mean_ce);
+    if (sample.size() < 2) {
+        d.why_unavailable = "the " + env.implementation + " seed envelope has " + std::to_string(sample.size()) +
+                            " member(s); the test needs at least 2";
+        return d;
+    }
+    d.members_mean = mean(sample);
+    d.members_std = sample_std(sample);
+    if (!(d.members_std > 0)) {
+        d.why_unavailable = "the " + env.implementation + " seed envelope has zero spread (its " + std::to_string(sample.size()) +
+                            " members are identical: no seed varied?)";
+        return d;
+    }
+    d.available = true;
+    for (const EvalRow& e : evals) {
+        const EnvelopePoint* p = env.at("heldout_ce", e.update);
+        if (!p || p->n < 2) continue;
+        const Band band = envelope_band(*p, kEnvelopeBandSigma, model.bound(e.update));
+        if (!std::isfinite(e.heldout_ce) || e.heldout_ce < band.low || e.heldout_ce > band.high) d.outside_band.push_back(e.update);
+    }
+    d.points = envelope_z_points(evals, env, model);
+    for (const auto& q : d.points)
+        if (std::isfinite(q.distance) && (d.max_abs_z_update < 0 || std::fabs(q.distance) > d.max_abs_z)) {
+            d.max_abs_z = std::fabs(q.distance);
+            d.max_abs_z_update = q.update;
+        }
+    d.leg_mean = mean_heldout_after_start(evals);
+    const double n = static_cast<double>(sample.size());
+    d.df = static_cast<int64_t>(sample.size()) - 1;
+    d.t = (d.leg_mean - d.members_mean) / (d.members_std * std::sqrt(1.0 + 1.0 / n));
+    d.p = std::isfinite(d.leg_mean) ? student_t_sf(d.t, static_cast<double>(d.df)) : 0.0;  // no finite mean: rejected
+    return d;
+}
+
+const char* pair_verdict_name(PairVerdict v) {
+    switch (v) {
+        case PairVerdict::Equivalent: return "equivalent";
+        case PairVerdict::WithinEnvelope: return "numerically different but within the seed envelope";
+        case PairVerdict::OutsideEnvelope: return "outside the envelope";
+        case PairVerdict::NotComparable: return "not comparable";
+    }
+    return "not comparable";
+}
+
+bool verdict_passes(PairVerdict v) { return v == PairVerdict::Equivalent || v == PairVerdict::WithinEnvelope; }
+
+}  // namespace tandem::experiments

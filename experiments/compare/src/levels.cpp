@@ -1,0 +1,242 @@
+// The four levels of one pair of legs (docs/spec.md §Levels, docs/report.md): L1 initial held-out CE, L2 loaded
+// parameters, L3 template and tokens, L4 trajectories judged by the two distances into the pair's
+// verdict (docs/thresholds.md). Pure: legs in, entries out.
+#include "tandem/compare/compare.h"
+
+#include "tandem/data/token_diff.h"
+#include "tandem/engine/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace tandem::experiments {
+
+L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t) {
+    L1Entry e;
+    e.leg_a = a.name;
+    e.leg_b = b.name;
+    e.ce_a = a.trace.l1_ce;
+    e.ce_b = b.trace.l1_ce;
+    if (e.ce_a && e.ce_b && std::isfinite(*e.ce_a) && std::isfinite(*e.ce_b)) {
+        e.abs_diff = std::fabs(*e.ce_a - *e.ce_b);
+        e.rel_diff = *e.ce_b != 0 ? e.abs_diff / std::fabs(*e.ce_b) : e.abs_diff;
+        e.pass = e.rel_diff <= t.l1_rel;
+    }
+    return e;
+}
+
+L2Entry compare_l2(const LegData& a, const LegData& b) {
+    L2Entry e;
+    e.leg_a = a.name;
+    e.leg_b = b.name;
+    if (!a.trace.has_l2 || !b.trace.has_l2) {
+        e.mismatches.push_back(std::string("no L2 digests from ") + (a.trace.has_l2 ? b.name : a.name));
+        return e;
+    }
+    std::map<std::string, const TensorDigest*> mb;
+    for (const auto& d : b.trace.l2) mb[d.name] = &d;
+    std::set<std::string> seen;
+    for (const auto& d : a.trace.l2) {
+        seen.insert(d.name);
+        auto it = mb.find(d.name);
+        if (it == mb.end()) {
+            e.mismatches.push_back(d.name + ": only in " + a.name);
+            continue;
+        }
+        ++e.compared;
+        const TensorDigest& o = *it->second;
+        if (d.shape != o.shape)
+            e.mismatches.push_back(d.name + ": shape " + engine::shape_text(d.shape) + " vs " + engine::shape_text(o.shape));
+        else if (d.sha256 != o.sha256) {
+            std::ostringstream w;
+            w.precision(9);
+            w << d.name << ": bytes differ (sum " << d.sum << " vs " << o.sum << ", max|x| " << d.maxabs << " vs " << o.maxabs << ")";
+            e.mismatches.push_back(w.str());
+        } else
+            ++e.equal;
+    }
+    for (const auto& d : b.trace.l2)
+        if (!seen.count(d.name)) e.mismatches.push_back(d.name + ": only in " + b.name);
+    e.pass = e.mismatches.empty() && e.compared > 0;
+    return e;
+}
+
+L3Entry compare_l3(const LegData& a, const LegData& b) {
+    L3Entry e;
+    e.leg_a = a.name;
+    e.leg_b = b.name;
+    if (!a.trace.has_l3 || !b.trace.has_l3) {
+        e.what = "missing";
+        e.detail = std::string("no L3 records from ") + (a.trace.has_l3 ? b.name : a.name);
+        return e;
+    }
+    std::map<int64_t, const L3Record*> mb;
+    for (const auto& r : b.trace.l3) mb[r.index] = &r;
+    for (const auto& r : a.trace.l3) {
+        auto it = mb.find(r.index);
+        std::string what, detail;
+        std::optional<size_t> tok;
+        if (it == mb.end()) {
+            what = "missing";
+            detail = "record " + r.id + " only in " + a.name;
+        } else {
+            ++e.compared;
+            const L3Record& o = *it->second;
+            data::TokenSequence sa, sb;
+            sa.label = a.name;
+            sa.ids = r.ids;
+            sb.label = b.name;
+            sb.ids = o.ids;
+            data::TokenDiff d = data::diff_tokens(sa, sb, 8);
+            if (!d.identical) {
+                what = "ids";
+                tok = d.first_mismatch;
+                detail = "token ids differ at position " + std::to_string(*d.first_mismatch) + " (lengths " +
+                         std::to_string(d.length_a) + " vs " + std::to_string(d.length_b) + ")";
+            } else if (r.boundary != o.boundary) {
+                what = "boundary";
+                tok = static_cast<size_t>(std::max<int64_t>(0, std::min(r.boundary, o.boundary)));
+                detail = "supervision boundary " + std::to_string(r.boundary) + " vs " + std::to_string(o.boundary);
+            } else if (r.supervised_count != o.supervised_count) {
+                what = "supervised_count";
+                detail = "supervised tokens " + std::to_string(r.supervised_count) + " vs " + std::to_string(o.supervised_count);
+            } else if (r.full_length != o.full_length || r.truncated_at != o.truncated_at) {
+                what = "truncation";
+                detail = "untruncated length " + std::to_string(r.full_length) + " vs " + std::to_string(o.full_length);
+            } else if (!r.text.empty() && !o.text.empty() && r.text != o.text) {
+                what = "text";
+                size_t i = 0;
+                while (i < r.text.size() && i < o.text.size() && r.text[i] == o.text[i]) ++i;
+                detail = "rendered text differs at byte " + std::to_string(i);
+            } else {
+                ++e.identical;
+                continue;
+            }
+            if (!e.first_index) {
+                if (tok) {
+                    e.first_token = static_cast<int64_t>(*tok);
+                    size_t lo = *tok >= 8 ? *tok - 8 : 0;
+                    e.window_begin = static_cast<int64_t>(lo);
+                    for (size_t i = lo; i < std::min(r.ids.size(), *tok + 8); ++i) e.window_a.push_back(r.ids[i]);
+                    for (size_t i = lo; i < std::min(o.ids.size(), *tok + 8); ++i) e.window_b.push_back(o.ids[i]);
+                }
+            }
+        }
+        if (!e.first_index) {
+            e.first_index = r.index;
+            e.first_id = r.id;
+            e.what = what;
+            e.detail = detail;
+        }
+    }
+    e.pass = e.compared > 0 && e.identical == e.compared && !e.first_index;
+    return e;
+}
+
+namespace {
+
+std::string g3(double x) {
+    if (!std::isfinite(x)) return "n/a";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", x);
+    return b;
+}
+
+// The pair's verdict from its levels and its two distances (docs/thresholds.md "The verdict").
+void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, const std::string& envelope_hint) {
+    const std::string pair = l4.leg_a + "~" + l4.leg_b + ": ";
+    if (!level_failures.empty()) {
+        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict_reason = level_failures.front();
+        return;
+    }
+    const PairedDistance& n = l4.numerics;
+    if (n.applies && n.within()) {
+        l4.verdict = PairVerdict::Equivalent;
+        l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
+                            " paired evaluations (largest " + g3(n.max_ratio) + " of the bound, update " +
+                            std::to_string(n.max_ratio_update) + ")";
+        return;
+    }
+    std::string numerics;
+    if (!n.applies) numerics = "not paired (native dropout masks or plan)";
+    else if (n.points.empty()) numerics = "no paired evaluation";
+    else numerics = "held-out CE " + g3(n.max_ratio) + "x the float32 error-model bound at update " + std::to_string(n.max_ratio_update);
+    const EnvelopeDistance& e = l4.envelope;
+    if (!e.available) {
+        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict_reason = pair + numerics + ", and " + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable);
+        return;
+    }
+    const std::string seeds = "the " + e.stack + " seed envelope (" + std::to_string(e.members) + " runs";
+    if (e.within()) {
+        l4.verdict = PairVerdict::WithinEnvelope;
+        l4.verdict_reason = pair + numerics + "; " + e.leg + " within " + seeds + ": largest |z| " + g3(e.max_abs_z) +
+                            ", one-sided p " + g3(e.p) + ")";
+    } else {
+        l4.verdict = PairVerdict::OutsideEnvelope;
+        std::string why;
+        if (e.test_rejects())
+            why = "mean held-out CE " + g3(e.leg_mean) + " above the members' " + g3(e.members_mean) + " (t " + g3(e.t) +
+                  ", one-sided p " + g3(e.p) + " < " + g3(e.alpha) + ")";
+        if (!e.outside_band.empty())
+            why += (why.empty() ? "" : "; ") + std::string("outside the band at update ") + std::to_string(e.outside_band.front()) +
+                   (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "");
+        l4.verdict_reason = pair + e.leg + " outside " + seeds + "): " + why;
+    }
+}
+
+
+}  // namespace
+
+L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, const std::vector<std::string>& level_failures) {
+    // An imported leg (TensorBoard, CSV): reported, not gated; only a seed envelope can judge it.
+    const bool imported = is_imported(a) || is_imported(b);
+    L4Entry l4;
+    l4.leg_a = a.name;
+    l4.leg_b = b.name;
+    l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
+    l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
+    l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);
+    l4.eval = diff_stats(l4.eval_points);
+    l4.loss = diff_stats(l4.loss_points);
+    l4.grad = diff_stats(l4.grad_points);
+    const bool ref_first = reference_is_first(a.implementation, b.implementation);
+    l4.residual_leg = ref_first ? b.name : a.name;
+    l4.residual_reference = ref_first ? a.name : b.name;
+    l4.eval_percent = residual_percent(l4.eval_points, ref_first);
+    l4.loss_percent = residual_percent(l4.loss_points, ref_first);
+    l4.grad_percent = residual_percent(l4.grad_points, ref_first);
+    if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
+    if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
+    l4.imported = imported;
+    l4.gated = !imported && legs_are_paired(ctx.spec, a.name, b.name) && ctx.model_error.empty();
+    if (l4.gated) l4.numerics = paired_distance(l4.eval_points, ctx.error_model, ref_first);
+    else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
+    else if (!ctx.model_error.empty()) l4.note = "no error model: " + ctx.model_error;
+    else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
+    // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
+    // The leg judged is the imported one when one is (the envelope must speak about it, not
+    // about the run's own leg), else the non-reference side.
+    const bool a_judged = is_imported(a) != is_imported(b) ? is_imported(a) : !ref_first;
+    const LegData& judged = a_judged ? a : b;
+    const LegData& reference_side = a_judged ? b : a;
+    const SeedEnvelope* env = pick_envelope(ctx.envelopes, reference_side.implementation);
+    if (!env) env = pick_envelope(ctx.envelopes, judged.implementation);
+    if (env) {
+        l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, ctx.error_model);
+        l4.envelope.alpha = ctx.thresholds.envelope_alpha;
+    }
+    judge_pair(l4, level_failures,
+               "no seed envelope of this experiment (key " + ctx.key.substr(0, 12) + ") for " + reference_side.implementation +
+                   " or " + judged.implementation + ": build one with `tandem envelope EXPERIMENT --legs " +
+                   reference_side.implementation + "`");
+    l4.pass = verdict_passes(l4.verdict);
+    return l4;
+}
+
+}  // namespace tandem::experiments

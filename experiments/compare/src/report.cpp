@@ -1,0 +1,444 @@
+// The comparison's tables (docs/report.md); rendered by tandem/table.h in text, Markdown, CSV and LaTeX.
+#include "tandem/compare/report.h"
+
+#include "tandem/error.h"
+#include "tandem/store/catalog.h"
+#include "tandem/compare/comparison_io.h"
+#include "tandem/strict_json.h"
+#include "tandem/store/host_info.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt(double x, const char* f = "%.6g") {
+    if (!std::isfinite(x)) return "n/a";
+    char b[64];
+    std::snprintf(b, sizeof b, f, x);
+    return b;
+}
+std::string fmt_opt(const std::optional<double>& x, const char* f = "%.8f") { return x ? fmt(*x, f) : "n/a"; }
+// "1.234e-03% (update 40)": the largest |residual %| of a series, or "n/a" when it has no finite point.
+std::string percent_at(const PercentSeries& s) {
+    return s.max_abs_update < 0 ? "n/a" : fmt(s.max_abs, "%.3e") + "% (update " + std::to_string(s.max_abs_update) + ")";
+}
+std::string sec(double s) { return s < 0 ? "n/a" : fmt(s, "%.3f"); }
+std::string bytes(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
+std::string yesno(bool pass) { return pass ? "pass" : "FAIL"; }
+// The check column of L1-L3: "n/a (imported)" when an imported leg lacks the level's data.
+std::string check_text(bool pass, const std::string& na) { return na.empty() ? yesno(pass) : "n/a (" + na + ")"; }
+
+std::string ids_text(const std::vector<int32_t>& ids) {
+    std::string o;
+    for (size_t i = 0; i < ids.size(); ++i) o += (i ? " " : "") + std::to_string(ids[i]);
+    return o;
+}
+
+}  // namespace
+
+namespace {
+
+std::string size_cell(const std::optional<double>& v) { return v ? fmt(*v, "%.6g") : "-"; }
+
+// The cell of one level: the first update it fired at, "-" when it did not.
+std::string level_cell(const FaultRow& r, size_t level) {
+    if (level >= r.first_update.size() || !r.first_update[level]) return "-";
+    std::string cell = std::to_string(*r.first_update[level]);
+    if (fault_matrix_levels()[level] == "gate" && !r.flags.empty()) {
+        std::string kinds;
+        for (const auto& k : r.flags)  // the live L4 flags (paired-bound, envelope) are L4's, not the gate column's
+            if (k != "paired-bound" && k != "envelope") kinds += (kinds.empty() ? "" : ", ") + k;
+        if (!kinds.empty()) cell += " (" + kinds + ")";
+    }
+    return cell;
+}
+
+std::string words(const std::vector<std::string>& v) {
+    std::string o;
+    for (const auto& x : v) o += (o.empty() ? "" : " ") + x;
+    return o.empty() ? "-" : o;
+}
+
+}  // namespace
+
+std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
+    std::vector<Table> out;
+    const auto& levels = fault_matrix_levels();
+    {
+        Table tb{"faults", "Fault matrix: the first update at which each level caught each fault", {"fault", "size"}, {}, {}};
+        for (const auto& l : levels) tb.columns.push_back(l);
+        tb.columns.push_back("expected");
+        tb.transpose_when_wide = false;
+        auto row_of = [&](const FaultRow& r, const std::string& name) {
+            std::vector<std::string> cells{name, size_cell(r.size)};
+            for (size_t i = 0; i < levels.size(); ++i) cells.push_back(level_cell(r, i));
+            cells.push_back(words(r.expected));
+            return cells;
+        };
+        tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
+        int caught = 0, as_expected = 0, no_effect = 0;
+        for (const auto& r : m.rows) {
+            tb.rows.push_back(row_of(r, r.no_effect.empty() ? r.fault : r.fault + " (no effect)"));
+            caught += r.caught();
+            if (!r.no_effect.empty()) {
+                ++no_effect;
+                tb.notes.push_back(r.fault + ": no effect on this experiment, nothing to catch: " + r.no_effect);
+                continue;
+            }
+            bool all = true;
+            for (const auto& e : r.expected) all = all && r.fired(e);
+            as_expected += all;
+            if (!all) tb.notes.push_back(r.fault + ": expected " + words(r.expected) + ", caught by " + words(r.caught_by()));
+            if (r.status != "finished") tb.notes.push_back(r.fault + ": leg " + r.leg + " " + r.status);
+        }
+        const int with_effect = static_cast<int>(m.rows.size()) - no_effect;
+        tb.notes.insert(tb.notes.begin(),
+                        std::to_string(caught) + " of " + std::to_string(with_effect) + " faults caught by at least one level; " +
+                            std::to_string(as_expected) + " caught by every level docs/faults.md expects" +
+                            (no_effect ? "; " + std::to_string(no_effect) + " had no effect on this experiment (not counted)" : ""));
+        tb.notes.push_back("every faulty engine leg is compared with the reference leg '" + m.reference_leg +
+                           "' only; a cell is the first update at which the level fired (L1-L3: 0, judged before training; "
+                           "L4: the first paired evaluation whose held-out CE differs from the reference's by more than the float32 "
+                           "error-model bound; gate: the first update flagged by the leg's own anomaly flags), "
+                           "- = did not fire");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"fault-effects", "Fault matrix: held-out CE at the end, leg minus reference",
+                 {"fault", "update", "held-out CE", "difference", "relative", "x clean pair"}, {}, {}};
+        auto row_of = [&](const FaultRow& r, const std::string& name) {
+            return std::vector<std::string>{name,
+                                            r.end_update ? std::to_string(*r.end_update) : "n/a",
+                                            r.ce_leg ? fmt(*r.ce_leg, "%.6f") : "n/a",
+                                            r.ce_diff_abs ? fmt(*r.ce_diff_abs, "%.3e") : "n/a",
+                                            r.ce_diff_rel ? fmt(*r.ce_diff_rel, "%.3e") : "n/a",
+                                            r.ce_diff_clean_units ? fmt(*r.ce_diff_clean_units, "%.3g") : "n/a"};
+        };
+        tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
+        for (const auto& r : m.rows) tb.rows.push_back(row_of(r, r.fault));
+        tb.notes.push_back("difference = leg - reference at the last paired evaluation; relative = difference / |reference|; "
+                           "x clean pair = difference / |the clean pair's difference| at the same update (n/a when that is 0)");
+        out.push_back(tb);
+    }
+    if (m.size_search) {
+        Table tb{"fault-sizes", "Fault matrix: the smallest size each level detects (binary search)",
+                 {"fault", "unit", "level", "smallest detected", "largest missed", "probes"}, {}, {}};
+        for (const auto& r : m.rows)
+            for (const auto& s : r.searches) {
+                const FaultInfo& info = fault_info(r.fault);
+                tb.rows.push_back({r.fault, info.size ? info.size->unit : "-", s.level, size_cell(s.smallest_detected),
+                                   size_cell(s.largest_missed), std::to_string(s.steps)});
+            }
+        tb.notes.push_back("for each level that caught a fault at its injected size: the weakest size first, then midpoints "
+                           "(geometric for a ratio, whole numbers for a count) between the largest size missed and the smallest detected");
+        out.push_back(tb);
+    }
+    return out;
+}
+
+std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
+    std::vector<Table> out;
+    if (c.fault_matrix) out = fault_matrix_tables(*c.fault_matrix);
+    {
+        Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
+        for (const auto& e : c.l1)
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
+                               e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
+                               e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
+        tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (docs/spec.md §Levels)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"l2", "L2: parameters after load", {"legs", "tensors compared", "identical", "mismatching", "check"}, {}, {}};
+        for (const auto& e : c.l2) {
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.equal),
+                               std::to_string(e.mismatches.size()), check_text(e.pass, e.na)});
+            for (const auto& m : e.mismatches) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + m);
+        }
+        tb.notes.push_back("pass: every tensor has the same shape and the same float32 bytes (sha256)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"l3", "L3: chat template, token ids, supervision, truncation",
+                 {"legs", "records", "identical", "first mismatch", "what", "check"}, {}, {}};
+        for (const auto& e : c.l3) {
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.identical),
+                               e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, check_text(e.pass, e.na)});
+            if (e.first_index) {
+                tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ", record " + e.first_id + ": " + e.detail);
+                if (e.first_token) {
+                    tb.notes.push_back("  " + e.leg_a + " tokens from " + std::to_string(e.window_begin) + ": " + ids_text(e.window_a));
+                    tb.notes.push_back("  " + e.leg_b + " tokens from " + std::to_string(e.window_begin) + ": " + ids_text(e.window_b));
+                }
+            }
+        }
+        out.push_back(tb);
+    }
+    {
+        Table tb{"l4", "L4: held-out CE at paired evaluations and training loss",
+                 {"legs", "series", "paired", "mean signed", "mean abs", "dispersion", "largest (update)", "sign changes",
+                  "mean abs rel", "check"},
+                 {}, {}};
+        for (const auto& e : c.l4) {
+            std::string legs = e.leg_a + " vs " + e.leg_b;
+            tb.rows.push_back({legs, "held-out CE", std::to_string(e.eval.n), fmt(e.eval.mean_signed, "%.3e"),
+                               fmt(e.eval.mean_abs, "%.3e"), fmt(e.eval.std, "%.3e"),
+                               fmt(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
+                               std::to_string(e.eval.sign_changes), fmt(e.eval.mean_abs_rel, "%.3e"),
+                               pair_verdict_name(e.verdict)});
+            tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), fmt(e.loss.mean_signed, "%.3e"),
+                               fmt(e.loss.mean_abs, "%.3e"), fmt(e.loss.std, "%.3e"),
+                               fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
+                               std::to_string(e.loss.sign_changes), fmt(e.loss.mean_abs_rel, "%.3e"), "-"});
+            tb.notes.push_back(legs + ": final loss " + fmt_opt(e.final_loss_a) + " vs " + fmt_opt(e.final_loss_b) +
+                               "; largest |" + e.residual_leg + " - " + e.residual_reference + "| " +
+                               percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
+                               percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
+        }
+        tb.notes.push_back("differences are a - b; dispersion = population std of the differences; check: the pair's verdict "
+                           "from the two distances below (docs/thresholds.md)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"distances", "Two distances: paired numerics (error-model bound) and seed envelope",
+                 {"legs", "paired", "largest rel diff (update)", "bound there", "ratio", "envelope", "largest |z| (update)",
+                  "one-sided t (df)", "p", "band exits", "verdict"},
+                 {}, {}};
+        for (const auto& e : c.l4) {
+            const PairedDistance& n = e.numerics;
+            const EnvelopeDistance& v = e.envelope;
+            std::string rel = "-", bound = "-", ratio = "-";
+            if (n.applies && n.max_ratio_update >= 0)
+                for (const auto& p : n.points)
+                    if (p.update == n.max_ratio_update) {
+                        rel = fmt(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
+                        bound = fmt(p.scale, "%.3e");
+                        ratio = fmt(p.distance, "%.3g");
+                    }
+            std::string env = "none", z = "-", tt = "-", pp = "-", exits = "-";
+            if (v.available) {
+                env = v.stack + ", " + std::to_string(v.members) + " runs";
+                z = v.max_abs_z_update < 0 ? "n/a" : fmt(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
+                tt = fmt(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
+                pp = fmt(v.p, "%.3g");
+                exits = std::to_string(v.outside_band.size());
+            }
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, n.applies ? "yes" : "no", rel, bound, ratio, env, z, tt, pp, exits,
+                               pair_verdict_name(e.verdict)});
+            tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
+        }
+        tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
+                           c.error_model.describe());
+        tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band [min - 2 std, max + 2 std] "
+                           "widened by the bound; one-sided prediction t-test of the leg's mean held-out CE after update 0 against the "
+                           "members' (alpha " + fmt(t.envelope_alpha, "%.2g") + ")");
+        out.push_back(tb);
+    }
+    if (!c.flags.empty()) {
+        Table tb{"gate", "Live gate flags", {"leg", "update", "flag", "value", "threshold", "action"}, {}, {}};
+        for (const auto& f : c.flags)
+            tb.rows.push_back({f.leg, std::to_string(f.update), f.kind, fmt(f.value, "%.4g"), fmt(f.threshold, "%.4g"),
+                               gate_action_name(f.action)});
+        for (const auto& f : c.flags) tb.notes.push_back(f.message);
+        tb.notes.push_back("flags: docs/gate.md (non-finite values, step-time anomalies, loss spikes)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"grad-norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
+        for (const auto& g : c.grads)
+            tb.rows.push_back({g.leg, std::to_string(g.n), fmt(g.median), fmt(g.p99), fmt(g.max),
+                               fmt(100.0 * g.frac_above_clip, "%.1f") + "%"});
+        out.push_back(tb);
+    }
+    {
+        Table tb{"timing", "Timing and memory",
+                 {"leg", "device", "status", "setup s", "model load s", "tokenize s", "median s/update (window)", "tokens/s",
+                  "GFLOP/update", "GFLOP/s", "of sgemm peak", "peak device", "peak host"},
+                 {}, {}};
+        auto giga = [](double v) { return v < 0 ? std::string("n/a") : fmt(v / 1e9, "%.1f"); };
+        for (const auto& r : c.timing)
+            tb.rows.push_back({r.leg + " (" + r.implementation + ")", r.device, r.status, sec(r.setup_s), sec(r.model_load_s),
+                               sec(r.tokenize_s),
+                               sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
+                               r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
+                               giga(r.flops.flops_per_s),
+                               r.flops.utilisation < 0 ? "n/a" : fmt(100.0 * r.flops.utilisation, "%.0f") + "%",
+                               bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
+        tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
+        tb.notes.push_back("GFLOP: one formula for every leg, from the shared plan (docs/benchmarks.md \"FLOPs and utilisation\"; n/a for a leg "
+                           "with its own plan); GFLOP/s over the window's update wall time; of sgemm peak: the matrix library's "
+                           "float32 GEMM probe at the leg's threads (n/a: not probed, or a GPU leg: no cuBLAS probe yet)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"probes", "Device bandwidth probes", {"device", "name", "direction", "bytes", "best s", "GB/s"}, {}, {}};
+        for (const auto& p : c.probes) {
+            for (const auto& d : p.directions)
+                tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), fmt(d.best_seconds, "%.5f"),
+                                   fmt(d.gbps, "%.2f")});
+            for (const auto& s : p.sgemm)
+                tb.rows.push_back({p.device, p.device_name, "sgemm, " + std::to_string(s.threads) + " thread" + (s.threads == 1 ? "" : "s"),
+                                   std::to_string(s.m) + "^3", fmt(s.best_seconds, "%.5f"), fmt(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
+        }
+        if (c.probes.empty()) tb.notes.push_back("no probe recorded");
+        out.push_back(tb);
+    }
+    // docs/observables.md: the evaluation observables of each pair
+    for (const auto& o : c.observables) {
+        Table tb{"observables", "Evaluation observables: " + o.leg_a + " vs " + o.leg_b + " (docs/observables.md)",
+                 {"update", "|dW| " + o.leg_a, "|dW| " + o.leg_b, "max slot rel diff |dW|", "at", "max rel diff |A|,|B|",
+                  "probes top-1 same", "max |dp| top-32", "KL max / mean"},
+                 {}, {}};
+        for (const auto& r : o.rows)
+            tb.rows.push_back({std::to_string(r.update), fmt(r.update_norm_a, "%.6g"), fmt(r.update_norm_b, "%.6g"),
+                               fmt(r.max_delta_rel, "%.2e"), r.max_delta_at, fmt(r.max_factor_rel, "%.2e"),
+                               std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e"),
+                               std::isnan(r.max_kl) ? std::string("n/a") : fmt(r.max_kl, "%.2e") + " / " + fmt(r.mean_kl, "%.2e")});
+        tb.notes.push_back("|dW| = sqrt(sum over layers and projections of |B A|^2) * scaling: the adapter's whole update; "
+                           "slot = (layer, projection); probes: the first 16 eval records' next token; KL(" + o.leg_b + " || " + o.leg_a +
+                           ") of the full next-token distributions (recorded with `observe`; n/a without)");
+        for (const auto& r : o.rows)
+            if (!r.kl_error.empty()) tb.notes.push_back("KL at update " + std::to_string(r.update) + " not available: " + r.kl_error);
+        out.push_back(tb);
+    }
+    // docs/observables.md: where a failing pair diverged, when both legs recorded fingerprints
+    for (const auto& l : c.localisations) out.push_back(localisation_table(l));
+    for (auto& tb : out) tb.banner = c.fault_banner;  // docs/faults.md: no table of a faulty run without it
+    return out;
+}
+
+namespace {
+
+// Why the run got its verdict: what is incomplete first (it makes the levels moot), then the failed
+// checks, the pairs whose L4 verdict does not pass (docs/thresholds.md "The verdict") and where a
+// failing pair was localised. Empty when the verdict line alone says it.
+std::vector<std::string> verdict_reasons(const Comparison& c) {
+    std::vector<std::string> reasons;
+    for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
+    for (const auto& x : c.failures) reasons.push_back(x);
+    if (c.incomplete.empty() && c.failures.empty())
+        for (const auto& e : c.l4)
+            if (!verdict_passes(e.verdict))
+                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
+                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
+    for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
+    if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
+    return reasons;
+}
+
+// The verdict line and its reasons, the last lines of a report (comments in LaTeX and CSV).
+std::string verdict_block(const Comparison& c, ReportFormat f) {
+    std::ostringstream o;
+    const std::string verdict = c.verdict();
+    const std::vector<std::string> reasons = verdict_reasons(c);
+    if (f == ReportFormat::Latex || f == ReportFormat::Csv) {
+        const char* lead = f == ReportFormat::Latex ? "% " : "# ";
+        o << lead << "verdict: " << (f == ReportFormat::Latex ? latex_escape(verdict) : verdict) << "\n";
+        for (const auto& x : reasons) o << lead << (f == ReportFormat::Latex ? latex_escape(x) : x) << "\n";
+    } else {
+        o << (f == ReportFormat::Markdown ? "**" + markdown_escape(verdict) + "**" : verdict) << "\n";
+        for (const auto& x : reasons) o << (f == ReportFormat::Markdown ? "- " : "  - ") << x << "\n";
+    }
+    return o.str();
+}
+
+}  // namespace
+
+std::string render_report(const std::string& title, const Comparison& c, ReportFormat f, const Thresholds& t) {
+    std::ostringstream o;
+    auto tables = report_tables(c, t);
+    // The banner leads the report once (docs/faults.md); the tables below then do not repeat it.
+    for (auto& tb : tables) tb.banner.clear();
+    if (!c.fault_banner.empty()) {
+        if (f == ReportFormat::Latex) o << "% " << latex_escape(c.fault_banner) << "\n";
+        else if (f == ReportFormat::Csv) o << "# " << c.fault_banner << "\n";
+        else if (f == ReportFormat::Markdown) o << "**" << markdown_escape(c.fault_banner) << "**\n\n";
+        else o << c.fault_banner << "\n\n";
+    }
+    if (f == ReportFormat::Latex)
+        o << "% tandem report: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
+    else if (f == ReportFormat::Markdown)
+        o << "## tandem report: " << markdown_escape(title) << "\n\n";
+    else if (f == ReportFormat::Text)
+        o << "tandem report: " << title << "\n\n";
+    if (f == ReportFormat::Latex && !c.fault_banner.empty())  // typeset, not only a comment
+        o << "\\noindent\\textbf{" << latex_escape(c.fault_banner) << "}\\par\n";
+    for (size_t i = 0; i < tables.size(); ++i) {
+        if (f == ReportFormat::Csv) o << "# " << tables[i].title << "\n";
+        o << render_table(tables[i], f) << "\n";
+    }
+    o << verdict_block(c, f);
+    return o.str();
+}
+
+Table config_table(const RunsComparison& r) {
+    Table tb{"config", "Experiment settings that differ", {"setting", r.run_id_a, r.run_id_b}, {}, {}};
+    for (const auto& d : r.config) tb.rows.push_back({d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)"});
+    tb.notes.push_back(r.config.empty() ? "the two runs have the same experiment spec"
+                                        : std::to_string(r.config.size()) + " setting(s) differ; L4 is reported, not judged");
+    return tb;
+}
+
+std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresholds& t) {
+    std::vector<Table> out{config_table(r)};
+    out[0].banner = r.comparison.fault_banner;
+    for (auto& table : report_tables(r.comparison, t))
+        if (table.id != "probes") out.push_back(std::move(table));  // probes belong to a run, not to a pair of legs
+    return out;
+}
+
+std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, const Thresholds& t) {
+    std::ostringstream o;
+    const std::string title = r.label_a + " vs " + r.label_b;
+    if (const std::string& banner = r.comparison.fault_banner; !banner.empty()) {  // once, at the top
+        if (f == ReportFormat::Latex) o << "% " << latex_escape(banner) << "\n\\noindent\\textbf{" << latex_escape(banner) << "}\\par\n";
+        else if (f == ReportFormat::Csv) o << "# " << banner << "\n";
+        else if (f == ReportFormat::Markdown) o << "**" << markdown_escape(banner) << "**\n\n";
+        else o << banner << "\n\n";
+    }
+    if (f == ReportFormat::Latex) o << "% tandem compare: " << latex_escape(title) << "\n% needs \\usepackage{booktabs,siunitx}\n";
+    else if (f == ReportFormat::Markdown) o << "## tandem compare: " << markdown_escape(title) << "\n\n";
+    else if (f == ReportFormat::Text) o << "tandem compare: " << title << "\n\n";
+    for (auto table : runs_comparison_tables(r, t)) {
+        table.banner.clear();  // printed once above
+        if (f == ReportFormat::Csv) o << "# " << table.title << "\n";
+        o << render_table(table, f) << "\n";
+    }
+    o << verdict_block(r.comparison, f);  // as `tandem report` words it
+    return o.str();
+}
+
+Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog) {
+    fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
+    if (!fs::exists(file)) throw Error(file.string() + ": no run file");
+    RunFileReader reader(file);
+    auto exp = reader.experiment();
+    if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
+    const std::string spec_source = file.string() + " /experiment spec_json";
+    ExperimentSpec spec = parse_experiment(parse_json_strict(exp->spec_json, spec_source), spec_source);
+    const std::vector<LegData> legs = read_legs(reader);
+    // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
+    std::vector<SeedEnvelope> envelopes = read_envelopes(reader);
+    if (envelopes.empty() && !catalog.empty() && fs::exists(catalog)) envelopes = find_envelopes(Catalog(catalog), spec.sha256_without_seeds());
+    // a faults run compares every leg with its reference only (docs/faults.md), as the runner did
+    std::optional<FaultMatrix> matrix;
+    if (auto j = reader.fault_matrix()) matrix = fault_matrix_from_json(nlohmann::json::parse(*j));
+    Comparison c = compare_legs_against(legs, spec, matrix ? matrix->reference_leg : std::string(), Thresholds{},
+                                        error_model_or_none(spec, file.parent_path()), envelopes);
+    c.fault_matrix = matrix;
+    judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
+    c.probes = reader.probes();
+    c.localisations = localise_failed_pairs(c, reader);
+    c.observables = compare_pair_observables(c, reader);
+    if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
+    return c;
+}
+
+}  // namespace tandem::experiments

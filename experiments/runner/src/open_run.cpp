@@ -1,0 +1,277 @@
+// Step 1 of `tandem run` (run_steps.h): a new run folder prepared, or an interrupted one reopened.
+#include "run_steps.h"
+
+#include "executors/executor.h"
+#include "tandem/runner/leg_process.h"
+#include "preflight.h"
+#include "tandem/runner/run_record.h"
+#include "tandem/atomic_file.h"
+#include "tandem/error.h"
+#include "tandem/join.h"
+#include "tandem/spec/leg_kinds.h"
+#include "tandem/store/catalog.h"
+#include "tandem/compare/compare.h"
+#include "tandem/compare/distance.h"
+#include "tandem/store/host_info.h"
+#include "tandem/runner/prepare.h"
+#include "tandem/store/probe.h"
+#include "tandem/compare/report.h"
+#include "tandem/store/run_file.h"
+#include "tandem/version.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "tandem/spec/leg_paths.h"
+
+namespace tandem::experiments::run_steps {
+
+using nlohmann::json;
+
+namespace {
+
+json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& threads) {
+    json lj = json::array();
+    for (size_t i = 0; i < plans.size(); ++i)
+    {
+        json e{{"name", plans[i].name}, {"implementation", plans[i].implementation}, {"device", plans[i].device},
+               {"threads", threads[i]}};
+        if (!plans[i].command.empty()) e["command"] = plans[i].command;
+        if (!plans[i].faults.empty()) {
+            json f = json::array();
+            for (const auto& x : plans[i].faults) f.push_back(fault_text(x));
+            e["faults"] = f;
+        }
+        if (!plans[i].devices.empty()) e["devices"] = plans[i].devices;
+        if (plans[i].executor != "local") e["executor"] = plans[i].executor;
+        if (!plans[i].slurm.empty()) e["slurm"] = plans[i].slurm.to_json();
+        lj.push_back(std::move(e));
+    }
+    return lj;
+}
+
+// CPU threads per leg: the CPU legs that run at once (all of them, or at most max_concurrent) split the
+// total evenly. Recorded in legs.json, because a resumed leg must use the same count to continue
+// bit-identically (docs/decisions.md).
+std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_threads, int max_concurrent = 0) {
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    const int total = cpu_threads > 0 ? cpu_threads : static_cast<int>(hw);
+    int cpu_legs = 0;
+    for (const auto& p : plans) cpu_legs += p.device == "cpu";
+    if (max_concurrent > 0) cpu_legs = std::min(cpu_legs, max_concurrent);
+    std::vector<int> out;
+    // Slurm legs count as if they ran here: the same count under either executor gives bit-identical
+    // CPU trajectories (docs/cluster.md); a Slurm CPU leg asks its job for that many CPUs.
+    for (const auto& p : plans) out.push_back(p.device == "cpu" ? std::max(1, total / std::max(1, cpu_legs)) : 1);
+    return out;
+}
+
+void take_folder_lock(Run& run) {
+    if (!run.lock.try_lock(run.folder / ".runner.lock"))
+        throw Error(run.folder.string() + ": run folder is in use by another `tandem run` (lock " +
+                    (run.folder / ".runner.lock").string() + ")");
+}
+
+void open_leg_journals(Run& run, const std::vector<LegPlan>& plans, const std::vector<int>& threads) {
+    for (size_t i = 0; i < plans.size(); ++i) {
+        LiveLeg l;
+        l.plan = plans[i];
+        l.threads = threads[i];
+        l.journal = std::make_unique<LegJournal>(leg_folder(run, l.plan.name));
+        run.legs.push_back(std::move(l));
+    }
+}
+
+// `--executor slurm` needs Slurm's client commands where the runner runs (docs/cluster.md).
+void check_slurm_client() {
+    for (const char* cmd : {"sbatch", "squeue", "scontrol", "scancel"}) {
+        CommandResult r = run_command({cmd, "--version"}, 30.0);
+        if (r.exit_status != 0)
+            throw Error(std::string("--executor slurm: `") + cmd + " --version` failed (" +
+                        (r.exit_status == 127 ? std::string("not found on PATH") : r.err.substr(0, r.err.find('\n'))) +
+                        "); run tandem where Slurm's client commands work (docs/cluster.md)");
+    }
+}
+
+// Step 1 (new run): validate what can be validated, create the folder exclusively, prepare it. A
+// failed preparation removes the folder it created.
+
+}  // namespace
+
+Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std::string&)>& say) {
+    Run run;
+    run.spec = load_experiment(opt.experiment);
+    // No --legs: the legs the experiment defines, else the engine against the reference.
+    std::string legs = opt.legs;
+    if (legs.empty())
+        for (const auto& d : run.spec.legs) legs += (legs.empty() ? "" : ",") + d.name;
+    if (legs.empty()) legs = "engine,reference";
+    std::vector<LegPlan> plans = opt.leg_plans.empty() ? plan_legs(legs, opt.devices, &run.spec) : opt.leg_plans;
+    const auto& executors = leg_executors();
+    if (std::find(executors.begin(), executors.end(), opt.executor) == executors.end())
+        throw Error("--executor: '" + opt.executor + "' is not local or slurm");
+    for (auto& p : plans) {
+        p.executor = opt.executor;
+        if (const auto* d = run.spec.leg_definition(p.name)) p.slurm = d->slurm;
+    }
+    if (opt.executor == "slurm") check_slurm_client();
+    {
+        Catalog probe_catalog(opt.catalog);  // a catalog that is not a database is refused before any work
+    }
+    ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.assets, opt.max_concurrent_legs);
+    say("estimate: " + est.summary());
+    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
+    run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));
+    try {
+        take_folder_lock(run);
+        write_file_atomic(run.folder / "legs.json", legs_json(plans, threads).dump(1) + "\n");
+        say("preparing " + run.folder.string());
+        PrepareOptions po;
+        po.assets = opt.assets;
+        po.log = [&](const std::string& s) { say("  " + s); };
+        run.prepared = prepare_run(run.spec, run.folder, po);
+    } catch (...) {
+        std::error_code ec;
+        run.lock.release();
+        fs::remove_all(run.folder, ec);
+        throw;
+    }
+    open_leg_journals(run, plans, threads);
+    return run;
+}
+
+// Step 1 (--resume): lock the folder, finish an interrupted preparation, stop legs an earlier
+// runner left, read every leg's events, and set aside checkpoints no event announced.
+Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::string&)>& say) {
+    Run run;
+    run.resumed = true;
+    run.folder = fs::absolute(*opt.resume);
+    std::error_code ec;
+    if (!fs::is_directory(run.folder, ec)) throw Error(run.folder.string() + ": no such run folder");
+    if (!fs::exists(run.folder / "experiment.json") || !fs::exists(run.folder / "legs.json"))
+        throw Error(run.folder.string() + ": not a tandem run folder (no experiment.json / legs.json)");
+    take_folder_lock(run);
+    run.spec = load_run_spec(run.folder);
+    std::vector<LegPlan> plans;
+    std::vector<int> threads;
+    const fs::path legs_file = run.folder / "legs.json";
+    try {
+        json lj = json::parse(read_file(legs_file));
+        for (const auto& e : lj) {
+            LegPlan p;
+            p.name = e.at("name").get<std::string>();
+            p.implementation = e.at("implementation").get<std::string>();
+            p.device = e.at("device").get<std::string>();
+            if (e.contains("command")) p.command = e.at("command").get<std::vector<std::string>>();
+            if (e.contains("faults"))
+                for (const auto& f : e.at("faults")) p.faults.push_back(parse_fault_switch(f.get<std::string>(), legs_file.string()));
+            if (e.contains("devices")) p.devices = e.at("devices").get<std::vector<std::string>>();
+            p.executor = e.value("executor", std::string("local"));
+            if (e.contains("slurm")) p.slurm = SlurmOptions::from_json(e.at("slurm"), legs_file.string(), "slurm");
+            executor_for(p.executor);  // an unknown executor is refused before anything starts
+            plans.push_back(std::move(p));
+            threads.push_back(e.contains("threads") ? e.at("threads").get<int>() : 0);
+        }
+        auto fallback = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
+        for (size_t i = 0; i < threads.size(); ++i)
+            if (threads[i] <= 0) threads[i] = fallback[i];
+    } catch (const json::exception& e) {
+        throw Error(legs_file.string() + ": not a valid legs file (" + e.what() + ")");
+    }
+    if (!fs::exists(run.folder / "prepare.json")) {
+        say("the run's preparation was interrupted: preparing " + run.folder.string() + " again");
+        PrepareOptions po;
+        po.assets = opt.assets;
+        po.log = [&](const std::string& s) { say("  " + s); };
+        run.prepared = prepare_run(run.spec, run.folder, po);
+    } else {
+        run.prepared = read_prepared_run(run.folder);
+    }
+    open_leg_journals(run, plans, threads);
+    for (auto& l : run.legs) {
+        const fs::path dir = leg_folder(run, l.plan.name);
+        l.journal->end_partial_line();
+        // A leg an earlier runner left: a local process is killed (it should have died with its
+        // runner); a Slurm job is re-attached, and what it printed meanwhile is journaled first.
+        std::unique_ptr<LegHandle> left = find_left_over_leg(dir, l.journal->events_path(), say);
+        if (left) {
+            const auto journal_line = [&](std::string_view line) { l.journal->append_event(line); };
+            const auto log_line = [&](std::string_view line) { l.journal->log(line); };
+            left->read(journal_line, log_line);
+            if (left->running() && stop_mark(dir)) {
+                say("leg " + l.plan.name + " is marked stopped: cancelling " + left->describe());
+                left->stop(false);
+                const auto deadline = Clock::now() + std::chrono::duration<double>(kStopGraceSeconds);
+                bool killed = false;
+                while (left->running()) {
+                    if (!killed && Clock::now() > deadline) {
+                        left->stop(true);
+                        killed = true;
+                    }
+                    if (Clock::now() > deadline + std::chrono::minutes(2))
+                        throw Error("leg " + l.plan.name + ": " + left->describe() + " does not end although cancelled; "
+                                    "end it (scancel) and run `tandem run --resume " + run.folder.string() + "` again");
+                    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                    left->read(journal_line, log_line);
+                }
+            }
+            while (!left->running() && !left->ended()) {  // it ended while no runner watched: read it all
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                left->read(journal_line, log_line);
+            }
+        }
+        l.trace = read_events_file(l.journal->events_path());
+        if (fs::exists(run.folder / "run.h5")) {
+            try {
+                if (auto j = RunFileReader(run.folder / "run.h5").flags(l.plan.name)) l.flags = flags_from_json(json::parse(*j));
+            } catch (const std::exception&) {
+                // an unreadable run file is rebuilt from the events; its flags are raised again as the legs continue
+            }
+        }
+        if (left && left->running()) {
+            // Still running (or queued): supervised from here on like a leg this runner started. Its
+            // checkpoints are its own business; none is set aside.
+            l.journal->log("[tandem run] " + utc_timestamp_now() + " re-attached to " + left->describe());
+            l.handle = std::move(left);
+            l.status = LegStatus::Running;
+            l.started_at = utc_timestamp_now();
+            l.resume = true;
+            continue;
+        }
+        if (left) {
+            const LegExit ex = left->exit();
+            l.journal->log("[tandem run] " + utc_timestamp_now() + " " + left->describe() + " ended while no runner watched" +
+                           (ex.clean ? std::string() : ": " + ex.description));
+            clear_leg_process(dir);
+        }
+        if (l.trace.done) {
+            l.status = LegStatus::Finished;
+            continue;
+        }
+        if (auto why = stop_mark(dir)) {
+            l.status = LegStatus::Stopped;  // stopped on request: --resume leaves it (tandem leg resume restarts it)
+            l.stop_reason = *why;
+            say("leg " + l.plan.name + " stays stopped (" + *why + "); `tandem leg resume` restarts it");
+            continue;
+        }
+        l.resume = true;
+        for (const auto& moved : set_aside_untrusted_checkpoints(run.folder, l.plan.name, l.trace))
+            say("leg " + l.plan.name + ": checkpoint " + moved + " has no checkpoint event; set aside, not resumed from");
+    }
+    say("resuming " + run.folder.string());
+    return run;
+}
+
+}  // namespace tandem::experiments::run_steps

@@ -1,0 +1,135 @@
+// Validation and the size estimate before a run folder is prepared.
+#include "preflight.h"
+
+#include "tandem/engine/config.h"
+#include "tandem/error.h"
+#include "tandem/store/host_info.h"
+#include "tandem/runner/prepare.h"
+#include "tandem/spec/leg_kinds.h"
+#include "tandem/spec/model.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string gib(double bytes) {
+    char b[64];
+    if (bytes >= 1e15) std::snprintf(b, sizeof b, "%.3g GiB", bytes / 1073741824.0);
+    else if (bytes >= 1073741824.0) std::snprintf(b, sizeof b, "%.1f GiB", bytes / 1073741824.0);
+    else std::snprintf(b, sizeof b, "%.0f MiB", bytes / 1048576.0);
+    return b;
+}
+
+double free_disk_bytes(fs::path dir) {
+    // The output folder may not exist yet: measure the nearest existing ancestor.
+    std::error_code ec;
+    dir = fs::absolute(dir, ec);
+    while (!dir.empty() && !fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+    struct statvfs st {};
+    if (statvfs(dir.c_str(), &st) != 0) return -1;
+    return static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize);
+}
+
+// Besides the tensors (the process overhead of each leg kind: tandem/spec/leg_kinds.h).
+constexpr double kCorpusAndTokenizerBytes = 16.0 * 1048576;  // tokenizer copy 11 MiB + corpus files
+
+}  // namespace
+
+std::string ResourceEstimate::summary() const {
+    std::string s = "~" + gib(host_bytes_per_cpu_leg) + " memory per CPU leg (" + gib(host_bytes_all_legs) +
+                    " for all legs";
+    if (memory_available_bytes > 0) s += ", " + gib(memory_available_bytes) + " available";
+    s += "), ~" + gib(disk_bytes) + " disk";
+    if (disk_available_bytes >= 0) s += " (" + gib(disk_available_bytes) + " free)";
+    return s;
+}
+
+ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vector<LegPlan>& legs,
+                                    const fs::path& out_dir, const std::optional<fs::path>& assets, int max_concurrent) {
+    const engine::Qwen3Config c = model_config_of(spec, assets);
+    const double V = static_cast<double>(c.vocab_size), H = static_cast<double>(c.hidden_size);
+    const double I = static_cast<double>(c.intermediate_size), L = static_cast<double>(c.num_hidden_layers);
+    const double heads = static_cast<double>(c.num_attention_heads), kv = static_cast<double>(c.num_key_value_heads);
+    const double hd = static_cast<double>(c.head_dim);
+    const double q = heads * hd, kvd = kv * hd;
+    // Base parameters (count_parameters in double: absurd configs must not overflow).
+    const double per_layer = H * q + 2 * H * kvd + q * H + 3 * H * I + 2 * H + 2 * hd;
+    const double params = V * H * (c.tie_word_embeddings ? 1 : 2) + L * per_layer + H;
+    // LoRA parameters: rank * (in + out) per adapted projection and layer.
+    const double r = static_cast<double>(spec.lora_rank);
+    double lora = 0;
+    for (const auto& t : spec.lora_targets) {
+        double in = H, out = H;
+        if (t == "q_proj") out = q;
+        else if (t == "k_proj" || t == "v_proj") out = kvd;
+        else if (t == "o_proj") in = q;
+        else if (t == "gate_proj" || t == "up_proj") out = I;
+        else if (t == "down_proj") in = I;
+        lora += r * (in + out);
+    }
+    lora *= L;
+    const double tokens = static_cast<double>(spec.micro_batch) * static_cast<double>(spec.max_len);
+    const double seq = static_cast<double>(spec.max_len);
+    // Saved activations per layer (norms, projections, attention probabilities, MLP) and the LM head's
+    // logits and their gradient over at most every token of a micro-batch; float32.
+    const double activations = 4 * L * (tokens * (10 * H + 4 * I + 2 * (q + 2 * kvd)) +
+                                         static_cast<double>(spec.micro_batch) * heads * seq * seq);
+    const double lm_head = 4 * 2 * tokens * V;
+    const double tensors = 4 * 2 * params + 4 * 4 * lora + activations + lm_head;
+
+    ResourceEstimate e;
+    e.host_bytes_per_cpu_leg = tensors + leg_kind("reference").host_overhead_bytes;
+    // Legs that run at once: all of them, or (RunnerOptions::max_concurrent_legs, `tandem faults --jobs`)
+    // the largest max_concurrent of them.
+    std::vector<double> per_leg;
+    for (const auto& l : legs) {
+        if (l.executor == "slurm") continue;  // runs on a cluster node, not in this machine's memory
+        const double overhead = leg_kind(l.implementation).host_overhead_bytes;
+        const double ranks = static_cast<double>(std::max<size_t>(1, l.devices.size()));  // one process each
+        per_leg.push_back(ranks * ((l.device == "cpu" ? tensors : 4 * params) + overhead));
+    }
+    std::sort(per_leg.begin(), per_leg.end(), std::greater<double>());
+    const size_t at_once = max_concurrent > 0 ? std::min(per_leg.size(), static_cast<size_t>(max_concurrent)) : per_leg.size();
+    for (size_t i = 0; i < at_once; ++i) e.host_bytes_all_legs += per_leg[i];
+    const double updates = spec.max_updates > 0 ? static_cast<double>(spec.max_updates) : 10000.0;
+    const double checkpoints = spec.checkpoint_interval > 0 ? std::max(0.0, updates / static_cast<double>(spec.checkpoint_interval)) : 0;
+    const double base_on_disk = spec.model_base.empty() ? 4 * params : 0;  // a given base is linked, not copied
+    e.disk_bytes = base_on_disk + 4 * lora + static_cast<double>(legs.size()) * (checkpoints * 3 + 1) * 4 * lora +
+                   kCorpusAndTokenizerBytes;
+    e.memory_available_bytes = static_cast<double>(collect_host_info().memory_available_bytes);
+    e.disk_available_bytes = free_disk_bytes(out_dir);
+    return e;
+}
+
+ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan>& legs, const fs::path& out_dir,
+                           const std::optional<fs::path>& assets, int max_concurrent) {
+    const std::string source = "experiment '" + spec.name + "'";
+    try {
+        model_config_of(spec, assets);
+    } catch (const Error& err) {
+        const std::string what = err.what();
+        const std::string named = "experiment field model.";  // base_folder_of names the field already
+        throw Error(source + ": " + (what.rfind(named, 0) == 0 ? what.substr(std::string("experiment ").size())
+                                                               : "field model." + std::string(spec.model_base.empty() ? "config" : "base") + ": " + what));
+    }
+    ResourceEstimate e = estimate_resources(spec, legs, out_dir, assets, max_concurrent);
+    const std::string sizes = "model, lora.rank " + std::to_string(spec.lora_rank) + ", batch.micro_batch " +
+                              std::to_string(spec.micro_batch) + ", sequence.max_len " + std::to_string(spec.max_len);
+    if (e.memory_available_bytes > 0 && e.host_bytes_all_legs > e.memory_available_bytes)
+        throw Error(source + ": the run needs an estimated " + gib(e.host_bytes_all_legs) + " of memory for its legs (" +
+                    sizes + "), more than the " + gib(e.memory_available_bytes) + " available; make it smaller");
+    if (e.disk_available_bytes >= 0 && e.disk_bytes > e.disk_available_bytes)
+        throw Error(source + ": the run folder needs an estimated " + gib(e.disk_bytes) + " of disk (" + sizes +
+                    ", checkpoint.interval " + std::to_string(spec.checkpoint_interval) + "), more than the " +
+                    gib(e.disk_available_bytes) + " free under " + out_dir.string());
+    return e;
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,130 @@
+#pragma once
+// The run file's schema (docs/hdf5-layout.md), shared by its writer (run_writer.cpp) and reader
+// (run_reader.cpp); private to tandem_store. Every row type is one field list (run_schema.cpp):
+// packed little-endian in the file in field order, at the struct's own offsets in memory. Also the
+// object paths, the name rules and the attribute readers.
+#include "hdf5_util.h"
+#include "tandem/error.h"
+#include "tandem/store/run_file.h"
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace tandem::experiments::schema {
+
+using h5::Handle;
+
+inline constexpr const char* kFormatName = "tandem-run";
+inline constexpr std::int64_t kFormatVersion = 1;
+inline constexpr hsize_t kStepChunkRows = 1024;
+inline constexpr hsize_t kEvalChunkRows = 64;
+inline constexpr size_t kOpChars = 32, kPassChars = 12, kProjectionChars = 12;
+
+// ---- row types ---------------------------------------------------------------------------------
+
+// One field of a row type: a member of the row's struct stored as a 64-bit integer, a double, a
+// fixed-size NUL-padded string (`count` bytes) or an array of `count` integers or doubles.
+struct Field {
+    enum Kind { Int, Real, Text, Ints, Reals };
+    const char* name;
+    size_t offset;
+    Kind kind;
+    size_t count = 1;
+};
+// The compound type of the row with these fields: `file` for the file's (packed, little-endian),
+// else the memory type (native, at the fields' offsets in a struct of `memory_size` bytes).
+Handle compound_type(bool file, size_t memory_size, const std::vector<Field>& fields);
+
+// The rows observations are stored as (strings as fixed-size fields, h5py reads them as bytes).
+struct FingerprintPod {
+    std::int64_t update, micro_batch, layer;
+    char op[kOpChars];
+    char pass[kPassChars];
+    std::int64_t count;
+    double norm, mean, maxabs;
+    double sketch[kFingerprintSketch];
+};
+
+struct AdapterNormPod {
+    std::int64_t update, layer;
+    char projection[kProjectionChars];
+    double a_norm, b_norm, delta_norm;
+};
+
+struct LocalisedPod {
+    std::int64_t update, micro_batch, layer;
+    char op[kOpChars];
+    char pass[kPassChars];
+    std::int64_t depth;
+    double rel_diff, norm_rel_diff, bound, ratio;
+};
+
+Handle step_type(bool file);       // StepRow: /legs/<leg>/steps
+Handle eval_type(bool file);       // EvalRow: /legs/<leg>/eval
+Handle paired_type(bool file);     // PairedPoint: /comparisons/<a>~<b>/<series>
+Handle probe_row_type(bool file);  // FaultProbeRow: /faults/<fault>/search
+Handle envelope_type(bool file);   // EnvelopePoint: /envelope/<stack>/<series>
+Handle distance_type(bool file);   // DistancePoint: /distances/<a>~<b>/<name>
+Handle f64_type(bool file);        // a plain double
+Handle fingerprint_type(bool file);    // FingerprintPod: /legs/<leg>/fingerprints
+Handle adapter_norm_type(bool file);   // AdapterNormPod: /legs/<leg>/adapter_norms
+Handle probe_type(bool file);          // ProbeRow: /legs/<leg>/next_token
+Handle localised_type(bool file);      // LocalisedPod: /localisation/<a>~<b>/points
+
+// Fixed-size, NUL-padded strings inside compound rows (h5py reads them as bytes).
+template <size_t N>
+void put(char (&dst)[N], const std::string& s, const char* what) {
+    if (s.size() >= N) throw Error(std::string(what) + " '" + s + "' is longer than " + std::to_string(N - 1) + " bytes");
+    std::memset(dst, 0, N);
+    std::memcpy(dst, s.data(), s.size());
+}
+template <size_t N>
+std::string get(const char (&src)[N]) {
+    return std::string(src, strnlen(src, N));
+}
+
+// ---- paths and name rules ------------------------------------------------------------------------
+
+std::string leg_path(const std::string& leg);
+std::string comparison_path(const std::string& a, const std::string& b);
+std::string distance_path(const std::string& a, const std::string& b);
+std::string envelope_path(const std::string& stack);
+std::string localisation_path(const std::string& a, const std::string& b);
+void validate_comparison_pair(const std::string& a, const std::string& b);
+void validate_series_name(const std::string& series);
+void validate_fault_name(const std::string& f, const std::string& fault);
+void validate_probe_device(const std::string& device);
+void validate_direction(const std::string& name);
+
+// ---- attributes ------------------------------------------------------------------------------------
+
+std::string text_attr(const Attributes& a, const std::string& key);
+std::int64_t int_attr(const Attributes& a, const std::string& key, std::int64_t fallback = 0);
+double double_attr(const Attributes& a, const std::string& key, double fallback = -1);
+std::vector<std::string> split_commas(const std::string& text);
+
+// ---- file access -------------------------------------------------------------------------------------
+
+// File access without HDF5's own flock: the writer locks its hidden copy itself, and the published
+// file is never opened for writing.
+Handle unlocked_file_access();
+// HDF5's own file locking ("unable to lock file, errno = 11, ..."): another HDF5 program holds it.
+bool is_lock_conflict(const std::string& detail);
+
+// A whole 1-D table of `Row`s read as `memory_type`; empty when the table does not exist.
+template <class Row>
+std::vector<Row> read_table(const std::string& file_name, hid_t file, const std::string& path, hid_t memory_type) {
+    if (!h5::exists(file, path)) return {};
+    Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) h5::fail(file_name, "cannot open " + path);
+    std::vector<Row> rows(h5::row_count(file_name, dataset));
+    h5::read_rows(file_name, dataset, memory_type, rows.data());
+    return rows;
+}
+
+}  // namespace tandem::experiments::schema

@@ -1,0 +1,271 @@
+// `tandem envelope`: N member runs of one experiment that differ only in the varied seeds, then
+// each stack's seed envelope over them (docs/envelope.md; the statistics are compare/judge/envelope).
+#include "tandem/studies/envelope_run.h"
+
+#include "tandem/atomic_file.h"
+#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison_io.h"
+#include "tandem/compare/report.h"
+#include "tandem/error.h"
+#include "tandem/join.h"
+#include "tandem/runner/leg_process.h"
+#include "tandem/runner/run_record.h"
+#include "tandem/runner/runner.h"
+#include "tandem/spec/leg_paths.h"
+#include "tandem/store/catalog.h"
+#include "tandem/store/host_info.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace tandem::experiments {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+ExperimentSpec envelope_member_spec(const ExperimentSpec& spec, const std::vector<std::string>& vary, int64_t index) {
+    ExperimentSpec m = spec;
+    for (const auto& v : vary) m.seed_of(v) = spec.seed_of(v) + static_cast<uint64_t>(index);
+    return m;
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_envelope_interrupted = 0;
+void on_envelope_signal(int) { g_envelope_interrupted = 1; }
+
+struct MemberRun {
+    std::string name;        // m000
+    int64_t index = 0;
+    ExperimentSpec spec;
+    fs::path spec_file, log_file, run_folder;
+    ChildProcess proc;
+    bool started = false, ended = false;
+    int exit_status = 0;
+    std::unique_ptr<std::ofstream> log;
+};
+
+}  // namespace
+
+EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
+    std::function<void(const std::string&)> say = opt.say ? opt.say : [](const std::string& s) {
+        std::fprintf(stderr, "tandem envelope: %s\n", s.c_str());
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const ExperimentSpec spec = load_experiment(opt.experiment);
+    if (opt.seeds < 2) throw Error("--seeds: an envelope needs at least 2 runs (given " + std::to_string(opt.seeds) + ")");
+    for (const auto& v : opt.vary) {
+        try {
+            spec.seed_of(v);
+        } catch (const Error& e) {
+            throw Error(std::string("--vary: ") + e.what());
+        }
+    }
+    const std::vector<LegPlan> plans = plan_legs(opt.legs, "cpu", &spec);
+    std::set<std::string> stacks;
+    for (const auto& p : plans)
+        if (!stacks.insert(p.implementation).second)
+            throw Error("--legs: two legs of implementation '" + p.implementation + "': an envelope is per stack");
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    const int total_threads = opt.cpu_threads > 0 ? opt.cpu_threads : static_cast<int>(hw);
+    const int legs_per_member = static_cast<int>(plans.size());
+    const int parallel = opt.parallel > 0 ? opt.parallel : std::max(1, total_threads / legs_per_member);
+    const int member_threads = std::max(legs_per_member, total_threads / parallel);
+
+    EnvelopeOutcome out;
+    out.folder = fs::absolute(create_run_folder(opt.out_dir, spec.name + "-envelope"));
+    fs::create_directories(out.folder / "members");
+    {
+        Catalog check(opt.catalog);  // a catalog that is not a database is refused before any member runs
+    }
+    say("envelope of " + spec.name + ": " + std::to_string(opt.seeds) + " runs of " + join(std::vector<std::string>(stacks.begin(), stacks.end()), ",") +
+        ", varying " + (opt.vary.empty() ? std::string("no seed") : join(opt.vary, ",")) + "; " + std::to_string(parallel) +
+        " at a time, " + std::to_string(member_threads) + " CPU thread(s) each; folder " + out.folder.string());
+
+    std::vector<MemberRun> members(static_cast<size_t>(opt.seeds));
+    for (int64_t i = 0; i < opt.seeds; ++i) {
+        MemberRun& m = members[static_cast<size_t>(i)];
+        char name[32];
+        std::snprintf(name, sizeof name, "m%03lld", static_cast<long long>(i));
+        m.name = name;
+        m.index = i;
+        m.spec = envelope_member_spec(spec, opt.vary, i);
+        m.spec_file = out.folder / "members" / (m.name + ".json");
+        m.log_file = out.folder / "members" / (m.name + ".log");
+        write_file_atomic(m.spec_file, m.spec.to_json().dump(2) + "\n");
+    }
+
+    struct sigaction sa {}, old_int {}, old_term {};
+    sa.sa_handler = on_envelope_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    g_envelope_interrupted = 0;
+    auto restore_signals = [&] {
+        sigaction(SIGINT, &old_int, nullptr);
+        sigaction(SIGTERM, &old_term, nullptr);
+    };
+
+    const std::string tandem = self_executable().string();
+    const std::string run_folder_marker = "tandem run: run folder: ", preparing_marker = "tandem run: preparing ";
+    size_t next = 0, running = 0, done = 0;
+    bool stopping = false;
+    try {
+        while (done < members.size()) {
+            if (g_envelope_interrupted && !stopping) {
+                stopping = true;
+                say("interrupted: stopping the member runs");
+                for (auto& m : members)
+                    if (m.started && !m.ended) signal_group(m.proc.pid, SIGTERM);
+            }
+            while (!stopping && running < static_cast<size_t>(parallel) && next < members.size()) {
+                MemberRun& m = members[next++];
+                m.log = std::make_unique<std::ofstream>(m.log_file);
+                std::vector<std::string> argv = {tandem, "run", m.spec_file.string(), "--legs", opt.legs,
+                                                 "--out", (out.folder / "members").string(), "--catalog", opt.catalog.string(),
+                                                 "--threads", std::to_string(member_threads), "--no-probe", "--quiet"};
+                if (opt.assets) {
+                    argv.push_back("--assets");
+                    argv.push_back(opt.assets->string());
+                }
+                m.proc = spawn_process(argv, {});
+                m.started = true;
+                ++running;
+                say("member " + m.name + " started (seeds " + m.spec.to_json().value("seeds", json::object()).dump() + ")");
+            }
+            if (stopping && running == 0) break;
+            std::vector<pollfd> fds;
+            std::vector<std::pair<MemberRun*, bool>> owners;
+            for (auto& m : members) {
+                if (!m.started || m.ended) continue;
+                if (m.proc.out_fd >= 0) {
+                    fds.push_back({m.proc.out_fd, POLLIN, 0});
+                    owners.emplace_back(&m, true);
+                }
+                if (m.proc.err_fd >= 0) {
+                    fds.push_back({m.proc.err_fd, POLLIN, 0});
+                    owners.emplace_back(&m, false);
+                }
+            }
+            if (!fds.empty()) poll(fds.data(), fds.size(), 200);
+            for (size_t i = 0; i < fds.size(); ++i) {
+                if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+                MemberRun& m = *owners[i].first;
+                int& fd = owners[i].second ? m.proc.out_fd : m.proc.err_fd;
+                std::string& buf = owners[i].second ? m.proc.out_buf : m.proc.err_buf;
+                if (!read_lines(fd, buf, [&](std::string_view line) {
+                        *m.log << line << '\n';
+                        if (line.rfind(run_folder_marker, 0) == 0) m.run_folder = std::string(line.substr(run_folder_marker.size()));
+                        else if (line.rfind(preparing_marker, 0) == 0 && m.run_folder.empty())
+                            m.run_folder = std::string(line.substr(preparing_marker.size()));
+                    })) {
+                    close(fd);
+                    fd = -1;
+                }
+            }
+            for (auto& m : members) {
+                if (!m.started || m.ended || m.proc.out_fd >= 0 || m.proc.err_fd >= 0) continue;
+                m.exit_status = wait_for_exit(m.proc.pid, nullptr);
+                m.ended = true;
+                m.log->flush();
+                --running;
+                ++done;
+                say("member " + m.name + " ended (exit status " + std::to_string(m.exit_status) + ", " + std::to_string(done) +
+                    "/" + std::to_string(members.size()) + ", " +
+                    std::to_string(static_cast<int>(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())) +
+                    " s)");
+            }
+        }
+    } catch (...) {
+        for (auto& m : members)
+            if (m.started && !m.ended) signal_group(m.proc.pid, SIGKILL);
+        restore_signals();
+        throw;
+    }
+    restore_signals();
+    if (stopping) throw Error("interrupted: the envelope was not built (member runs are in " + (out.folder / "members").string() + ")");
+
+    // Every member must be complete: an envelope over missing data is never stored.
+    std::map<std::string, std::vector<EnvelopeMember>> per_stack;
+    int64_t total_updates = -1;
+    for (auto& m : members) {
+        if (m.run_folder.empty() || !fs::exists(m.run_folder / "run.h5")) {
+            out.failed_members.push_back(m.name + ": no run folder (exit status " + std::to_string(m.exit_status) + "; log " +
+                                         m.log_file.string() + ")");
+            continue;
+        }
+        RunFileReader reader(m.run_folder / "run.h5");
+        auto info = reader.experiment();
+        const std::vector<LegData> legs = read_legs(reader);
+        Comparison c;
+        judge_completeness(c, legs, ExpectedSeries{info ? info->total_updates : -1, spec.eval_interval});
+        if (!c.incomplete.empty() || !c.failures.empty()) {
+            out.failed_members.push_back(m.name + ": " + (!c.incomplete.empty() ? c.incomplete.front() : c.failures.front()) +
+                                         " (log " + m.log_file.string() + ")");
+            continue;
+        }
+        if (info) total_updates = info->total_updates;
+        for (const auto& l : legs) {
+            EnvelopeMember em;
+            em.name = m.name;
+            em.run_id = m.run_folder.filename().string();
+            em.seeds = json::object();
+            for (const auto& n : ExperimentSpec::seed_names()) em.seeds[n] = m.spec.seed_of(n);
+            em.steps = l.trace.steps;
+            em.evals = l.trace.evals;
+            per_stack[l.implementation].push_back(std::move(em));
+        }
+    }
+    out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!out.failed_members.empty())
+        throw Error("envelope not built: " + std::to_string(out.failed_members.size()) + " of " + std::to_string(members.size()) +
+                    " member runs incomplete; first: " + out.failed_members.front());
+
+    const std::string created = utc_timestamp_now();
+    const fs::path file = out.folder / "run.h5";
+    {
+        RunFileWriter w(file);
+        w.write_host(collect_host_info());
+        ExperimentInfo info;
+        info.name = spec.name;
+        info.spec_json = spec.to_json().dump();
+        info.spec_sha256 = spec.sha256();
+        info.run_id = out.folder.filename().string();
+        info.total_updates = total_updates;
+        w.write_experiment(info);
+        for (auto& [stack, ms] : per_stack) {
+            SeedEnvelope e = compute_envelope(ms);
+            e.key = spec.sha256_without_seeds();
+            e.experiment = spec.name;
+            e.implementation = stack;
+            e.vary = opt.vary;
+            e.created_at = created;
+            e.source = file.string();
+            write_envelope(w, e, &ms);
+            out.envelopes.push_back(std::move(e));
+        }
+        w.commit();
+    }
+    Catalog catalog(opt.catalog);
+    for (const auto& e : out.envelopes) store_envelope(catalog, e);
+    json summary{{"experiment", spec.name}, {"key", spec.sha256_without_seeds()}, {"seeds", opt.seeds}, {"vary", opt.vary},
+                 {"legs", opt.legs}, {"parallel", parallel}, {"threads_per_member", member_threads}, {"wall_s", out.wall_s},
+                 {"created_at", created}, {"members", json::array()}};
+    for (const auto& m : members)
+        summary["members"].push_back({{"name", m.name}, {"run_folder", m.run_folder.string()},
+                                      {"seeds", m.spec.to_json().value("seeds", json::object())}});
+    write_file_atomic(out.folder / "envelope.json", summary.dump(2) + "\n");
+    return out;
+}
+
+}  // namespace tandem::experiments

@@ -1,0 +1,84 @@
+// The live trajectory gate (experiments/compare/include/tandem/compare/judge/gate.h) on synthetic traces whose
+// flags are known by construction.
+#include "tandem/error.h"
+#include "tandem/compare/judge/gate.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+using namespace tandem::experiments;
+
+namespace {
+LegTrace steady(int64_t n, double wall = 0.1) {
+    LegTrace t;
+    for (int64_t u = 0; u < n; ++u) t.steps.push_back({u, 3.0 - 0.01 * static_cast<double>(u % 7), 1.0, 1e-4, 10, wall});
+    return t;
+}
+}  // namespace
+
+TEST(Gate, ACleanTrajectoryRaisesNoFlag) {
+    TrajectoryGate g;
+    LegTrace t = steady(200);
+    for (size_t i = 0; i < t.steps.size(); ++i) t.steps[i].wall_s = 0.1 + 0.02 * static_cast<double>(i % 5);  // jitter
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+}
+
+TEST(Gate, AnUpdateFarAboveTheRunningMedianIsAStepTimeFlag) {
+    TrajectoryGate g;
+    LegTrace t = steady(20);
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+    t.steps.push_back({20, 2.9, 1.0, 1e-4, 10, 0.45});  // 4.5x the 0.1 s median: above 4x
+    auto f = g.check("engine", t, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, "step-time");
+    EXPECT_EQ(f[0].update, 20);
+    EXPECT_DOUBLE_EQ(f[0].threshold, 0.4);
+    EXPECT_EQ(f[0].action, GateAction::Warn);
+    EXPECT_EQ(f[0].message, "engine: update 20 took 0.45 s, 4.5x its running median 0.1 s");
+    t.steps.push_back({21, 2.9, 1.0, 1e-4, 10, 0.39});  // below the limit
+    EXPECT_TRUE(g.check("engine", t, 0).empty());        // and update 20 is not flagged twice
+}
+
+TEST(Gate, StepTimeNeedsHistoryOfTheCurrentAttempt) {
+    TrajectoryGate g;
+    LegTrace t = steady(10, 2.0);  // an earlier attempt on a slower machine
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+    // Resumed at update 10: its first updates are compared with nothing from the old attempt.
+    for (int64_t u = 10; u < 14; ++u) t.steps.push_back({u, 2.9, 1.0, 1e-4, 10, 0.1});
+    EXPECT_TRUE(g.check("engine", t, 10).empty());
+}
+
+TEST(Gate, ALossFarAboveItsRecentSpreadIsASpikeAndNonFiniteStops) {
+    TrajectoryGate g;
+    LegTrace t = steady(40);
+    EXPECT_TRUE(g.check("reference", t, 0).empty());
+    t.steps.push_back({40, 30.0, 1.0, 1e-4, 10, 0.1});
+    auto f = g.check("reference", t, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, "loss-spike");
+    t.steps.push_back({41, std::nan(""), 1.0, 1e-4, 10, 0.1});
+    t.evals.push_back({42, INFINITY});
+    f = g.check("reference", t, 0);
+    ASSERT_EQ(f.size(), 2u);
+    EXPECT_EQ(f[0].kind, "non-finite");
+    EXPECT_EQ(f[0].action, GateAction::Stop);
+    EXPECT_EQ(f[0].message, "reference: non-finite loss at update 41");
+    EXPECT_EQ(f[1].message, "reference: non-finite held-out CE at update 42");
+}
+
+TEST(Gate, ConfigParsesActionsAndRejectsUnknownFields) {
+    auto c = GateConfig::from_json(nlohmann::json::parse(R"({"step_time": "pause", "step_time_factor": 3})"), "x.json");
+    EXPECT_EQ(c.step_time, GateAction::Pause);
+    EXPECT_EQ(c.step_time_factor, 3.0);
+    EXPECT_FALSE(c.is_default());
+    EXPECT_TRUE(GateConfig{}.is_default());
+    EXPECT_THROW(GateConfig::from_json(nlohmann::json::parse(R"({"step_time": "explode"})"), "x.json"), tandem::Error);
+    EXPECT_THROW(GateConfig::from_json(nlohmann::json::parse(R"({"nonfinite": "stop"})"), "x.json"), tandem::Error);
+    auto flags = flags_from_json(flags_to_json({{"a", "step-time", 3, 1.5, 0.4, GateAction::Pause, "m", "wall_s"}}));
+    ASSERT_EQ(flags.size(), 1u);
+    EXPECT_EQ(flags[0].action, GateAction::Pause);
+    EXPECT_EQ(flags[0].value, 1.5);
+    EXPECT_EQ(flags[0].series, "wall_s");
+}

@@ -1,0 +1,381 @@
+// The two distances and the verdict (docs/thresholds.md) on synthetic legs whose answers are known
+// by construction: the error-model bound's formula, Student's t tail against textbook quantiles,
+// envelope statistics against hand-computed values, the four verdicts, and the gate's envelope and
+// paired-bound flags.
+#include "tandem/compare/compare.h"
+#include "tandem/compare/distance.h"
+#include "tandem/compare/judge/envelope.h"
+#include "tandem/compare/judge/gate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace tandem::experiments;
+
+TEST(ErrorModel, BoundFollowsTheDocumentedFormula) {
+    ExperimentSpec spec;
+    spec.model_config = "tiny";  // 2 decoder layers
+    spec.max_len = 256;
+    ErrorModel m = error_model_for(spec);
+    EXPECT_EQ(m.layers, 2);
+    EXPECT_EQ(m.seq_len, 256);
+    // k x 2^-23 x 1.03^3 x sqrt(256) x sqrt(1 + u); 1.03^3 = 1.092727 exactly.
+    EXPECT_NEAR(m.bound(0), kErrorModelK * std::ldexp(1.0, -23) * 1.092727 * 16.0, 1e-22);
+    EXPECT_NEAR(m.bound(3), 2.0 * m.bound(0), 1e-22);
+    EXPECT_NEAR(m.bound(15), 4.0 * m.bound(0), 1e-22);
+    spec.model_config = "qwen3-0.6b";  // 28 layers: 1.03^29 more
+    EXPECT_NEAR(error_model_for(spec).bound(0) / m.bound(0), std::pow(1.03, 26), 1e-12);
+}
+
+TEST(ErrorModel, StudentTTailMatchesTextbookQuantiles) {
+    EXPECT_DOUBLE_EQ(student_t_sf(0.0, 5), 0.5);
+    EXPECT_NEAR(student_t_sf(1.0, 1), 0.25, 1e-12);        // Cauchy: 1/2 - atan(1)/pi
+    EXPECT_NEAR(student_t_sf(1.894579, 7), 0.05, 1e-6);    // t_{0.95, 7}
+    EXPECT_NEAR(student_t_sf(3.182446, 3), 0.025, 1e-6);   // t_{0.975, 3}
+    EXPECT_NEAR(student_t_sf(-1.894579, 7), 0.95, 1e-6);
+    EXPECT_NEAR(student_t_sf(2.0, 1e7), 0.0227501319, 1e-6);  // the normal tail
+    EXPECT_EQ(student_t_sf(INFINITY, 3), 0.0);
+}
+
+namespace {
+EnvelopeMember member(const std::string& name, std::vector<EvalRow> evals, std::vector<StepRow> steps = {}) {
+    EnvelopeMember m;
+    m.name = name;
+    m.evals = std::move(evals);
+    m.steps = std::move(steps);
+    return m;
+}
+}  // namespace
+
+TEST(Envelope, StatisticsMatchHandComputedValues) {
+    const double nan = std::nan("");
+    SeedEnvelope e = compute_envelope({member("m0", {{0, 5.0}, {2, 10.0}}, {{0, 4.0, 1.0, 0, 1, 0}}),
+                                       member("m1", {{0, 5.0}, {2, 11.0}}, {{0, nan, 2.0, 0, 1, 0}}),
+                                       member("m2", {{0, 5.0}, {2, 13.0}}, {{0, 6.0, 3.0, 0, 1, 0}})});
+    EXPECT_EQ(e.members, 3);
+    const EnvelopePoint* p = e.at("heldout_ce", 2);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->n, 3);
+    EXPECT_DOUBLE_EQ(p->min, 10.0);
+    EXPECT_DOUBLE_EQ(p->max, 13.0);
+    EXPECT_NEAR(p->mean, 34.0 / 3.0, 1e-14);
+    // sample std: deviations -4/3, -1/3, 5/3 -> (16 + 1 + 25) / 9 / 2 = 7/3
+    EXPECT_NEAR(p->std, std::sqrt(7.0 / 3.0), 1e-14);
+    EXPECT_NEAR(p->q05, 10.1, 1e-12);  // numpy linear: position 0.1
+    EXPECT_NEAR(p->q25, 10.5, 1e-12);
+    EXPECT_NEAR(p->q50, 11.0, 1e-12);
+    EXPECT_NEAR(p->q75, 12.0, 1e-12);
+    EXPECT_NEAR(p->q95, 12.8, 1e-12);
+    const EnvelopePoint* z = e.at("heldout_ce", 0);
+    ASSERT_NE(z, nullptr);
+    EXPECT_EQ(z->std, 0.0);  // identical members: zero width
+    const EnvelopePoint* l = e.at("loss", 0);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(l->n, 2);  // the NaN is left out
+    EXPECT_DOUBLE_EQ(l->mean, 5.0);
+    EXPECT_EQ(e.member_mean_ce, (std::vector<double>{10.0, 11.0, 13.0}));  // evaluations after update 0
+    EXPECT_EQ(e.at("heldout_ce", 1), nullptr);
+    // Eight identical values whose float64 sum is inexact: still exactly zero width.
+    std::vector<EnvelopeMember> same;
+    for (int i = 0; i < 8; ++i) same.push_back(member("m" + std::to_string(i), {{0, 11.963249123313210}}));
+    const EnvelopePoint* q = compute_envelope(same).at("heldout_ce", 0);
+    EXPECT_EQ(q->std, 0.0);
+    EXPECT_EQ(q->mean, 11.963249123313210);
+}
+
+namespace {
+// Eight members: held-out CE 3.0 at update 0 (no spread: the adapter's B starts at zero), then
+// 3 - 0.1 u + d_i with offsets d_i that differ per member.
+const std::vector<double> kOffsets{-0.035, -0.025, -0.015, -0.005, 0.005, 0.015, 0.025, 0.035};
+std::vector<EvalRow> curve(double offset) { return {{0, 3.0}, {2, 2.8 + offset}, {4, 2.6 + offset}}; }
+
+SeedEnvelope envelope_for(const ExperimentSpec& spec, const std::string& stack) {
+    std::vector<EnvelopeMember> ms;
+    for (size_t i = 0; i < kOffsets.size(); ++i) ms.push_back(member("m" + std::to_string(i), curve(kOffsets[i])));
+    SeedEnvelope e = compute_envelope(ms);
+    e.key = spec.sha256_without_seeds();
+    e.implementation = stack;
+    e.experiment = spec.name;
+    return e;
+}
+
+LegData leg_with(const std::string& name, const std::string& impl, std::vector<EvalRow> evals) {
+    LegData l;
+    l.name = name;
+    l.implementation = impl;
+    l.status = "finished";
+    l.trace.l1_ce = evals.front().heldout_ce;
+    l.trace.has_l2 = l.trace.has_l3 = true;
+    l.trace.l2.push_back({"w", "base", {1}, 1.0, 1.0, 1.0, "aa"});
+    L3Record r;
+    r.id = "pubmedqa:1";
+    r.ids = {1, 2, 3};
+    r.boundary = 1;
+    r.supervised_count = 2;
+    r.full_length = 3;
+    l.trace.l3.push_back(r);
+    l.trace.evals = std::move(evals);
+    return l;
+}
+
+ExperimentSpec native_spec() {
+    ExperimentSpec spec;
+    spec.name = "synthetic";
+    spec.model_config = "tiny";
+    spec.dropout_masks = "native";  // not paired: only the envelope can judge
+    return spec;
+}
+}  // namespace
+
+TEST(Verdict, AnUnpairedLegInsideTheEnvelopeIsWithinAndAShiftedOneIsOutside) {
+    const ExperimentSpec spec = native_spec();
+    const std::vector<SeedEnvelope> envs{envelope_for(spec, "reference")};
+    LegData ref = leg_with("reference", "reference", curve(0.0));
+
+    Comparison in = compare_legs({leg_with("engine", "engine", curve(0.01)), ref}, spec, {}, std::nullopt, envs);
+    ASSERT_EQ(in.l4.size(), 1u);
+    const EnvelopeDistance& d = in.l4[0].envelope;
+    ASSERT_TRUE(d.available);
+    EXPECT_EQ(d.leg, "engine");
+    EXPECT_EQ(d.members, 8);
+    // Members' means after update 0: 2.7 + d_i, sample std of d_i: sqrt(sum d^2 / 7).
+    double ss = 0;
+    for (double o : kOffsets) ss += o * o;
+    const double sd = std::sqrt(ss / 7.0);
+    EXPECT_NEAR(d.members_std, sd, 1e-12);
+    EXPECT_NEAR(d.t, 0.01 / (sd * std::sqrt(1.0 + 1.0 / 8.0)), 1e-9);
+    EXPECT_EQ(d.df, 7);
+    ASSERT_EQ(d.points.size(), 2u);  // update 0 has no spread: no z there
+    EXPECT_NEAR(d.points[0].distance, 0.01 / sd, 1e-9);
+    EXPECT_TRUE(d.outside_band.empty());
+    EXPECT_EQ(in.l4[0].verdict, PairVerdict::WithinEnvelope);
+    EXPECT_FALSE(in.l4[0].numerics.applies);
+    judge_completeness(in, {leg_with("engine", "engine", curve(0.01)), ref}, ExpectedSeries{-1, 2});
+    in.incomplete.clear();  // the synthetic legs have no steps; the verdict itself is under test
+    EXPECT_TRUE(in.passed());
+    EXPECT_EQ(in.verdict().rfind("numerically different but within the seed envelope: engine~reference: not paired "
+                                 "(native dropout masks or plan); engine within the reference seed envelope (8 runs: largest |z| ",
+                                 0),
+              0u)
+        << in.verdict();
+
+    // Worse by 10 member standard deviations: the one-sided test rejects and the band is left.
+    Comparison out = compare_legs({leg_with("engine", "engine", curve(10 * sd)), ref}, spec, {}, std::nullopt, envs);
+    EXPECT_EQ(out.l4[0].verdict, PairVerdict::OutsideEnvelope);
+    EXPECT_LT(out.l4[0].envelope.p, 0.05);
+    EXPECT_EQ(out.l4[0].envelope.outside_band, (std::vector<int64_t>{2, 4}));
+    EXPECT_NE(out.l4[0].verdict_reason.find("outside the band at update 2 (+1 more)"), std::string::npos)
+        << out.l4[0].verdict_reason;
+    // Better by as much: the one-sided test does not reject, but the leg leaves the band.
+    Comparison low = compare_legs({leg_with("engine", "engine", curve(-10 * sd)), ref}, spec, {}, std::nullopt, envs);
+    EXPECT_GT(low.l4[0].envelope.p, 0.5);
+    EXPECT_EQ(low.l4[0].verdict, PairVerdict::OutsideEnvelope);
+}
+
+TEST(Verdict, WithoutAMatchingEnvelopeAnUnpairedPairIsNotComparable) {
+    const ExperimentSpec spec = native_spec();
+    ExperimentSpec other = spec;
+    other.lora_rank = 8;  // another experiment: its envelope does not apply
+    LegData e = leg_with("engine", "engine", curve(0.01)), r = leg_with("reference", "reference", curve(0.0));
+    for (const auto& envs : {std::vector<SeedEnvelope>{}, std::vector<SeedEnvelope>{envelope_for(other, "reference")}}) {
+        Comparison c = compare_legs({e, r}, spec, {}, std::nullopt, envs);
+        EXPECT_EQ(c.l4[0].verdict, PairVerdict::NotComparable);
+        EXPECT_NE(c.l4[0].verdict_reason.find("no seed envelope of this experiment"), std::string::npos) << c.l4[0].verdict_reason;
+        EXPECT_NE(c.l4[0].verdict_reason.find("tandem envelope EXPERIMENT --legs reference"), std::string::npos);
+    }
+    // An envelope whose members are identical has no spread to judge with.
+    std::vector<EnvelopeMember> same;
+    for (int i = 0; i < 4; ++i) same.push_back(member("m" + std::to_string(i), curve(0.0)));
+    SeedEnvelope flat = compute_envelope(same);
+    flat.key = spec.sha256_without_seeds();
+    flat.implementation = "reference";
+    Comparison c = compare_legs({e, r}, spec, {}, std::nullopt, {flat});
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::NotComparable);
+    EXPECT_NE(c.l4[0].verdict_reason.find("zero spread"), std::string::npos) << c.l4[0].verdict_reason;
+}
+
+TEST(Verdict, PairedLegsAreEquivalentWithinTheBoundAndJudgedByTheEnvelopeBeyondIt) {
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";  // paired
+    spec.max_len = 256;
+    const ErrorModel m = error_model_for(spec);
+    const double b2 = m.bound(2);
+    auto scaled = [&](double rel) {  // the reference curve with a relative difference `rel` at update 2 and 4
+        auto c = curve(0.0);
+        c[1].heldout_ce *= 1 + rel;
+        c[2].heldout_ce *= 1 + rel;
+        return c;
+    };
+    LegData r = leg_with("reference", "reference", curve(0.0));
+    Comparison eq = compare_legs({leg_with("engine", "engine", scaled(0.5 * b2)), r}, spec);
+    EXPECT_TRUE(eq.l4[0].numerics.applies);
+    EXPECT_EQ(eq.l4[0].verdict, PairVerdict::Equivalent) << eq.l4[0].verdict_reason;
+    ASSERT_EQ(eq.l4[0].numerics.points.size(), 3u);
+    EXPECT_NEAR(eq.l4[0].numerics.points[1].distance, 0.5, 1e-6);  // 0.5 of the bound at update 2
+    EXPECT_NEAR(eq.l4[0].numerics.points[1].scale, b2, 1e-20);
+
+    // 3x the bound: different numerics; the envelope says whether it matters.
+    Comparison no_env = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r}, spec);
+    EXPECT_EQ(no_env.l4[0].verdict, PairVerdict::NotComparable);
+    EXPECT_NE(no_env.l4[0].verdict_reason.find("x the float32 error-model bound at update 2"), std::string::npos)
+        << no_env.l4[0].verdict_reason;
+    Comparison within = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r}, spec, {}, std::nullopt,
+                                     {envelope_for(spec, "reference")});
+    EXPECT_EQ(within.l4[0].verdict, PairVerdict::WithinEnvelope) << within.l4[0].verdict_reason;
+    EXPECT_TRUE(verdict_passes(within.l4[0].verdict));
+}
+
+TEST(Verdict, AnImportedLegNoEnvelopeJudgesIsNamedNotJudgedAndDoesNotDecideTheRun) {
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";  // engine and reference are paired
+    spec.max_len = 256;
+    const double b2 = error_model_for(spec).bound(2);
+    auto scaled = [&](double rel) {
+        auto c = curve(0.0);
+        c[1].heldout_ce *= 1 + rel;
+        c[2].heldout_ce *= 1 + rel;
+        return c;
+    };
+    LegData imported;  // what `tandem import tensorboard` records: curves only, no L1-L3
+    imported.name = "hf-trainer";
+    imported.implementation = "imported";
+    imported.status = "finished";
+    imported.trace.evals = curve(0.0);
+    const LegData e = leg_with("engine", "engine", scaled(0.5 * b2)), r = leg_with("reference", "reference", curve(0.0));
+    const std::string not_judged = "; not judged: engine~hf-trainer (+1 more): an imported leg, no paired distance and no seed envelope";
+
+    Comparison c = compare_legs({e, r, imported}, spec);
+    c.completeness_judged = true;
+    ASSERT_EQ(c.l4.size(), 3u);
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::Equivalent);
+    for (size_t i : {1u, 2u}) {
+        EXPECT_TRUE(c.l4[i].imported);
+        EXPECT_EQ(c.l4[i].verdict, PairVerdict::NotComparable);  // the pair itself is never called equivalent
+        EXPECT_FALSE(Comparison::counts_for_run(c.l4[i]));
+    }
+    EXPECT_TRUE(c.failures.empty());
+    EXPECT_TRUE(c.passed());
+    const std::string v = c.verdict();
+    EXPECT_EQ(v.rfind("equivalent: engine~reference: held-out CE within the float32 error-model bound at all 3 paired", 0), 0u) << v;
+    EXPECT_EQ(v.substr(v.size() - not_judged.size()), not_judged) << v;
+
+    // The run's own pair beyond the bound, no envelope: the run is not comparable, whatever was imported.
+    Comparison bad = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r, imported}, spec);
+    bad.completeness_judged = true;
+    EXPECT_FALSE(bad.passed());
+    EXPECT_EQ(bad.verdict().rfind("not comparable: engine~reference: held-out CE ", 0), 0u) << bad.verdict();
+
+    // Only one leg of the run's own: nothing is claimed, the imported pair is named.
+    Comparison one = compare_legs({e, imported}, spec);
+    one.completeness_judged = true;
+    EXPECT_TRUE(one.passed());
+    EXPECT_EQ(one.verdict(), "complete; no pair of the run's own legs to cross-check; not judged: engine~hf-trainer: an "
+                             "imported leg, no paired distance and no seed envelope");
+
+    // With the experiment's seed envelope the imported leg is judged and counts: 10 member standard
+    // deviations above the envelope, the run is outside it.
+    double ss = 0;
+    for (double o : kOffsets) ss += o * o;
+    LegData shifted = imported;
+    shifted.trace.evals = curve(10 * std::sqrt(ss / 7.0));
+    Comparison judged = compare_legs({e, r, shifted}, spec, {}, std::nullopt, {envelope_for(spec, "reference")});
+    judged.completeness_judged = true;
+    // Both pairs judge hf-trainer (the imported leg, not the run's own) against the reference envelope.
+    for (size_t i : {1u, 2u}) {
+        EXPECT_TRUE(Comparison::counts_for_run(judged.l4[i]));
+        EXPECT_EQ(judged.l4[i].envelope.leg, "hf-trainer");
+        EXPECT_EQ(judged.l4[i].verdict, PairVerdict::OutsideEnvelope) << judged.l4[i].verdict_reason;
+    }
+    EXPECT_FALSE(judged.passed());
+    const std::string jv = judged.verdict();
+    EXPECT_EQ(jv.rfind("outside the envelope: engine~hf-trainer: hf-trainer outside the reference seed envelope (8 runs", 0), 0u) << jv;
+    EXPECT_EQ(jv.substr(jv.size() - 15), " (+1 more pair)") << jv;
+    EXPECT_EQ(jv.find("not judged"), std::string::npos) << jv;
+}
+
+TEST(Gate, ALegLeavingTheEnvelopeBandAndAPairBeyondTheBoundAreFlagged) {
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";
+    GateConfig cfg;
+    cfg.envelope = GateAction::Stop;
+    cfg.paired_bound = GateAction::Pause;
+    TrajectoryGate g(cfg);
+    TrajectoryGate::Context ctx;
+    ctx.implementation = {{"engine", "engine"}, {"reference", "reference"}};
+    ctx.paired = {{"engine", "reference"}};
+    ctx.model = error_model_for(spec);
+    ctx.envelopes = {envelope_for(spec, "reference")};
+    g.set_context(ctx);
+
+    LegTrace t;
+    t.evals = {{0, 3.0}, {2, 2.8}};  // inside
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+    t.evals.push_back({4, 2.9});  // far above the band at update 4 (max 2.635)
+    auto f = g.check("engine", t, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, "envelope");
+    EXPECT_EQ(f[0].update, 4);
+    EXPECT_EQ(f[0].action, GateAction::Stop);
+    EXPECT_DOUBLE_EQ(f[0].value, 2.9);
+    const EnvelopePoint* p = ctx.envelopes[0].at("heldout_ce", 4);
+    EXPECT_NEAR(f[0].threshold, p->max + 2 * p->std + ctx.model.bound(4) * p->mean, 1e-12);
+    EXPECT_NE(f[0].message.find("above the reference seed envelope band"), std::string::npos) << f[0].message;
+
+    // Paired evaluations: the flag goes to the non-reference leg, once per evaluation.
+    LegTrace ref;
+    ref.evals = {{0, 3.0}, {2, 2.8}, {4, 2.9 * (1 + 0.5 * ctx.model.bound(4))}};
+    std::map<std::string, const LegTrace*> traces{{"engine", &t}, {"reference", &ref}};
+    EXPECT_TRUE(g.check_pairs(traces).empty());  // 0.5 of the bound
+    ref.evals.push_back({6, 2.5});
+    t.evals.push_back({6, 2.5 * (1 + 3 * ctx.model.bound(6))});
+    auto pf = g.check_pairs(traces);
+    ASSERT_EQ(pf.size(), 1u);
+    EXPECT_EQ(pf[0].leg, "engine");
+    EXPECT_EQ(pf[0].kind, "paired-bound");
+    EXPECT_EQ(pf[0].update, 6);
+    EXPECT_EQ(pf[0].action, GateAction::Pause);
+    EXPECT_NEAR(pf[0].value / pf[0].threshold, 3.0, 1e-6);
+    EXPECT_TRUE(g.check_pairs(traces).empty());
+}
+
+TEST(Gate, NewFlagSettingsParseAndKeepOldHashes) {
+    GateConfig d;
+    EXPECT_FALSE(d.to_json().contains("envelope"));  // an old `gate` object resolves as before
+    GateConfig c = GateConfig::from_json(nlohmann::json{{"envelope", "stop"}, {"paired_bound", "pause"}, {"envelope_band_sigma", 3}}, "x.json");
+    EXPECT_EQ(c.envelope, GateAction::Stop);
+    EXPECT_EQ(c.paired_bound, GateAction::Pause);
+    EXPECT_DOUBLE_EQ(c.envelope_band_sigma, 3.0);
+    EXPECT_EQ(c.to_json()["envelope"], "stop");
+    EXPECT_THROW(GateConfig::from_json(nlohmann::json{{"envelope", "halt"}}, "x.json"), std::exception);
+}
+
+TEST(Gate, RowsRecordedBeforeTheGateExistedAreNotFlaggedAgain) {
+    // A resumed run: the earlier runner judged (and flagged) these rows; a new gate marks them seen.
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";
+    TrajectoryGate g;
+    TrajectoryGate::Context ctx;
+    ctx.implementation = {{"engine", "engine"}, {"reference", "reference"}};
+    ctx.paired = {{"engine", "reference"}};
+    ctx.model = error_model_for(spec);
+    ctx.envelopes = {envelope_for(spec, "reference")};
+    g.set_context(ctx);
+    LegTrace t, ref;
+    t.evals = {{0, 3.0}, {2, 2.8}, {4, 2.9}};  // 4: outside the band, and far from the reference
+    t.steps = {{0, std::nan(""), 1.0, 0, 1, 0.1}};
+    ref.evals = {{0, 3.0}, {2, 2.8}, {4, 2.6}};
+    std::map<std::string, const LegTrace*> traces{{"engine", &t}, {"reference", &ref}};
+    g.mark_seen("engine", t);
+    g.mark_pairs_seen(traces);
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+    EXPECT_TRUE(g.check_pairs(traces).empty());
+    t.steps.push_back({1, std::nan(""), 1.0, 0, 1, 0.1});  // new rows are judged
+    t.evals.push_back({6, 2.9});
+    ref.evals.push_back({6, 2.4});
+    auto f = g.check("engine", t, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, "non-finite");
+    EXPECT_EQ(f[0].update, 1);
+    EXPECT_EQ(g.check_pairs(traces).size(), 1u);
+}

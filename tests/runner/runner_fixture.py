@@ -1,0 +1,90 @@
+"""Shared pieces of the runner fault tests: a small two-leg experiment, run.h5 series via h5py,
+reading a runner's output until a marker line, the verdict line of a report."""
+import json
+import os
+import select
+import time
+
+SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "tandem"))
+
+
+def cut_spec(experiment, name, updates, eval_interval, checkpoint_interval, records, max_len, l3_records=None):
+    """experiments/<experiment> cut to `updates` updates on `records` records per source (evaluations
+    every `eval_interval` updates on an 8-example prefix, checkpoints every `checkpoint_interval`)."""
+    with open(os.path.join(SOURCE_DIR, "experiments", experiment)) as f:
+        spec = json.load(f)
+    spec["name"] = name
+    spec["batch"]["max_updates"] = updates
+    spec["eval"] = {"interval": eval_interval, "prefix_size": 8}
+    spec["checkpoint"] = {"interval": checkpoint_interval}
+    spec["corpus"]["max_records_per_source"] = records
+    spec["sequence"]["max_len"] = max_len
+    if l3_records is not None:
+        spec["l3_records"] = l3_records
+    return spec
+
+
+def small_experiment(tmp, name, **changes):
+    """clinical-tiny cut to 6 updates (evaluations at 0, 2, 4, 6; checkpoints every 2 updates)."""
+    spec = cut_spec("clinical-tiny-random.json", name, 6, 2, 2, 40, 128, l3_records=16)
+    for k, v in changes.items():
+        spec[k] = v  # top-level fields (legs, gate, ...)
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def h5_series(folder):
+    """Every leg's recorded series (exact values, as Python lists) from run.h5."""
+    import h5py
+
+    out = {}
+    with h5py.File(os.path.join(folder, "run.h5"), "r") as f:
+        for leg in f["legs"]:
+            g = f["legs"][leg]
+            steps = g["steps"][()] if "steps" in g else None
+            ev = g["eval"][()] if "eval" in g else None
+            out[leg] = {
+                "update": [] if steps is None else steps["update"].tolist(),
+                "loss": [] if steps is None else steps["loss"].tolist(),
+                "grad_norm": [] if steps is None else steps["grad_norm"].tolist(),
+                "lr": [] if steps is None else steps["lr"].tolist(),
+                "tokens": [] if steps is None else steps["tokens"].tolist(),
+                "eval_update": [] if ev is None else ev["update"].tolist(),
+                "heldout_ce": [] if ev is None else ev["heldout_ce"].tolist(),
+            }
+    return out
+
+
+def read_progress_until(proc, marker, timeout):
+    """Reads the process's (text, line-buffered) stdout until a line contains `marker`; True when seen."""
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    buf = ""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if not r:
+            if proc.poll() is not None:
+                return False
+            continue
+        chunk = os.read(fd, 65536).decode(errors="replace")
+        if not chunk:
+            return False
+        buf += chunk
+        if marker in buf:
+            return True
+        buf = buf[-4096:]
+    return False
+
+
+VERDICTS = ("equivalent: ", "numerically different but within the seed envelope: ", "outside the envelope: ",
+            "not comparable: ", "incomplete: ", "complete; one leg")
+
+
+def verdict_of(text):
+    """The verdict line `tandem run` / `tandem report` print last (docs/report.md "The verdict"); "" when none."""
+    lines = [l for l in text.splitlines() if l.startswith(VERDICTS)]
+    return lines[-1] if lines else ""

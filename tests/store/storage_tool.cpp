@@ -1,0 +1,243 @@
+// Test helper for the run file (tests/store): the C++ side of the h5py cross-check and the
+// writer that the kill-mid-append test SIGKILLs.
+//
+//   storage_tool write-from-json IN.json OUT.h5   write every value of IN.json through RunFileWriter
+//   storage_tool read-to-json IN.h5                print what RunFileReader reads, as JSON
+//   storage_tool append-forever OUT.h5 LEG BATCH   append BATCH steps at a time until killed; after
+//                                                  each flushed batch print the row count on stdout
+//   storage_tool catalog-forever DB                add probe rows until killed; print the count after
+//                                                  each commit
+#include "tandem/error.h"
+#include "tandem/store/catalog.h"
+#include "tandem/store/host_info.h"
+#include "tandem/store/run_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace ex = tandem::experiments;
+using nlohmann::json;
+
+namespace {
+
+ex::Attributes attributes_from(const json& j) {
+    ex::Attributes out;
+    for (const auto& [key, value] : j.items()) {
+        if (value.is_number_integer())
+            out[key] = value.get<std::int64_t>();
+        else if (value.is_number())
+            out[key] = value.get<double>();
+        else
+            out[key] = value.get<std::string>();
+    }
+    return out;
+}
+
+json attributes_to(const ex::Attributes& attributes) {
+    json out = json::object();
+    for (const auto& [key, value] : attributes) std::visit([&](const auto& v) { out[key] = v; }, value);
+    return out;
+}
+
+ex::CheckLevel level_from(const std::string& name) {
+    if (name == "l1") return ex::CheckLevel::L1;
+    if (name == "l2") return ex::CheckLevel::L2;
+    if (name == "l3") return ex::CheckLevel::L3;
+    throw tandem::Error("unknown check level " + name);
+}
+
+int write_from_json(const std::string& in_path, const std::string& out_path) {
+    std::ifstream in(in_path);
+    const json j = json::parse(in);
+    ex::RunFileWriter writer(out_path);
+    const json& h = j.at("host");
+    ex::HostInfo host;
+    host.cpu_model = h.at("cpu_model");
+    host.logical_cores = h.at("logical_cores");
+    host.physical_cores = h.at("physical_cores");
+    host.memory_total_bytes = h.at("memory_total_bytes");
+    host.memory_available_bytes = h.at("memory_available_bytes");
+    host.llc_bytes = h.at("llc_bytes");
+    host.os = h.at("os");
+    host.kernel = h.at("kernel");
+    host.machine = h.at("machine");
+    host.hostname = h.at("hostname");
+    host.tandem_version = h.at("tandem_version");
+    host.built_with_cuda = h.at("built_with_cuda").get<int>() != 0;
+    writer.write_host(host);
+    const json& e = j.at("experiment");
+    writer.write_experiment({e.at("name"), e.at("spec_json"), e.at("spec_sha256"), e.at("tandem_version"), e.at("run_id")});
+    for (const json& p : j.at("probes")) {
+        ex::ProbeResult probe;
+        probe.device = p.at("device");
+        probe.device_name = p.at("device_name");
+        probe.bytes = p.at("bytes");
+        probe.repeats = p.at("repeats");
+        probe.warmup = p.at("warmup");
+        probe.method = p.at("method");
+        probe.timestamp = p.at("timestamp");
+        probe.pcie_link = p.at("pcie_link");
+        probe.pcie_source = p.at("pcie_source");
+        for (const json& d : p.at("directions"))
+            probe.directions.push_back({d.at("name"), d.at("bytes_counted"), d.at("best_seconds"),
+                                        d.at("median_seconds"), d.at("gbps")});
+        writer.write_probe(probe);
+    }
+    for (const auto& [leg, l] : j.at("legs").items()) {
+        writer.create_leg(leg, attributes_from(l.at("attributes")));
+        // Several appends, to exercise growing the table.
+        std::vector<ex::StepRow> batch;
+        for (const json& s : l.at("steps")) {
+            batch.push_back({s[0], s[1], s[2], s[3], s[4], s[5]});
+            if (batch.size() == 7) {
+                writer.append_steps(leg, batch);
+                batch.clear();
+            }
+        }
+        writer.append_steps(leg, batch);
+        std::vector<ex::EvalRow> eval;
+        for (const json& row : l.at("eval")) eval.push_back({row[0], row[1]});
+        writer.append_eval(leg, eval);
+        const json& t = l.at("timing");
+        ex::LegTiming timing;
+        timing.model_load_s = t.at("model_load_s");
+        timing.tokenize_s = t.at("tokenize_s");
+        timing.median_update_s = t.at("median_update_s");
+        timing.window_first = t.at("window_first");
+        timing.window_last = t.at("window_last");
+        timing.tokens_per_s = t.at("tokens_per_s");
+        timing.total_s = t.at("total_s");
+        writer.write_timing(leg, timing);
+        const json& m = l.at("memory");
+        ex::LegMemory memory;
+        memory.peak_device_bytes = m.at("peak_device_bytes");
+        memory.peak_host_bytes = m.at("peak_host_bytes");
+        writer.write_memory(leg, memory);
+        for (const auto& [level, text] : l.at("checks").items()) writer.write_check(leg, level_from(level), text);
+    }
+    for (const json& c : j.at("comparisons")) {
+        ex::ComparisonSeries series;
+        series.series = c.at("series");
+        for (const json& p : c.at("points")) series.points.push_back({p[0], p[1], p[2], p[3]});
+        series.summary = attributes_from(c.at("summary"));
+        writer.write_comparison(c.at("a"), c.at("b"), series);
+        writer.set_comparison_attributes(c.at("a"), c.at("b"), attributes_from(c.at("attributes")));
+    }
+    return 0;
+}
+
+int read_to_json(const std::string& path) {
+    ex::RunFileReader reader(path);
+    json out;
+    out["host"] = attributes_to(reader.attributes("/host"));
+    if (auto e = reader.experiment())
+        out["experiment"] = {{"name", e->name}, {"spec_json", e->spec_json}, {"spec_sha256", e->spec_sha256},
+                             {"tandem_version", e->tandem_version}, {"run_id", e->run_id}};
+    out["probes"] = json::array();
+    for (const auto& p : reader.probes()) {
+        json directions = json::array();
+        for (const auto& d : p.directions)
+            directions.push_back({{"name", d.name}, {"bytes_counted", d.bytes_counted}, {"best_seconds", d.best_seconds},
+                                  {"median_seconds", d.median_seconds}, {"gbps", d.gbps}});
+        out["probes"].push_back({{"device", p.device}, {"device_name", p.device_name}, {"bytes", p.bytes},
+                                 {"repeats", p.repeats}, {"warmup", p.warmup}, {"method", p.method},
+                                 {"timestamp", p.timestamp}, {"pcie_link", p.pcie_link},
+                                 {"pcie_source", p.pcie_source}, {"directions", directions}});
+    }
+    out["legs"] = json::object();
+    for (const auto& leg : reader.legs()) {
+        json l;
+        l["attributes"] = attributes_to(reader.leg_attributes(leg));
+        l["steps"] = json::array();
+        for (const auto& s : reader.steps(leg)) l["steps"].push_back({s.update, s.loss, s.grad_norm, s.lr, s.tokens, s.wall_s});
+        l["eval"] = json::array();
+        for (const auto& e : reader.eval(leg)) l["eval"].push_back({e.update, e.heldout_ce});
+        if (auto t = reader.timing(leg))
+            l["timing"] = {{"model_load_s", t->model_load_s}, {"tokenize_s", t->tokenize_s},
+                           {"median_update_s", t->median_update_s}, {"window_first", t->window_first},
+                           {"window_last", t->window_last}, {"tokens_per_s", t->tokens_per_s}, {"total_s", t->total_s}};
+        if (auto m = reader.memory(leg))
+            l["memory"] = {{"peak_device_bytes", m->peak_device_bytes}, {"peak_host_bytes", m->peak_host_bytes}};
+        l["checks"] = json::object();
+        for (auto level : {ex::CheckLevel::L1, ex::CheckLevel::L2, ex::CheckLevel::L3})
+            if (auto text = reader.check(leg, level)) l["checks"][ex::check_level_name(level)] = *text;
+        out["legs"][leg] = l;
+    }
+    out["comparisons"] = json::array();
+    for (const auto& [a, b] : reader.comparisons()) {
+        for (const auto& series : reader.comparison_series(a, b)) {
+            json points = json::array();
+            for (const auto& p : series.points) points.push_back({p.update, p.a, p.b, p.diff});
+            out["comparisons"].push_back({{"a", a}, {"b", b}, {"series", series.series}, {"points", points},
+                                          {"summary", attributes_to(series.summary)},
+                                          {"attributes", attributes_to(reader.comparison_attributes(a, b))}});
+        }
+    }
+    std::cout << out.dump() << "\n";
+    return 0;
+}
+
+// Row k of the kill test has update k, loss k/8, grad_norm 2k, lr 1e-4 k, tokens 3k, wall_s k/16:
+// the reader can check every surviving row without knowing how far the writer got.
+// Even batches go through one long-lived writer (commit() per batch), odd ones through a fresh writer
+// per batch (the runner's pattern), so both paths are killed mid-way.
+int append_forever(const std::string& path, const std::string& leg, int batch) {
+    ex::RunFileWriter writer(path);
+    writer.create_leg(leg, {{"implementation", std::string("kill-test")}});
+    writer.commit();
+    std::int64_t next = 0;
+    for (;;) {
+        std::vector<ex::StepRow> rows;
+        for (int i = 0; i < batch; ++i, ++next) {
+            const double k = static_cast<double>(next);
+            rows.push_back({next, k / 8, 2 * k, 1e-4 * k, 3 * next, k / 16});
+        }
+        if ((next / batch) % 2 == 0) {
+            writer.append_steps(leg, rows);
+            writer.commit();
+        } else {
+            ex::RunFileWriter per_batch(path);
+            per_batch.append_steps(leg, rows);
+        }  // committed: published with rename + fsync
+        std::printf("%lld\n", static_cast<long long>(next));
+        std::fflush(stdout);
+    }
+}
+
+// Probe row k has bytes k + 1 and repeats 1: the reader checks every surviving row.
+int catalog_forever(const std::string& path) {
+    ex::Catalog catalog(path);
+    ex::ProbeResult probe;
+    probe.device = "cpu";
+    probe.repeats = 1;
+    probe.timestamp = "2026-11-29T10:00:00Z";
+    for (std::int64_t k = 0;; ++k) {
+        probe.bytes = k + 1;
+        probe.directions = {{"memcpy", 2 * (k + 1), 1.0, 1.0, static_cast<double>(k)}};
+        catalog.add_probe(probe, "kill-test.h5", "kill-test");
+        std::printf("%lld\n", static_cast<long long>(k + 1));
+        std::fflush(stdout);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const std::string command = argc > 1 ? argv[1] : "";
+        if (command == "write-from-json" && argc == 4) return write_from_json(argv[2], argv[3]);
+        if (command == "read-to-json" && argc == 3) return read_to_json(argv[2]);
+        if (command == "catalog-forever" && argc == 3) return catalog_forever(argv[2]);
+        if (command == "append-forever" && argc == 5) return append_forever(argv[2], argv[3], std::stoi(argv[4]));
+        std::fprintf(stderr, "usage: storage_tool write-from-json IN.json OUT.h5 | read-to-json IN.h5 | "
+                             "append-forever OUT.h5 LEG BATCH\n");
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "storage_tool: error: %s\n", e.what());
+        return 1;
+    }
+}

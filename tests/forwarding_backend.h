@@ -27,6 +27,7 @@ public:
         return inner_->attention_cache_floats(B, T, H);
     }
     bool keeps_dropout_masks() const override { return inner_->keeps_dropout_masks(); }
+    int64_t default_ce_token_chunk() const override { return inner_->default_ce_token_chunk(); }
     void check_supported(const Qwen3Config& c) const override { inner_->check_supported(c); }
 
 #define TANDEM_FORWARDING_OP(name, params, args) \

@@ -20,6 +20,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 namespace tandem::cli {
@@ -69,6 +71,10 @@ void print_table(const std::vector<ex::ProbeResult>& results) {
         }
         if (!r.pcie_link.empty())
             std::printf("%-8s PCIe link: %s (from %s)\n", r.device.c_str(), r.pcie_link.c_str(), r.pcie_source.c_str());
+        for (const auto& s : r.sgemm)
+            std::printf("%-8s sgemm %ld^3 at %d thread%s: best %.1f GFLOP/s, median %.1f GFLOP/s\n", r.device.c_str(),
+                        static_cast<long>(s.m), s.threads, s.threads == 1 ? "" : "s", s.flops_per_s / 1e9,
+                        s.median_flops_per_s / 1e9);
     }
     std::printf("GB/s = bytes counted / seconds / 1e9; memcpy and d2d count read+write (2 x copy size), "
                 "h2d and d2h count the copy size.\n");
@@ -102,9 +108,14 @@ void add_probe_command(CLI::App& app, int& exit_code) {
         std::vector<ex::ProbeResult> results;
         for (const auto& device : devices) {
             std::fprintf(stderr, "probing %s ...\n", device.c_str());
-            if (device == "cpu")
+            if (device == "cpu") {
                 results.push_back(ex::probe_cpu());
-            else
+                // the float32 GEMM peak beside memcpy (issue 28), at 1 thread and at every core
+                const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+                std::vector<int> threads{1};
+                if (cores > 1) threads.push_back(cores);
+                ex::probe_cpu_sgemm(results.back(), threads);
+            } else
                 results.push_back(ex::probe_cuda(std::stoi(device.substr(5))));
         }
         print_table(results);

@@ -18,7 +18,7 @@ void add_doctor_command(CLI::App& app, int& exit_code);   // cmd_doctor.cpp
 void add_probe_command(CLI::App& app, int& exit_code);    // cmd_probe.cpp
 void add_tokens_commands(CLI::App& app, int& exit_code);     // cmd_tokens.cpp: tokens encode, tokens show, tokens diff
 void add_template_commands(CLI::App& app, int& exit_code);   // cmd_template.cpp: template render
-void add_bench_commands(CLI::App& app, int& exit_code);      // cmd_bench.cpp: bench tokenizer
+void add_bench_commands(CLI::App& app, int& exit_code);      // cmd_bench.cpp: bench tokenizer, bench engine
 void add_corpus_commands(CLI::App& app, int& exit_code);     // cmd_corpus.cpp: corpus build, corpus plan
 void add_inspect_command(CLI::App& app, int& exit_code);     // cmd_inspect.cpp: inspect
 void add_run_command(CLI::App& app, int& exit_code);         // cmd_run.cpp: run EXPERIMENT | --resume RUN

@@ -2,27 +2,88 @@
 // times PyTorch + peft on the same batches and prints the ratio (docs/benchmarks.md, "Engine (CPU)").
 // Not a test: performance is only ever reported next to the reference measured in the same run.
 //
-//   bench_engine REQUEST.json   ->  one JSON line on stdout
+//   bench_engine REQUEST.json [--profile]  ->  one JSON line on stdout
+//   --profile: also the process CPU seconds and wall seconds spent in each backend op over the timed
+//   updates (a decorator around the CPU backend), one table on stderr: where a change should go.
 // REQUEST: {"config": {HF config.json fields}, "lora": {"r", "alpha", "dropout"}, "threads": 2,
 //           "warmup_updates": 1, "updates": [[mb, ...], ...], "micro_batches": [{batch, seq, ids,
 //           supervised, lengths}], "seed": 0}
 #include <sys/resource.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
+#include "tandem/studies/bench_engine.h"
+#include "forwarding_backend.h"
 
 using json = nlohmann::json;
 using namespace tandem::engine;
 
+namespace {
+
+double process_cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Process CPU and wall seconds per op (LoRA linears per projection shape), while `on`.
+class TimingBackend final : public test::ForwardingBackend {
+public:
+    using ForwardingBackend::ForwardingBackend;
+    bool on = false;
+    struct Cost {
+        double cpu = 0, wall = 0;
+        int64_t calls = 0;
+    };
+    std::map<std::string, Cost> costs;
+
+#define TANDEM_TIMING_OP(name, params, args)                           \
+    void name params override {                                        \
+        if (!on) return inner_->name args;                             \
+        const double c0 = process_cpu_seconds();                       \
+        const auto w0 = std::chrono::steady_clock::now();              \
+        inner_->name args;                                             \
+        Cost& cost_ = costs[key(#name, args_shape args)];                  \
+        cost_.cpu += process_cpu_seconds() - c0;                           \
+        cost_.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(); \
+        ++cost_.calls;                                                     \
+    }
+    TANDEM_BACKEND_OPS(TANDEM_TIMING_OP)
+#undef TANDEM_TIMING_OP
+
+private:
+    // The LoRA linears' shape (in x out) separates the projections; every other op has one key.
+    template <class... A>
+    static std::string args_shape(A&&...) { return ""; }
+    static std::string args_shape(float*, float*, const float*, const float*, const float* a, const float*,
+                                  const DropoutMask&, float, int64_t, int64_t in, int64_t out, int64_t) {
+        return " " + std::to_string(in) + "x" + std::to_string(out) + (a ? " lora" : "");
+    }
+    static std::string args_shape(float*, float*, float*, const float*, const float*, const float*, const float* a,
+                                  const float*, const float*, const DropoutMask&, float, int64_t, int64_t in,
+                                  int64_t out, int64_t, bool, LoraBGrad) {
+        return " " + std::to_string(in) + "x" + std::to_string(out) + (a ? " lora" : "");
+    }
+    static std::string key(const char* name, const std::string& shape) { return name + shape; }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-    if (argc != 2) {
-        std::cerr << "usage: bench_engine REQUEST.json\n";
+    const bool profile = argc == 3 && std::strcmp(argv[2], "--profile") == 0;
+    if (argc != 2 && !profile) {
+        std::cerr << "usage: bench_engine REQUEST.json [--profile]\n";
         return 2;
     }
     try {
@@ -40,20 +101,13 @@ int main(int argc, char** argv) {
         opts.seed = req.value("seed", uint64_t{0});
 
         const auto t_load = std::chrono::steady_clock::now();
-        Trainer trainer = Trainer::create(cfg, generate_base_weights(cfg, 1), lora, opts);
+        std::shared_ptr<TimingBackend> timing;
+        if (profile) timing = std::make_shared<TimingBackend>(make_cpu_backend(opts.threads));
+        Trainer trainer = Trainer::create(cfg, generate_base_weights(cfg, 1), lora, opts, timing);
         trainer.load_adapter(generate_initial_adapter(cfg, lora, 2));
         const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
 
-        std::vector<MicroBatch> mbs;
-        for (const auto& j : req.at("micro_batches")) {
-            MicroBatch mb;
-            mb.batch = j.at("batch");
-            mb.seq = j.at("seq");
-            mb.ids = j.at("ids").get<std::vector<int32_t>>();
-            mb.supervised = j.at("supervised").get<std::vector<uint8_t>>();
-            mb.lengths = j.at("lengths").get<std::vector<int32_t>>();
-            mbs.push_back(std::move(mb));
-        }
+        const std::vector<MicroBatch> mbs = tandem::experiments::request_micro_batches(req);
         const auto cpu_seconds = [] {
             rusage r{};
             getrusage(RUSAGE_SELF, &r);
@@ -72,6 +126,7 @@ int main(int argc, char** argv) {
                 batch.push_back(mbs.at(i.get<size_t>()));
                 for (auto l : batch.back().lengths) tokens += l;
             }
+            if (timing) timing->on = u >= warmup;
             const double cpu0 = cpu_seconds();
             const UpdateMetrics m = trainer.train_update(batch);
             const double cpu = cpu_seconds() - cpu0;
@@ -81,6 +136,17 @@ int main(int argc, char** argv) {
                 timed_cpu += cpu;
                 timed_tokens += tokens;
             }
+        }
+        if (timing) {
+            std::vector<std::pair<std::string, TimingBackend::Cost>> rows(timing->costs.begin(), timing->costs.end());
+            std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.cpu > b.second.cpu; });
+            double total_cpu = 0;
+            for (const auto& [k, c] : rows) total_cpu += c.cpu;
+            std::fprintf(stderr, "%-40s %8s %10s %7s %10s\n", "op", "calls", "CPU s", "CPU %", "wall s");
+            for (const auto& [k, c] : rows)
+                std::fprintf(stderr, "%-40s %8lld %10.3f %6.1f%% %10.3f\n", k.c_str(), static_cast<long long>(c.calls), c.cpu,
+                             100.0 * c.cpu / total_cpu, c.wall);
+            std::fprintf(stderr, "%-40s %8s %10.3f (timed updates' process CPU: %.3f)\n", "sum over ops", "", total_cpu, timed_cpu);
         }
         rusage ru{};
         getrusage(RUSAGE_SELF, &ru);

@@ -1,17 +1,32 @@
 // Hand-written matcher for the Qwen2/Qwen3 split regex (see pretokenize.h).
 #include "pretokenize.h"
 
+
 namespace tandem::data::text {
 namespace {
 
+// The text the matchers read: normalised characters, or (AsciiCursor) the bytes of an ASCII run.
 struct Cursor {
     const AlignedChar* c;
     size_t n;
+    char32_t cp(size_t i) const { return c[i].cp; }
     CharClass cls(size_t i) const { return char_class(c[i].cp); }
     bool is_space(size_t i) const { return cls(i) == CharClass::Space; }
     bool is_letter(size_t i) const { return cls(i) == CharClass::Letter; }
     bool is_crlf(size_t i) const { return c[i].cp == '\r' || c[i].cp == '\n'; }
     // [^\s\p{L}\p{N}]
+    bool is_other(size_t i) const { return cls(i) == CharClass::Other; }
+};
+
+struct AsciiCursor {
+    const unsigned char* c;
+    size_t n;
+    const CharClass* ascii;  // ascii_char_classes(): the table char_class reads for cp < 128
+    char32_t cp(size_t i) const { return c[i]; }
+    CharClass cls(size_t i) const { return ascii[c[i]]; }
+    bool is_space(size_t i) const { return cls(i) == CharClass::Space; }
+    bool is_letter(size_t i) const { return cls(i) == CharClass::Letter; }
+    bool is_crlf(size_t i) const { return c[i] == '\r' || c[i] == '\n'; }
     bool is_other(size_t i) const { return cls(i) == CharClass::Other; }
 };
 
@@ -23,12 +38,13 @@ bool folds_to(char32_t c, char lower) {
 }
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-size_t match_contraction(const Cursor& s, size_t i) {
-    if (s.c[i].cp != '\'' || i + 1 >= s.n) return 0;
-    char32_t a = s.c[i + 1].cp;
+template <class Text>
+size_t match_contraction(const Text& s, size_t i) {
+    if (s.cp(i) != '\'' || i + 1 >= s.n) return 0;
+    char32_t a = s.cp(i + 1);
     if (folds_to(a, 's') || folds_to(a, 't') || folds_to(a, 'm') || folds_to(a, 'd')) return 2;
     if (i + 2 < s.n) {
-        char32_t b = s.c[i + 2].cp;
+        char32_t b = s.cp(i + 2);
         if ((folds_to(a, 'r') && folds_to(b, 'e')) || (folds_to(a, 'v') && folds_to(b, 'e')) ||
             (folds_to(a, 'l') && folds_to(b, 'l')))
             return 3;
@@ -37,7 +53,8 @@ size_t match_contraction(const Cursor& s, size_t i) {
 }
 
 // [^\r\n\p{L}\p{N}]?\p{L}+
-size_t match_word(const Cursor& s, size_t i) {
+template <class Text>
+size_t match_word(const Text& s, size_t i) {
     size_t j = i;
     CharClass k = s.cls(i);
     if (k != CharClass::Letter) {
@@ -50,9 +67,10 @@ size_t match_word(const Cursor& s, size_t i) {
 }
 
 //  ?[^\s\p{L}\p{N}]+[\r\n]*
-size_t match_punct(const Cursor& s, size_t i) {
+template <class Text>
+size_t match_punct(const Text& s, size_t i) {
     size_t j = i;
-    if (s.c[i].cp == ' ' && i + 1 < s.n && s.is_other(i + 1)) j = i + 1;
+    if (s.cp(i) == ' ' && i + 1 < s.n && s.is_other(i + 1)) j = i + 1;
     if (!s.is_other(j)) return 0;
     while (j < s.n && s.is_other(j)) ++j;
     while (j < s.n && s.is_crlf(j)) ++j;
@@ -60,7 +78,8 @@ size_t match_punct(const Cursor& s, size_t i) {
 }
 
 // \s*[\r\n]+ | \s+(?!\S) | \s+   (i is a whitespace character)
-size_t match_space(const Cursor& s, size_t i) {
+template <class Text>
+size_t match_space(const Text& s, size_t i) {
     size_t run_end = i;
     while (run_end < s.n && s.is_space(run_end)) ++run_end;
     // \s*[\r\n]+: \s* backs off from the end of the run to the last CR/LF in it.
@@ -73,10 +92,8 @@ size_t match_space(const Cursor& s, size_t i) {
     return run_end - i;
 }
 
-}  // namespace
-
-void split_pretokens(const AlignedChar* chars, size_t n, std::vector<std::pair<size_t, size_t>>& pieces) {
-    Cursor s{chars, n};
+template <class Text>
+void split(const Text& s, size_t n, std::vector<std::pair<size_t, size_t>>& pieces) {
     size_t i = 0;
     while (i < n) {
         size_t len = match_contraction(s, i);
@@ -88,6 +105,17 @@ void split_pretokens(const AlignedChar* chars, size_t n, std::vector<std::pair<s
         pieces.emplace_back(i, i + len);
         i += len;
     }
+}
+
+}  // namespace
+
+void split_pretokens(const AlignedChar* chars, size_t n, std::vector<std::pair<size_t, size_t>>& pieces) {
+    split(Cursor{chars, n}, n, pieces);
+}
+
+void split_pretokens_ascii(std::string_view ascii, std::vector<std::pair<size_t, size_t>>& pieces) {
+    split(AsciiCursor{reinterpret_cast<const unsigned char*>(ascii.data()), ascii.size(), ascii_char_classes().data()},
+          ascii.size(), pieces);
 }
 
 }  // namespace tandem::data::text

@@ -19,5 +19,7 @@ inline constexpr std::string_view kQwenSplitPattern =
 
 // Splits chars[0..n) into consecutive pieces [begin, end) (character indices) covering everything.
 void split_pretokens(const AlignedChar* chars, size_t n, std::vector<std::pair<size_t, size_t>>& pieces);
+// The same on text that is all ASCII (bytes < 0x80: NFC leaves it as it is, byte = character).
+void split_pretokens_ascii(std::string_view ascii, std::vector<std::pair<size_t, size_t>>& pieces);
 
 }  // namespace tandem::data::text

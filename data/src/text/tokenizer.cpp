@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -79,6 +80,83 @@ struct WordPiece {
 
 std::atomic<uint64_t> g_next_tokenizer_serial{1};
 
+inline uint64_t mix_hash(uint64_t x) {  // SplitMix64's finaliser: every key bit reaches every slot bit
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+// (left id, right id) -> MergeInfo, open addressing in one array (Qwen3: 151k merges in 512k slots,
+// 8 MB): a lookup is one or two cache lines, where std::unordered_map walked a node list — the BPE
+// loop is mostly these lookups.
+class MergeTable {
+public:
+    void reserve(size_t n) {  // room for n keys at most half full
+        size_t cap = 16;
+        while (cap < 2 * n) cap *= 2;
+        if (cap > slots_.size()) rehash(cap);
+    }
+    void insert_or_assign(uint64_t key, MergeInfo info) {
+        if (key == kEmpty) throw Error("tokenizer: merge key collides with the empty marker");
+        if (2 * (count_ + 1) > slots_.size()) grow();
+        Slot& s = probe(key);
+        if (s.key == kEmpty) ++count_;
+        s = Slot{key, info};
+    }
+    const MergeInfo* find(uint64_t key) const {
+        const Slot& s = const_cast<MergeTable*>(this)->probe(key);
+        return s.key == key ? &s.info : nullptr;
+    }
+
+private:
+    static constexpr uint64_t kEmpty = ~0ULL;  // ids are non-negative int32: never (~0, ~0)
+    struct Slot {
+        uint64_t key;
+        MergeInfo info;
+    };
+    Slot& probe(uint64_t key) {
+        for (size_t i = mix_hash(key) & mask_;; i = (i + 1) & mask_)
+            if (slots_[i].key == key || slots_[i].key == kEmpty) return slots_[i];
+    }
+    void grow() { rehash(2 * slots_.size()); }
+    void rehash(size_t cap) {
+        std::vector<Slot> old = std::move(slots_);
+        slots_.assign(cap, Slot{kEmpty, {0, 0}});
+        mask_ = cap - 1;
+        count_ = 0;
+        for (const Slot& s : old)
+            if (s.key != kEmpty) insert_or_assign(s.key, s.info);
+    }
+    std::vector<Slot> slots_ = std::vector<Slot>(16, Slot{kEmpty, {0, 0}});
+    size_t mask_ = 15, count_ = 0;
+};
+
+// The merged pieces of the words a tokenizer has seen, shared by the threads that encode with it
+// (HuggingFace's BPE keeps one cache per tokenizer too). Threads look in their own copy first
+// (no lock) and in this one on a miss, so a word is merged once per tokenizer, not once per thread.
+class SharedWordCache {
+public:
+    bool find(std::string_view word, std::vector<WordPiece>& out) const {
+        std::lock_guard<std::mutex> lock(m_);
+        auto it = words_.find(std::string(word));
+        if (it == words_.end()) return false;
+        out = it->second;
+        return true;
+    }
+    void insert(std::string_view word, const std::vector<WordPiece>& pieces) {
+        std::lock_guard<std::mutex> lock(m_);
+        if (words_.size() >= kMaxWords) return;  // a bounded cache: beyond it, threads keep their own
+        words_.emplace(std::string(word), pieces);
+    }
+
+private:
+    static constexpr size_t kMaxWords = 1 << 20;
+    mutable std::mutex m_;
+    std::unordered_map<std::string, std::vector<WordPiece>> words_;
+};
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -88,7 +166,8 @@ struct Tokenizer::Impl {
     std::vector<std::string> id_to_token;            // id -> byte-level string / added content
     std::vector<std::string> id_to_bytes;            // id -> decoded bytes
     std::array<int32_t, 256> byte_id{};              // single byte -> id
-    std::unordered_map<uint64_t, MergeInfo> merges;  // (left id, right id) -> rank, merged id
+    MergeTable merges;                               // (left id, right id) -> rank, merged id
+    mutable SharedWordCache shared_words;
     std::vector<AddedToken> added;
     std::array<std::vector<int>, 256> added_by_first_byte;  // indices into `added`, longest first
     std::array<bool, 256> added_first{};
@@ -97,6 +176,8 @@ struct Tokenizer::Impl {
     void bpe_word(std::string_view word, std::vector<WordPiece>& out) const;
     const std::vector<WordPiece>& cached_word(std::string_view word) const;
     void encode_segment(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const;
+    void encode_general(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const;
+    void encode_ascii(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const;
     void encode(std::string_view text, std::vector<Token>& out) const;
 };
 
@@ -133,8 +214,8 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<WordPiece>& ou
     auto consider = [&](int32_t left) {
         int32_t right = symbols[left].next;
         if (right < 0) return;
-        auto it = merges.find(pair_key(symbols[left].id, symbols[right].id));
-        if (it != merges.end()) heap.push({it->second.rank, left, it->second.new_id});
+        if (const MergeInfo* m = merges.find(pair_key(symbols[left].id, symbols[right].id)))
+            heap.push({m->rank, left, m->new_id});
     };
     for (int32_t i = 0; i + 1 < n; ++i) consider(i);
     while (!heap.empty()) {
@@ -143,8 +224,8 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<WordPiece>& ou
         Symbol& left = symbols[top.pos];
         if (left.bytes == 0 || left.next < 0) continue;
         Symbol& right = symbols[left.next];
-        auto it = merges.find(pair_key(left.id, right.id));
-        if (it == merges.end() || it->second.new_id != top.new_id) continue;  // stale entry
+        const MergeInfo* m = merges.find(pair_key(left.id, right.id));
+        if (!m || m->new_id != top.new_id) continue;  // stale entry
         left.id = top.new_id;
         left.bytes += right.bytes;
         right.bytes = 0;
@@ -158,12 +239,15 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<WordPiece>& ou
 
 // Words repeat a lot (" the", " patient"): a per-thread cache of each word's merged pieces.
 const std::vector<WordPiece>& Tokenizer::Impl::cached_word(std::string_view word) const {
+    struct Hash {  // lookups by string_view: no key string built per word
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
     struct Cache {
         uint64_t owner = 0;
-        std::unordered_map<std::string, std::vector<WordPiece>> words;
+        std::unordered_map<std::string, std::vector<WordPiece>, Hash, std::equal_to<>> words;
     };
     thread_local Cache cache;
-    thread_local std::string key;
     thread_local std::vector<WordPiece> uncached;
     constexpr size_t kMaxCachedWordBytes = 128;
     constexpr size_t kMaxCachedWords = 200000;
@@ -176,17 +260,62 @@ const std::vector<WordPiece>& Tokenizer::Impl::cached_word(std::string_view word
         cache.words.clear();
         cache.owner = serial;
     }
-    key.assign(word);
-    auto it = cache.words.find(key);
+    auto it = cache.words.find(word);
     if (it != cache.words.end()) return it->second;
     if (cache.words.size() >= kMaxCachedWords) cache.words.clear();
     std::vector<WordPiece> pieces;
-    bpe_word(word, pieces);
-    return cache.words.emplace(key, std::move(pieces)).first->second;
+    if (!shared_words.find(word, pieces)) {
+        bpe_word(word, pieces);
+        shared_words.insert(word, pieces);
+    }
+    return cache.words.emplace(std::string(word), std::move(pieces)).first->second;
 }
 
-// One stretch of text between added tokens: NFC, split, byte-level BPE, offsets.
+// One stretch of text between added tokens. Runs of ASCII take encode_ascii (NFC leaves ASCII as it
+// is, and a byte is a character), the rest encode_general. The stretch is cut only before a space
+// that follows a non-space ASCII character: there every pre-token piece ends (no alternative of
+// the split regex runs from a non-space character into a following space) and NFC composes nothing
+// across (a space is never the second character of a composition), so the pieces, ids and
+// offsets are those of the whole stretch (tests/text compares every corpus text with HF).
 void Tokenizer::Impl::encode_segment(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+    const auto& ascii = text::ascii_char_classes();
+    auto cut_before = [&](size_t i) {  // a safe cut between i - 1 and i
+        return bytes[i] == ' ' && bytes[i - 1] < 0x80 && ascii[bytes[i - 1]] != text::CharClass::Space;
+    };
+    size_t b = begin;
+    while (b < end) {
+        size_t q = b;
+        while (q < end && bytes[q] < 0x80) ++q;  // the first non-ASCII byte
+        if (q == end) {
+            encode_ascii(text, b, end, out);
+            return;
+        }
+        size_t p = q;
+        while (p > b && !cut_before(p)) --p;
+        if (p > b) encode_ascii(text, b, p, out);
+        size_t r = q + 1;
+        while (r < end && !cut_before(r)) ++r;
+        encode_general(text, p, r, out);
+        b = r;
+    }
+}
+
+void Tokenizer::Impl::encode_ascii(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const {
+    thread_local std::vector<std::pair<size_t, size_t>> pieces;
+    pieces.clear();
+    text::split_pretokens_ascii(text.substr(begin, end - begin), pieces);
+    for (const auto& [pb, pe] : pieces) {
+        size_t at = begin + pb;
+        for (const WordPiece& p : cached_word(text.substr(at, pe - pb))) {
+            out.push_back({p.id, at, at + p.bytes});
+            at += p.bytes;
+        }
+    }
+}
+
+// NFC, split, byte-level BPE, offsets.
+void Tokenizer::Impl::encode_general(std::string_view text, size_t begin, size_t end, std::vector<Token>& out) const {
     if (begin == end) return;
     thread_local std::vector<char32_t> cps;
     thread_local std::vector<uint32_t> offsets;
@@ -413,7 +542,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view tokenizer_json, const std::
         impl->byte_id[b] = it->second;
     }
 
-    impl->merges.reserve(raw.merges.size() * 2);
+    impl->merges.reserve(raw.merges.size());
     int32_t rank = 0;
     std::string joined;
     for (const auto& [left, right] : raw.merges) {

@@ -102,6 +102,11 @@ struct Pending {
 
 const char* unicode_version() { return kUnicodeVersion; }
 
+const std::array<CharClass, 128>& ascii_char_classes() {
+    static const std::array<CharClass, 128> t = make_ascii_classes();
+    return t;
+}
+
 CharClass char_class(char32_t cp) {
     if (cp < 128) return kAsciiClasses[cp];
     const ClassRange* r = find_range(std::begin(kClassRanges), std::end(kClassRanges), cp);

@@ -1,6 +1,7 @@
 #pragma once
 // Unicode pieces of the tokenizer (internal to tandem_text): UTF-8, the character classes of the
 // pre-tokenizer regex, and NFC with the alignment HuggingFace tokenizers keeps (see unicode.cpp).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,6 +21,8 @@ inline size_t utf8_length(char32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 :
 
 enum class CharClass : uint8_t { Other = 0, Letter = 1, Number = 2, Space = 3 };
 CharClass char_class(char32_t cp);
+// char_class of the 128 ASCII characters, as one table (initialised on first use).
+const std::array<CharClass, 128>& ascii_char_classes();
 uint8_t combining_class(char32_t cp);
 const char* unicode_version();
 

@@ -55,6 +55,9 @@ public:
     }
     int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const override { return B * H * T * T; }
     bool keeps_dropout_masks() const override { return true; }
+    // Bigger chunks amortise OpenBLAS's packing of the whole embedding (once per GEMM): sgemm at
+    // Qwen3's head runs ~80 GFLOP/s per core at 256 rows and ~92 at 512-1024 (docs/engine.md).
+    int64_t default_ce_token_chunk() const override { return 1024; }
 
     // ---- ops
     void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "parallel.h"
+#include "simd.h"
 #include "tandem/error.h"
 
 namespace tandem::engine {
@@ -37,6 +38,12 @@ uint64_t shared_dropout_key(uint64_t seed, uint64_t update, uint64_t micro_batch
 uint64_t native_dropout_key(uint64_t seed) { return mix64(seed ^ 0x6E61746976650000ULL); }
 
 void fill_dropout_keep(uint8_t* keep, int64_t n, uint64_t key, uint64_t first_index, double p) {
+    if (simd::enabled()) {  // the same integers, 8 at a time (simd.h)
+        detail::parallel_for_grain(n, 1 << 15, [&](int64_t b, int64_t e) {
+            simd::fill_dropout_keep(keep + b, e - b, key, first_index + static_cast<uint64_t>(b), p);
+        });
+        return;
+    }
     detail::parallel_for_grain(n, 1 << 15, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
             const uint64_t r = mix64(key ^ (first_index + static_cast<uint64_t>(i)));

@@ -509,7 +509,8 @@ struct Qwen3LoraModel::Impl {
         b.rmsnorm_forward(acts.hs, acts.hs_rstd, acts.xs, final_norm, Ns, C, rms_eps);
         const double loss_before = obs ? read_loss_sum() : 0.0;
         b.lm_head_cross_entropy(loss_sum.get(), want_grad ? acts.dh : nullptr, acts.hs, lm_head, in.targets, Ns, C, V,
-                                grad_scale, opts.ce_token_chunk, opts.ce_vocab_chunk);
+                                grad_scale, opts.ce_token_chunk < 0 ? b.default_ce_token_chunk() : opts.ce_token_chunk,
+                                opts.ce_vocab_chunk);
         if (obs) {
             obs->observe(-1, ObservedOp::FinalNorm, Pass::Forward, acts.hs, Ns, C, Rows::All);
             obs->observe_value(-1, ObservedOp::Ce, Pass::Forward, read_loss_sum() - loss_before);

@@ -30,8 +30,8 @@ public:
     }
 
     void run(int chunks, const std::function<void(int)>& job) {
-        if (chunks <= 1 || in_job_) {  // nested parallel_for runs serially (the pool is busy with us)
-            job(0);
+        if (chunks <= 1 || in_job_) {  // nested parallel_for runs serially (the pool is busy with us):
+            for (int k = 0; k < chunks; ++k) job(k);  // every chunk, in order, on this thread
             return;
         }
         std::lock_guard<std::mutex> serial(run_mutex_);  // one job at a time

@@ -7,6 +7,8 @@
 #include "tandem/error.h"
 #include "tandem/strict_json.h"
 
+#include <cmath>
+
 namespace tandem::experiments {
 using nlohmann::json;
 
@@ -53,6 +55,12 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
             t.total_s = tm->total_s;
             if (auto it = tm->extra.find("setup_s"); it != tm->extra.end())
                 if (auto v = std::get_if<double>(&it->second)) t.setup_s = *v;
+            auto number = [&](const char* key) {
+                auto it = tm->extra.find(key);
+                const double* v = it == tm->extra.end() ? nullptr : std::get_if<double>(&it->second);
+                return v && std::isfinite(*v) ? *v : -1.0;
+            };
+            l.flops = {number("flops_per_update"), number("flops_per_s"), number("peak_flops_per_s"), number("utilisation")};
         }
         if (auto m = reader.memory(name)) {
             t.peak_device_bytes = m->peak_device_bytes;

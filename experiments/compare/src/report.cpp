@@ -260,23 +260,33 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     {
         Table tb{"timing", "Timing and memory",
                  {"leg", "device", "status", "setup s", "model load s", "tokenize s", "median s/update (window)", "tokens/s",
-                  "peak device", "peak host"},
+                  "GFLOP/update", "GFLOP/s", "of sgemm peak", "peak device", "peak host"},
                  {}, {}};
+        auto giga = [](double v) { return v < 0 ? std::string("n/a") : fmt(v / 1e9, "%.1f"); };
         for (const auto& r : c.timing)
             tb.rows.push_back({r.leg + " (" + r.implementation + ")", r.device, r.status, sec(r.setup_s), sec(r.model_load_s),
                                sec(r.tokenize_s),
                                sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
-                               r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), bytes(r.peak_device_bytes),
-                               bytes(r.peak_host_bytes)});
+                               r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
+                               giga(r.flops.flops_per_s),
+                               r.flops.utilisation < 0 ? "n/a" : fmt(100.0 * r.flops.utilisation, "%.0f") + "%",
+                               bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
         tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
+        tb.notes.push_back("GFLOP: one formula for every leg, from the shared plan (docs/benchmarks.md \"FLOPs and utilisation\"; n/a for a leg "
+                           "with its own plan); GFLOP/s over the window's update wall time; of sgemm peak: the matrix library's "
+                           "float32 GEMM probe at the leg's threads (n/a: not probed, or a GPU leg: no cuBLAS probe yet)");
         out.push_back(tb);
     }
     {
         Table tb{"probes", "Device bandwidth probes", {"device", "name", "direction", "bytes", "best s", "GB/s"}, {}, {}};
-        for (const auto& p : c.probes)
+        for (const auto& p : c.probes) {
             for (const auto& d : p.directions)
                 tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), fmt(d.best_seconds, "%.5f"),
                                    fmt(d.gbps, "%.2f")});
+            for (const auto& s : p.sgemm)
+                tb.rows.push_back({p.device, p.device_name, "sgemm, " + std::to_string(s.threads) + " thread" + (s.threads == 1 ? "" : "s"),
+                                   std::to_string(s.m) + "^3", fmt(s.best_seconds, "%.5f"), fmt(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
+        }
         if (c.probes.empty()) tb.notes.push_back("no probe recorded");
         out.push_back(tb);
     }

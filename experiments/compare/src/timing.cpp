@@ -39,6 +39,7 @@ TimingRow timing_row(const LegData& l) {
     r.implementation = l.implementation;
     r.device = l.device;
     r.status = l.status;
+    r.flops = l.flops;
     return r;
 }
 

@@ -349,9 +349,20 @@ void RunRecorder::set_flags(const std::string& leg, const std::vector<GateFlag>&
         }
 }
 
+void RunRecorder::set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s) {
+    work_[leg] = Work{std::move(update_flops), peak_flops_per_s};
+}
+
 void RunRecorder::write_leg_summary(const LegState& l) {
     const LegTrace& t = *l.trace;
-    const LegTiming tm = timing_record(t);
+    LegTiming tm = timing_record(t);
+    if (auto w = work_.find(l.plan->name); w != work_.end()) {  // docs/hdf5-layout.md /legs/<leg>/timing
+        const FlopFigures f = flop_figures(t, w->second.update_flops, w->second.peak_flops_per_s);
+        tm.extra["flops_per_update"] = f.flops_per_update;
+        tm.extra["flops_per_s"] = f.flops_per_s;
+        tm.extra["peak_flops_per_s"] = f.peak_flops_per_s;
+        tm.extra["utilisation"] = f.utilisation;
+    }
     const LegMemory m = memory_record(t);
     Attributes a{{"status", l.status}, {"exit_status", static_cast<int64_t>(l.exit_status)},
                  {"updates_done", static_cast<int64_t>(t.steps.size())}, {"resumes", static_cast<int64_t>(t.resumes)},

@@ -19,6 +19,7 @@
 #include "tandem/compare/distance.h"
 #include "tandem/store/host_info.h"
 #include "tandem/runner/prepare.h"
+#include "tandem/runner/run_flops.h"
 #include "tandem/store/probe.h"
 #include "tandem/compare/report.h"
 #include "tandem/store/run_file.h"
@@ -140,8 +141,15 @@ void register_run(const Run& run, RunRecorder& rec) {
     rec.register_run(run.spec, run.prepared, legs, run.resumed);
 }
 
-// Step 3: bandwidth probes, once per device that a leg will use now.
-void run_probes(const Run& run, RunRecorder& rec, const std::function<void(const std::string&)>& say) {
+// Step 3: bandwidth probes, once per device that a leg will use now; on the CPU also the sgemm
+// peak at each thread count a CPU leg runs with. Returns what was measured.
+std::vector<ProbeResult> run_probes(const Run& run, RunRecorder& rec, const std::function<void(const std::string&)>& say) {
+    std::vector<ProbeResult> measured;
+    std::vector<int> cpu_threads;
+    for (const auto& l : run.legs)
+        if (l.status == LegStatus::Pending && l.plan.device == "cpu" &&
+            std::find(cpu_threads.begin(), cpu_threads.end(), l.threads) == cpu_threads.end())
+            cpu_threads.push_back(l.threads);
     std::vector<std::string> devices;
     for (const auto& l : run.legs)
         if (l.status == LegStatus::Pending && std::find(devices.begin(), devices.end(), l.plan.device) == devices.end())
@@ -155,6 +163,7 @@ void run_probes(const Run& run, RunRecorder& rec, const std::function<void(const
                 co.bytes = 64LL << 20;
                 co.repeats = 5;
                 p = probe_cpu(co);
+                probe_cpu_sgemm(p, cpu_threads);
             } else {
                 p = probe_cuda(std::stoi(d.substr(5)));
             }
@@ -164,6 +173,29 @@ void run_probes(const Run& run, RunRecorder& rec, const std::function<void(const
         }
         rec.record_probe(p);  // an I/O failure here is the run's failure, not the probe's
         say("probe " + d + " done");
+        measured.push_back(std::move(p));
+    }
+    return measured;
+}
+
+// Each leg's work for its FLOP/s in the timing table (flops.h): the shared plan's FLOPs per update
+// for the legs that follow it, and the sgemm peak at the leg's threads when its device was probed.
+// FLOPs that cannot be computed are said, not guessed; the run goes on.
+void attach_work(const Run& run, RunRecorder& rec, const std::vector<ProbeResult>& probes,
+                 const std::function<void(const std::string&)>& say) {
+    std::vector<double> flops;
+    try {
+        flops = run_update_flops(run.folder, run.spec);
+    } catch (const std::exception& e) {
+        say(std::string("FLOPs per update not computed: ") + e.what());
+    }
+    for (const auto& l : run.legs) {
+        double peak = -1;
+        for (const auto& p : probes)
+            if (p.device == l.plan.device)
+                if (const SgemmFigure* s = p.sgemm_at(l.threads)) peak = s->flops_per_s;
+        const bool shared = run.spec.leg_setting(l.plan.name, "plan") == "shared";
+        rec.set_work(l.plan.name, shared ? flops : std::vector<double>{}, peak);
     }
 }
 
@@ -321,7 +353,7 @@ RunOutcome run_experiment(const RunnerOptions& opt) {
     RunRecorder rec(run.folder / "run.h5", opt.catalog);
     try {
         register_run(run, rec);
-        if (opt.probe) run_probes(run, rec, say);
+        attach_work(run, rec, opt.probe ? run_probes(run, rec, say) : std::vector<ProbeResult>{}, say);
         const bool interrupted = supervise(run, rec, opt, say) || g_interrupted;
         return finish_run(run, rec, interrupted, opt, say);
     } catch (const std::exception& e) {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -132,6 +133,21 @@ std::vector<ProbeResult> RunFileReader::probes() const {
         for (const auto& name : split_commas(text_attr(a, "directions")))
             p.directions.push_back({name, int_attr(a, "bytes_counted_" + name), double_attr(a, "best_s_" + name),
                                     double_attr(a, "median_s_" + name), double_attr(a, "gbps_" + name)});
+        for (const auto& t : split_commas(text_attr(a, "sgemm_threads"))) {
+            if (t.size() > 4 || !std::all_of(t.begin(), t.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+                throw Error(path_.string() + ": /probes/" + device + " attribute sgemm_threads: '" + t +
+                            "' is not a thread count");
+            SgemmFigure s;
+            s.threads = static_cast<std::int32_t>(std::stoi(t));
+            const std::string shape = text_attr(a, "sgemm_shape_t" + t);
+            if (std::sscanf(shape.c_str(), "%ldx%ldx%ld", &s.m, &s.n, &s.k) != 3) s.m = s.n = s.k = 0;
+            s.best_seconds = double_attr(a, "sgemm_best_s_t" + t);
+            s.median_seconds = double_attr(a, "sgemm_median_s_t" + t);
+            s.flops_per_s = double_attr(a, "sgemm_flops_per_s_t" + t);
+            s.median_flops_per_s = double_attr(a, "sgemm_median_flops_per_s_t" + t);
+            p.sgemm.push_back(s);
+        }
+        p.sgemm_method = text_attr(a, "sgemm_method");
         out.push_back(std::move(p));
     }
     return out;

@@ -205,6 +205,12 @@ bool is_lock_conflict(const std::string& detail) {
 
 namespace tandem::experiments {
 
+const SgemmFigure* ProbeResult::sgemm_at(int threads) const {
+    for (const auto& s : sgemm)
+        if (s.threads == threads) return &s;
+    return nullptr;
+}
+
 const ProbeDirection* ProbeResult::direction(const std::string& name) const {
     for (const auto& d : directions)
         if (d.name == name) return &d;

@@ -376,6 +376,20 @@ void RunFileWriter::write_probe(const ProbeResult& probe) {
             attributes["median_s_" + d.name] = d.median_seconds;
             attributes["bytes_counted_" + d.name] = d.bytes_counted;
         }
+        if (!probe.sgemm.empty()) {  // docs/hdf5-layout.md: sgemm_threads lists the thread counts
+            std::string threads;
+            for (const auto& s : probe.sgemm) {
+                const std::string t = std::to_string(s.threads);
+                threads += (threads.empty() ? "" : ",") + t;
+                attributes["sgemm_flops_per_s_t" + t] = s.flops_per_s;
+                attributes["sgemm_median_flops_per_s_t" + t] = s.median_flops_per_s;
+                attributes["sgemm_best_s_t" + t] = s.best_seconds;
+                attributes["sgemm_median_s_t" + t] = s.median_seconds;
+                attributes["sgemm_shape_t" + t] = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+            }
+            attributes["sgemm_threads"] = threads;
+            attributes["sgemm_method"] = probe.sgemm_method;
+        }
         h5::write_attributes(f, group, attributes);
     });
 }

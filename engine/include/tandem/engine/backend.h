@@ -155,6 +155,8 @@ public:
 
     // Floats of the attention cache attention_forward fills for a [B,T,H] query block.
     virtual int64_t attention_cache_floats(int64_t B, int64_t T, int64_t H) const = 0;
+    // Supervised rows per lm_head_cross_entropy chunk when ModelOptions::ce_token_chunk is -1.
+    virtual int64_t default_ce_token_chunk() const { return 256; }
     // True when lora_linear_forward stores an active mask in DropoutMask::keep for the backward
     // (the wiring then gives it N*in bytes per adapted projection and layer).
     virtual bool keeps_dropout_masks() const { return false; }

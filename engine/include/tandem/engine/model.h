@@ -54,7 +54,9 @@ struct AdapterLayout {
 };
 
 struct ModelOptions {
-    int64_t ce_token_chunk = 256;  // tokens per LM-head chunk (256 x 151,936 floats = 155 MB)
+    // Supervised rows per LM-head chunk: -1 = the backend's default (Backend::default_ce_token_chunk:
+    // CPU 1024 rows, i.e. up to 622 MB of logits at 151,936 rows; CUDA 256), 0 = all rows at once.
+    int64_t ce_token_chunk = -1;
     int64_t ce_vocab_chunk = 0;    // vocabulary rows per LM-head chunk; <= 0 = whole vocabulary
     FaultConfig faults{};          // all off (faults.h); the trainer reads its own switches from here too
 };

@@ -4,6 +4,7 @@
 //
 // The statistics themselves (pairing, summary, residuals) are in statistics.h.
 #include "tandem/compare/distance.h"
+#include "tandem/compare/flops.h"
 #include "tandem/compare/judge/envelope.h"
 #include "tandem/spec/experiment.h"
 #include "tandem/spec/fault_matrix.h"
@@ -29,6 +30,7 @@ struct LegData {
     LegTrace trace;
     std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
     std::string faults;           // injected faults (docs/faults.md), "" = a clean leg
+    FlopFigures flops;            // the runner's FLOP formula over the leg's timing window (flops.h)
 };
 
 struct Thresholds {
@@ -145,6 +147,7 @@ struct TimingRow {
     double tokens_per_s = -1;
     int64_t updates = 0;
     int64_t peak_device_bytes = -1, peak_host_bytes = -1;
+    FlopFigures flops;  // FLOPs per update, achieved FLOP/s, the sgemm peak and the fraction of it
 };
 
 // The timing figures of one leg's trace (leg, implementation, device and status left empty): the

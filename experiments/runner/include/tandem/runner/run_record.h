@@ -103,6 +103,10 @@ public:
     // trace no longer extends what the file holds (a resumed leg repeating updates), checks written.
     void flush();
     void write_leg_summary(const LegState& leg);  // timing, memory, status attributes
+    // The FLOPs of each of the leg's updates (flops.h; empty: unknown, e.g. a native plan) and the
+    // sgemm peak at its device and threads (-1: not probed): its FLOP/s and utilisation in the
+    // timing written by write_leg_summary.
+    void set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s);
     void set_flags(const std::string& leg, const std::vector<GateFlag>& flags);  // written at the next flush
     void update_leg(const LegState& leg);         // the catalog's legs row
     // Compares the legs as run.h5 holds them, judges completeness, stores /comparisons.
@@ -132,6 +136,11 @@ private:
 
     std::filesystem::path run_file_;
     std::optional<RunFileWriter> writer_;
+    struct Work {
+        std::vector<double> update_flops;
+        double peak_flops_per_s = -1;
+    };
+    std::map<std::string, Work> work_;  // set_work
     Catalog catalog_;
     std::string hostname_;
     RunRecord run_;

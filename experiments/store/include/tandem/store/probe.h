@@ -22,6 +22,15 @@ struct CpuProbeOptions {
 
 ProbeResult probe_cpu(const CpuProbeOptions& options = {});
 
+// The float32 GEMM peak beside the memcpy probe (issue 28): OpenBLAS cblas_sgemm of a square
+// problem at each thread count (openblas_set_num_threads; the previous count is restored), best and
+// median of `repeats` after one warm-up. Appends to probe.sgemm and sets probe.sgemm_method.
+struct SgemmProbeOptions {
+    std::int64_t size = 2048;  // m = n = k: 17.2 GFLOP per call, ~0.2 s on one AVX-512 core
+    int repeats = 5;
+};
+void probe_cpu_sgemm(ProbeResult& probe, const std::vector<int>& threads, const SgemmProbeOptions& options = {});
+
 struct CudaProbeOptions {
     std::int64_t bytes = 256LL * 1000 * 1000;  // "256 MB" (docs/spec.md §Records)
     int warmup = 3;

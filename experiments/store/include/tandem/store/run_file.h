@@ -58,6 +58,16 @@ struct ProbeDirection {
     double gbps;                 // bytes_counted / best_seconds / 1e9
 };
 
+// /probes/<device> sgemm_* attributes: the matrix library's float32 GEMM throughput at a thread
+// count (issue 28: the peak a leg's achieved FLOP/s is a fraction of).
+struct SgemmFigure {
+    std::int32_t threads = 0;
+    std::int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n], row-major, no transposes
+    double best_seconds = 0, median_seconds = 0;
+    double flops_per_s = 0;            // 2 m n k / best_seconds
+    double median_flops_per_s = 0;     // 2 m n k / median_seconds
+};
+
 struct ProbeResult {
     std::string device;          // "cpu", "cuda:0", ...
     std::string device_name;     // CPU model or GPU name
@@ -69,8 +79,11 @@ struct ProbeResult {
     std::string timestamp;       // ISO-8601 UTC, "2026-11-29T09:30:00Z"
     std::string pcie_link;       // "Gen5 x16 (32.0 GT/s)"; empty when unknown / not applicable
     std::string pcie_source;     // "nvml", "sysfs" or empty
+    std::vector<SgemmFigure> sgemm;  // per thread count measured (CPU: OpenBLAS); empty: not measured
+    std::string sgemm_method;        // library and how it was timed, one line
 
     const ProbeDirection* direction(const std::string& name) const;  // nullptr when absent
+    const SgemmFigure* sgemm_at(int threads) const;                  // nullptr when not measured
 };
 
 // /legs/<leg>/steps — one row per optimizer update (docs/spec.md §Records).

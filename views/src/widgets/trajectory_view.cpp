@@ -1,5 +1,7 @@
 #include "tandem/views/trajectory_view.h"
 
+#include "tandem/compare/compare.h"
+
 #include "tandem/views/axis_ticks.h"
 #include "tandem/views/curve_points.h"
 
@@ -358,8 +360,7 @@ void TrajectoryView::update_verdict() {
         return;
     }
     const std::string& v = runs_.front().verdict;
-    const bool passes = v.rfind("equivalent", 0) == 0 || v.rfind("numerically different but within", 0) == 0 ||
-                        v.rfind("complete; one leg", 0) == 0;
+    const bool passes = tandem::experiments::verdict_line_passes(v);  // the verdict's own words decide, not the view
     const QString color = v.empty() ? QStringLiteral("#555555") : passes ? QStringLiteral("#007a4d") : QStringLiteral("#b00020");
     verdict_label_->setText(QStringLiteral("<b>Verdict:</b> <span style='color:%1'>%2</span>")
                                 .arg(color, v.empty() ? tr("no verdict yet (a leg is still running)")

@@ -243,7 +243,8 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     judge_completeness(c, {a, b}, six);
     EXPECT_TRUE(c.passed()) << c.verdict();
     EXPECT_EQ(c.verdict(), "equivalent: a~b: held-out CE within the float32 error-model bound at all 3 paired evaluations "
-                           "(largest 0 of the bound, update 0)");
+                           "(largest 0 of the bound, update 0); lr on the schedule, training loss and pre-clip grad norm within "
+                           "their bounds at all 6 updates (largest 0 and 0 of them)");
 
     // The resume defect the runner kill test found (docs/run-folder.md "Interruptions"): rows 0-3 lost, the levels themselves still agree.
     LegData holes = full("a");

@@ -45,7 +45,7 @@ void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
 Metric flag_metric(const ex::GateFlag& f) {
     if (f.series == "heldout_ce") return Metric::HeldoutCe;
     if (f.series == "grad_norm") return Metric::GradNorm;
-    if (f.series == "wall_s") return Metric::Throughput;
+    if (f.series == "wall_s" || f.series == "cpu_s") return Metric::Throughput;  // a step-time flag, wall or CPU time
     if (f.series == "loss") return Metric::TrainLoss;
     // Flags recorded before the gate named the series: what their kind is about.
     if (f.kind == "paired-bound") return Metric::HeldoutCe;

@@ -116,7 +116,7 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
                 out.push_back({leg, "step-time", s.update, took, limit, config_.step_time,
                                leg + ": update " + std::to_string(s.update) + " took " + fmt("%.3g", took) + unit + ", " +
                                    fmt("%.1f", took / median) + "x its running median " + fmt("%.3g", median) + unit,
-                               "wall_s"});
+                               cpu ? "cpu_s" : "wall_s"});
         }
         check_envelope(leg, "loss", s.update, s.loss, out);
         // Loss spike against the last `window` finite losses before this update.

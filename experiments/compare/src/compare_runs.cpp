@@ -138,9 +138,12 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     // they would inside one run; each leg keeps its own run's seeds (compare_l4 pairs only equal ones).
     ExperimentSpec spec = a.spec;
     spec.overrides.clear();
-    auto settings_of = [](const ExperimentSpec& s, const std::string& leg) {
+    // A leg's own setting only where it differs from the experiment's: an override equal to the default
+    // would change the envelope key (sha256_without_seeds) and lose the envelope `tandem report` finds.
+    auto settings_of = [&spec](const ExperimentSpec& s, const std::string& leg) {
         std::map<std::string, std::string> m;
-        for (const char* f : {"dropout_masks", "plan", "template"}) m[f] = s.leg_setting(leg, f);
+        for (const char* f : {"dropout_masks", "plan", "template"})
+            if (const std::string v = s.leg_setting(leg, f); v != spec.leg_setting("", f)) m[f] = v;
         return m;
     };
     spec.overrides[r.label_a] = settings_of(a.spec, a_ref.leg);

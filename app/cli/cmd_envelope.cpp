@@ -1,5 +1,6 @@
 // tandem envelope EXPERIMENT --seeds N [--legs reference,engine] [--vary dropout,plan,adapter]: a
-// same-stack seed envelope (docs/envelope.md).
+// same-stack seed envelope (docs/envelope.md); by default it varies what the experiment's legs do not
+// share (experiments' default_vary).
 #include "commands.h"
 
 #include "tandem/studies/envelope_run.h"
@@ -16,7 +17,7 @@ struct EnvelopeArgs {
     std::string experiment;
     int64_t seeds = 8;
     std::string legs = "reference";
-    std::string vary = "dropout,plan,adapter";
+    std::string vary;  // "": what the experiment's legs do not share (default_vary)
     std::string out = "runs";
     std::string catalog = "tandem.db";
     std::string assets;
@@ -34,8 +35,10 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
     envelope->add_option("--seeds", env->seeds, "runs in the envelope (at least 2)")->capture_default_str();
     envelope->add_option("--legs", env->legs, "stacks, comma-separated (one envelope each): reference, engine, ...")
         ->capture_default_str();
-    envelope->add_option("--vary", env->vary, "seeds that differ between the runs: split, base, adapter, plan, dropout, or none")
-        ->capture_default_str();
+    envelope->add_option("--vary", env->vary,
+                         "seeds that differ between the runs: split, base, adapter, plan, dropout, or none (default: what the "
+                         "experiment's legs do not share — dropout for a leg on its own masks, plan too for one on its own "
+                         "plan; dropout,plan,adapter when every leg is paired)");
     envelope->add_option("--out", env->out, "folder for the envelope's folder (<name>-envelope-<stamp>)")->capture_default_str();
     envelope->add_option("--catalog", env->catalog, "SQLite catalog")->capture_default_str();
     envelope->add_option("--assets", env->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
@@ -46,14 +49,16 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
         o.experiment = env->experiment;
         o.seeds = env->seeds;
         o.legs = env->legs;
-        o.vary.clear();
-        if (env->vary != "none")
-            for (size_t p = 0; p <= env->vary.size();) {
-                size_t q = env->vary.find(',', p);
-                if (q == std::string::npos) q = env->vary.size();
-                if (q > p) o.vary.push_back(env->vary.substr(p, q - p));
-                p = q + 1;
-            }
+        if (!env->vary.empty()) {
+            o.vary.emplace();
+            if (env->vary != "none")
+                for (size_t p = 0; p <= env->vary.size();) {
+                    size_t q = env->vary.find(',', p);
+                    if (q == std::string::npos) q = env->vary.size();
+                    if (q > p) o.vary->push_back(env->vary.substr(p, q - p));
+                    p = q + 1;
+                }
+        }
         o.out_dir = env->out;
         o.catalog = env->catalog;
         if (!env->assets.empty()) o.assets = env->assets;
@@ -61,8 +66,10 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
         o.parallel = env->parallel;
         experiments::EnvelopeOutcome r = experiments::run_envelope(o);
         for (const auto& e : r.envelopes) {
+            std::string varied;
+            for (const auto& v : e.vary) varied += (varied.empty() ? "" : ",") + v;
             std::printf("%s: %lld runs, varying %s\n", e.implementation.c_str(), static_cast<long long>(e.members),
-                        env->vary.c_str());
+                        varied.empty() ? "no seed" : varied.c_str());
             std::printf("  %-8s %-4s %-12s %-12s %-12s %-12s\n", "update", "n", "mean CE", "std", "min", "max");
             for (const auto& p : e.heldout_ce)
                 std::printf("  %-8lld %-4lld %-12.7f %-12.3e %-12.7f %-12.7f\n", static_cast<long long>(p.update),

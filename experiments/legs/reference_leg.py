@@ -446,6 +446,7 @@ def run_leg(args, rank=0, world=1):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
+        c0 = time.process_time()  # the process's CPU time, every thread: the step-time flag's measure (docs/gate.md)
         optimizer.zero_grad(set_to_none=True)
         batches = [[encoded[i] for i in mb] for mb in updates[u]]
         collated = [collate(torch, mb, pad_id, device) for mb in batches]
@@ -481,13 +482,14 @@ def run_leg(args, rank=0, world=1):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         train_s += wall
         loss = loss_total / max(1, n_update)
         if u == inject_at:  # test-only fault injection, as in the engine leg (docs/leg-protocol.md)
             loss = float("nan")
         gn = float(grad_norm.item())
         emit_or_stop([("step", dict(update=u, loss=loss, grad_norm=gn, lr=lr, tokens=n_update,
-                                    input_tokens=input_tokens, wall_s=wall))], non_finite_step(leg, u, loss, gn),
+                                    input_tokens=input_tokens, wall_s=wall, cpu_s=cpu))], non_finite_step(leg, u, loss, gn),
                      ranks.lead)
         if observed:
             emit("fingerprints", update=u, points=hooks.points)

@@ -164,9 +164,14 @@ TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     EXPECT_EQ(bad.l3[0].window_b, (std::vector<int32_t>{1, 2, 9, 4}));
     EXPECT_FALSE(bad.passed());
     EXPECT_GE(bad.failures.size(), 3u);
-    // A level L1-L3 failed: the pair and the run are not comparable, whatever the distances say.
-    EXPECT_EQ(bad.l4[0].verdict, PairVerdict::NotComparable);
-    EXPECT_EQ(bad.verdict().rfind("not comparable: L1 a~c: relative difference", 0), 0u) << bad.verdict();
+    // A level L1-L3 failed: the pair and the run are different, whatever the distances say; the reason
+    // names the level, the update (0: before training) and the ratio to the threshold.
+    EXPECT_EQ(bad.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(bad.verdict().rfind("different: L1 a~c: initial held-out CE (update 0) differs by 0.0476 relative, 4.76e+03x the "
+                                  "threshold 1e-05 (+2 more)",
+                                  0),
+              0u)
+        << bad.verdict();
 }
 
 TEST(CompareLegs, ResidualPercentSeriesAreLegMinusReference) {
@@ -238,7 +243,8 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     judge_completeness(c, {a, b}, six);
     EXPECT_TRUE(c.passed()) << c.verdict();
     EXPECT_EQ(c.verdict(), "equivalent: a~b: held-out CE within the float32 error-model bound at all 3 paired evaluations "
-                           "(largest 0 of the bound, update 0)");
+                           "(largest 0 of the bound, update 0); lr on the schedule, training loss and pre-clip grad norm within "
+                           "their bounds at all 6 updates (largest 0 and 0 of them)");
 
     // The resume defect the runner kill test found (docs/run-folder.md "Interruptions"): rows 0-3 lost, the levels themselves still agree.
     LegData holes = full("a");
@@ -269,7 +275,7 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     c = compare_legs({nan, b}, spec);
     judge_completeness(c, {nan, b}, six);
     EXPECT_FALSE(c.passed());
-    EXPECT_EQ(c.verdict().rfind("not comparable: a: non-finite loss at update 3", 0), 0u) << c.verdict();
+    EXPECT_EQ(c.verdict().rfind("different: a: non-finite loss at update 3", 0), 0u) << c.verdict();
 
     // A judged comparison without a leg, and one never judged, do not pass.
     Comparison none;

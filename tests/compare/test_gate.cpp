@@ -41,6 +41,36 @@ TEST(Gate, AnUpdateFarAboveTheRunningMedianIsAStepTimeFlag) {
     EXPECT_TRUE(g.check("engine", t, 0).empty());        // and update 20 is not flagged twice
 }
 
+TEST(Gate, StepTimeIsMeasuredInCpuTimeWhenTheLegReportsIt) {
+    // A loaded machine: wall time of clean updates jumps 6x while the CPU they cost stays put (issue 24:
+    // the wall-time flag fired on 3 of 10 clean seeds). In CPU time: no flag.
+    TrajectoryGate g;
+    LegTrace t = steady(20);
+    for (auto& s : t.steps) s.cpu_s = 0.2;  // two threads busy for the update's 0.1 s
+    t.steps[12].wall_s = 0.6;
+    t.steps[17].wall_s = 0.6;
+    EXPECT_TRUE(g.check("engine", t, 0).empty());
+    // An update that does 4.5x the work: flagged, in CPU seconds.
+    t.steps.push_back({20, 2.9, 1.0, 1e-4, 10, 0.45});
+    t.steps.back().cpu_s = 0.9;
+    auto f = g.check("engine", t, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].kind, "step-time");
+    EXPECT_EQ(f[0].update, 20);
+    EXPECT_DOUBLE_EQ(f[0].value, 0.9);
+    EXPECT_DOUBLE_EQ(f[0].threshold, 0.8);
+    EXPECT_EQ(f[0].series, "cpu_s");
+    EXPECT_EQ(f[0].message, "engine: update 20 took 0.9 s of CPU, 4.5x its running median 0.2 s of CPU");
+    // A leg that reports no CPU time (cpu_s NaN) is judged in wall time, as before.
+    TrajectoryGate wall_gate;  // a fresh gate: one remembers the rows it has checked per leg
+    LegTrace w = steady(20);
+    w.steps[12].wall_s = 0.6;
+    f = wall_gate.check("engine", w, 0);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].update, 12);
+    EXPECT_EQ(f[0].series, "wall_s");
+}
+
 TEST(Gate, StepTimeNeedsHistoryOfTheCurrentAttempt) {
     TrajectoryGate g;
     LegTrace t = steady(10, 2.0);  // an earlier attempt on a slower machine

@@ -1,6 +1,7 @@
 // The two distances and the verdict (docs/thresholds.md) on synthetic legs whose answers are known
 // by construction: the error-model bound's formula, Student's t tail against textbook quantiles,
-// envelope statistics against hand-computed values, the four verdicts, and the gate's envelope and
+// envelope statistics against hand-computed values, the five verdicts and their reasons (the first
+// update, the ratio, the effect size, the per-update series), and the gate's envelope and
 // paired-bound flags.
 #include "tandem/compare/compare.h"
 #include "tandem/compare/distance.h"
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace tandem::experiments;
@@ -154,33 +156,41 @@ TEST(Verdict, AnUnpairedLegInsideTheEnvelopeIsWithinAndAShiftedOneIsOutside) {
     judge_completeness(in, {leg_with("engine", "engine", curve(0.01)), ref}, ExpectedSeries{-1, 2});
     in.incomplete.clear();  // the synthetic legs have no steps; the verdict itself is under test
     EXPECT_TRUE(in.passed());
-    EXPECT_EQ(in.verdict().rfind("numerically different but within the seed envelope: engine~reference: not paired "
-                                 "(native dropout masks or plan); engine within the reference seed envelope (8 runs: largest |z| ",
+    EXPECT_EQ(in.verdict().rfind("within the seed envelope: engine~reference: not paired (native dropout masks or plan); "
+                                 "engine within the reference seed envelope (8 runs: held-out CE |z| ",
                                  0),
               0u)
         << in.verdict();
+    // two-sided: p = 2 P(T > |t|)
+    EXPECT_NEAR(d.p, 2 * student_t_sf(std::fabs(d.t), 7), 1e-12);
 
-    // Worse by 10 member standard deviations: the one-sided test rejects and the band is left.
+    // Worse by 10 member standard deviations: the two-sided test rejects and the band is left.
     Comparison out = compare_legs({leg_with("engine", "engine", curve(10 * sd)), ref}, spec, {}, std::nullopt, envs);
     EXPECT_EQ(out.l4[0].verdict, PairVerdict::OutsideEnvelope);
     EXPECT_LT(out.l4[0].envelope.p, 0.05);
     EXPECT_EQ(out.l4[0].envelope.outside_band, (std::vector<int64_t>{2, 4}));
     EXPECT_NE(out.l4[0].verdict_reason.find("outside the band at update 2 (+1 more)"), std::string::npos)
         << out.l4[0].verdict_reason;
-    // Better by as much: the one-sided test does not reject, but the leg leaves the band.
+    // Better by as much: outside too — a leg that trains better than its stack's seeds allow computes
+    // something else as surely as one that trains worse (the test is two-sided).
     Comparison low = compare_legs({leg_with("engine", "engine", curve(-10 * sd)), ref}, spec, {}, std::nullopt, envs);
-    EXPECT_GT(low.l4[0].envelope.p, 0.5);
+    EXPECT_LT(low.l4[0].envelope.p, 0.05);
     EXPECT_EQ(low.l4[0].verdict, PairVerdict::OutsideEnvelope);
+    low.completeness_judged = true;  // the verdict line is under test, not the synthetic legs' completeness
+    EXPECT_EQ(low.verdict().rfind("outside the seed envelope: engine~reference: engine outside the reference seed envelope", 0), 0u)
+        << low.verdict();
+    EXPECT_NE(low.l4[0].verdict_reason.find("two-sided p "), std::string::npos) << low.l4[0].verdict_reason;
 }
 
-TEST(Verdict, WithoutAMatchingEnvelopeAnUnpairedPairIsNotComparable) {
+TEST(Verdict, WithoutAMatchingEnvelopeAnUnpairedPairIsNotJudged) {
     const ExperimentSpec spec = native_spec();
     ExperimentSpec other = spec;
     other.lora_rank = 8;  // another experiment: its envelope does not apply
     LegData e = leg_with("engine", "engine", curve(0.01)), r = leg_with("reference", "reference", curve(0.0));
     for (const auto& envs : {std::vector<SeedEnvelope>{}, std::vector<SeedEnvelope>{envelope_for(other, "reference")}}) {
         Comparison c = compare_legs({e, r}, spec, {}, std::nullopt, envs);
-        EXPECT_EQ(c.l4[0].verdict, PairVerdict::NotComparable);
+        EXPECT_EQ(c.l4[0].verdict, PairVerdict::NotJudged);
+        EXPECT_FALSE(verdict_passes(c.l4[0].verdict));
         EXPECT_NE(c.l4[0].verdict_reason.find("no seed envelope of this experiment"), std::string::npos) << c.l4[0].verdict_reason;
         EXPECT_NE(c.l4[0].verdict_reason.find("tandem envelope EXPERIMENT --legs reference"), std::string::npos);
     }
@@ -191,11 +201,11 @@ TEST(Verdict, WithoutAMatchingEnvelopeAnUnpairedPairIsNotComparable) {
     flat.key = spec.sha256_without_seeds();
     flat.implementation = "reference";
     Comparison c = compare_legs({e, r}, spec, {}, std::nullopt, {flat});
-    EXPECT_EQ(c.l4[0].verdict, PairVerdict::NotComparable);
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::NotJudged);
     EXPECT_NE(c.l4[0].verdict_reason.find("zero spread"), std::string::npos) << c.l4[0].verdict_reason;
 }
 
-TEST(Verdict, PairedLegsAreEquivalentWithinTheBoundAndJudgedByTheEnvelopeBeyondIt) {
+TEST(Verdict, PairedLegsAreEquivalentWithinTheBoundAndDifferentBeyondItWhateverTheEnvelopeSays) {
     ExperimentSpec spec = native_spec();
     spec.dropout_masks = "shared";  // paired
     spec.max_len = 256;
@@ -215,15 +225,27 @@ TEST(Verdict, PairedLegsAreEquivalentWithinTheBoundAndJudgedByTheEnvelopeBeyondI
     EXPECT_NEAR(eq.l4[0].numerics.points[1].distance, 0.5, 1e-6);  // 0.5 of the bound at update 2
     EXPECT_NEAR(eq.l4[0].numerics.points[1].scale, b2, 1e-20);
 
-    // 3x the bound: different numerics; the envelope says whether it matters.
+    // 3x the bound: the two stacks compute different things — `different`, with or without an
+    // envelope; the envelope only sizes the effect. The reason names the level, the first update
+    // beyond the bound and the ratio there.
     Comparison no_env = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r}, spec);
-    EXPECT_EQ(no_env.l4[0].verdict, PairVerdict::NotComparable);
-    EXPECT_NE(no_env.l4[0].verdict_reason.find("x the float32 error-model bound at update 2"), std::string::npos)
-        << no_env.l4[0].verdict_reason;
+    EXPECT_EQ(no_env.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(no_env.l4[0].first_different_update, 2);
+    no_env.completeness_judged = true;
+    EXPECT_EQ(no_env.verdict().rfind("different: engine~reference: L4 held-out CE 3x the float32 error-model bound at update 2", 0), 0u)
+        << no_env.verdict();
+    EXPECT_NE(no_env.l4[0].verdict_reason.find("effect size: no seed envelope"), std::string::npos) << no_env.l4[0].verdict_reason;
     Comparison within = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r}, spec, {}, std::nullopt,
                                      {envelope_for(spec, "reference")});
-    EXPECT_EQ(within.l4[0].verdict, PairVerdict::WithinEnvelope) << within.l4[0].verdict_reason;
-    EXPECT_TRUE(verdict_passes(within.l4[0].verdict));
+    EXPECT_EQ(within.l4[0].verdict, PairVerdict::Different) << within.l4[0].verdict_reason;
+    EXPECT_FALSE(verdict_passes(within.l4[0].verdict));
+    EXPECT_NE(within.l4[0].verdict_reason.find("; effect within seed noise: |z| "), std::string::npos) << within.l4[0].verdict_reason;
+    // A difference the envelope also sees: beyond seed noise.
+    auto shifted = curve(0.0);
+    for (size_t i = 1; i < shifted.size(); ++i) shifted[i].heldout_ce += 1.0;
+    Comparison beyond = compare_legs({leg_with("engine", "engine", shifted), r}, spec, {}, std::nullopt, {envelope_for(spec, "reference")});
+    EXPECT_EQ(beyond.l4[0].verdict, PairVerdict::Different);
+    EXPECT_NE(beyond.l4[0].verdict_reason.find("; effect beyond seed noise: |z| "), std::string::npos) << beyond.l4[0].verdict_reason;
 }
 
 TEST(Verdict, AnImportedLegNoEnvelopeJudgesIsNamedNotJudgedAndDoesNotDecideTheRun) {
@@ -251,7 +273,7 @@ TEST(Verdict, AnImportedLegNoEnvelopeJudgesIsNamedNotJudgedAndDoesNotDecideTheRu
     EXPECT_EQ(c.l4[0].verdict, PairVerdict::Equivalent);
     for (size_t i : {1u, 2u}) {
         EXPECT_TRUE(c.l4[i].imported);
-        EXPECT_EQ(c.l4[i].verdict, PairVerdict::NotComparable);  // the pair itself is never called equivalent
+        EXPECT_EQ(c.l4[i].verdict, PairVerdict::NotJudged);  // the pair itself is never called equivalent
         EXPECT_FALSE(Comparison::counts_for_run(c.l4[i]));
     }
     EXPECT_TRUE(c.failures.empty());
@@ -260,11 +282,11 @@ TEST(Verdict, AnImportedLegNoEnvelopeJudgesIsNamedNotJudgedAndDoesNotDecideTheRu
     EXPECT_EQ(v.rfind("equivalent: engine~reference: held-out CE within the float32 error-model bound at all 3 paired", 0), 0u) << v;
     EXPECT_EQ(v.substr(v.size() - not_judged.size()), not_judged) << v;
 
-    // The run's own pair beyond the bound, no envelope: the run is not comparable, whatever was imported.
+    // The run's own pair beyond the bound, no envelope: the run is different, whatever was imported.
     Comparison bad = compare_legs({leg_with("engine", "engine", scaled(3 * b2)), r, imported}, spec);
     bad.completeness_judged = true;
     EXPECT_FALSE(bad.passed());
-    EXPECT_EQ(bad.verdict().rfind("not comparable: engine~reference: held-out CE ", 0), 0u) << bad.verdict();
+    EXPECT_EQ(bad.verdict().rfind("different: engine~reference: L4 held-out CE ", 0), 0u) << bad.verdict();
 
     // Only one leg of the run's own: nothing is claimed, the imported pair is named.
     Comparison one = compare_legs({e, imported}, spec);
@@ -289,9 +311,180 @@ TEST(Verdict, AnImportedLegNoEnvelopeJudgesIsNamedNotJudgedAndDoesNotDecideTheRu
     }
     EXPECT_FALSE(judged.passed());
     const std::string jv = judged.verdict();
-    EXPECT_EQ(jv.rfind("outside the envelope: engine~hf-trainer: hf-trainer outside the reference seed envelope (8 runs", 0), 0u) << jv;
+    EXPECT_EQ(jv.rfind("outside the seed envelope: engine~hf-trainer: hf-trainer outside the reference seed envelope (8 runs", 0), 0u) << jv;
     EXPECT_EQ(jv.substr(jv.size() - 15), " (+1 more pair)") << jv;
     EXPECT_EQ(jv.find("not judged"), std::string::npos) << jv;
+}
+
+namespace {
+// Four updates on the spec's schedule: loss 2 - 0.01 u + o, grad norm 3 + 0.1 u + 10 o, lr as
+// scheduled_lr says.
+constexpr int64_t kUpdates = 4;
+std::vector<StepRow> steps_on_schedule(const ExperimentSpec& spec, double offset = 0) {
+    std::vector<StepRow> out;
+    for (int64_t u = 0; u < kUpdates; ++u)
+        out.push_back({u, 2.0 - 0.01 * static_cast<double>(u) + offset, 3.0 + 0.1 * static_cast<double>(u) + 10 * offset,
+                       scheduled_lr(spec, u, kUpdates), 100, 0.5});
+    return out;
+}
+ExperimentSpec paired_spec() {
+    ExperimentSpec spec = native_spec();
+    spec.dropout_masks = "shared";
+    spec.max_len = 256;
+    spec.warmup_fraction = 0.5;  // 2 warmup updates of 4: the lr rises, then falls
+    return spec;
+}
+LegData stepped(const std::string& name, const std::string& impl, const ExperimentSpec& spec, double loss_offset = 0) {
+    LegData l = leg_with(name, impl, curve(0.0));
+    l.trace.steps = steps_on_schedule(spec, loss_offset);
+    return l;
+}
+}  // namespace
+
+TEST(Series, TheScheduleIsTheSpecsToFloat32RoundingAndAnLrOffItIsDifferent) {
+    const ExperimentSpec spec = paired_spec();
+    // transformers' cosine with warmup: W = ceil(0.5 x 4) = 2; lr 0, lr/2, then cos
+    EXPECT_DOUBLE_EQ(scheduled_lr(spec, 0, kUpdates), 0.0);
+    EXPECT_DOUBLE_EQ(scheduled_lr(spec, 1, kUpdates), 0.5 * spec.lr);
+    EXPECT_NEAR(scheduled_lr(spec, 3, kUpdates), spec.lr * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-20);
+    const LegData ref = stepped("reference", "reference", spec);
+    LegData eng = stepped("engine", "engine", spec);
+    eng.trace.steps[2].lr = static_cast<double>(static_cast<float>(eng.trace.steps[2].lr));  // float32 rounding: on it
+    Comparison ok = compare_legs({eng, ref}, spec, {}, std::nullopt, {}, kUpdates);
+    EXPECT_EQ(ok.l4[0].verdict, PairVerdict::Equivalent) << ok.l4[0].verdict_reason;
+    ASSERT_EQ(ok.l4[0].schedule.size(), 2u);
+    EXPECT_EQ(ok.l4[0].schedule[0].checked, kUpdates);
+    EXPECT_FALSE(ok.l4[0].schedule[0].off());
+    EXPECT_NE(ok.l4[0].verdict_reason.find("lr on the schedule, training loss and pre-clip grad norm within their bounds at all 4 updates"),
+              std::string::npos)
+        << ok.l4[0].verdict_reason;
+
+    // A linear decay after warmup: the lr of update 2 is 2/3 lr instead of lr (the held-out CE is the same here).
+    LegData linear = stepped("engine", "engine", spec);
+    linear.trace.steps[2].lr = spec.lr * 2.0 / 3.0;
+    linear.trace.steps[3].lr = spec.lr / 3.0;
+    Comparison c = compare_legs({linear, ref}, spec, {}, std::nullopt, {}, kUpdates);
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(c.l4[0].first_different_update, 2);
+    EXPECT_EQ(c.l4[0].verdict_reason.rfind("engine~reference: L4 lr of engine off the spec's schedule at update 2 (6.67e-05, the "
+                                           "schedule 0.0001; 2 of 4 updates)",
+                                           0),
+              0u)
+        << c.l4[0].verdict_reason;
+    // The same leg unpaired, within its envelope: still `different` — a schedule is a setting, not a seed.
+    ExperimentSpec native = spec;
+    native.dropout_masks = "native";
+    Comparison u = compare_legs({linear, ref}, native, {}, std::nullopt, {envelope_for(native, "reference")}, kUpdates);
+    EXPECT_TRUE(u.l4[0].envelope.within());
+    EXPECT_EQ(u.l4[0].verdict, PairVerdict::Different) << u.l4[0].verdict_reason;
+    // Without the planned updates the schedule cannot be known: not compared (the run is then incomplete).
+    Comparison unknown = compare_legs({linear, ref}, spec);
+    EXPECT_FALSE(unknown.l4[0].schedule[0].not_checked.empty());
+}
+
+TEST(Series, PairedLossAndGradNormAreJudgedAgainstTheirOwnBounds) {
+    const ExperimentSpec spec = paired_spec();
+    const ErrorModel m = error_model_for(spec);
+    ErrorModel loss_model = m, grad_model = m;
+    loss_model.k = kLossErrorModelK;
+    grad_model.k = kGradNormErrorModelK;
+    const LegData ref = stepped("reference", "reference", spec);
+    LegData eng = stepped("engine", "engine", spec);
+    eng.trace.steps[0].grad_norm *= 1 + 0.5 * grad_model.bound(0);  // half its bound: fine
+    eng.trace.steps[1].loss *= 1 + 2 * loss_model.bound(1);         // twice its bound at update 1
+    Comparison c = compare_legs({eng, ref}, spec, {}, std::nullopt, {}, kUpdates);
+    const L4Entry& e = c.l4[0];
+    EXPECT_TRUE(e.grad_numerics.within());
+    EXPECT_NEAR(e.grad_numerics.max_ratio, 0.5, 1e-6);
+    EXPECT_FALSE(e.loss_numerics.within());
+    EXPECT_EQ(e.loss_numerics.first_beyond_update, 1);
+    EXPECT_NEAR(e.loss_numerics.first_beyond_ratio, 2.0, 1e-6);
+    EXPECT_EQ(e.verdict, PairVerdict::Different);
+    EXPECT_EQ(e.first_different_update, 1);  // earlier than any evaluation could show it (the first after 0 is 2)
+    EXPECT_EQ(e.verdict_reason.rfind("engine~reference: L4 training loss 2x its float32 bound at update 1", 0), 0u) << e.verdict_reason;
+    // The grad norm's bound is wider than the loss's: the backward of two float32 stacks differs more.
+    EXPECT_GT(kGradNormErrorModelK, kLossErrorModelK);
+}
+
+TEST(Series, AGradNormPinnedAtTheClipValueIsNamed) {
+    const ExperimentSpec spec = paired_spec();
+    const LegData ref = stepped("reference", "reference", spec);
+    LegData eng = stepped("engine", "engine", spec);
+    for (auto& s : eng.trace.steps) s.grad_norm = spec.clip;  // the norm after clipping, every update
+    Comparison c = compare_legs({eng, ref}, spec, {}, std::nullopt, {}, kUpdates);
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(c.l4[0].first_different_update, 0);
+    EXPECT_NE(c.l4[0].verdict_reason.find("L4 pre-clip grad norm "), std::string::npos) << c.l4[0].verdict_reason;
+    EXPECT_NE(c.l4[0].verdict_reason.find("engine: pre-clip grad norm reads the clip value 1 on 4 of 4 updates"), std::string::npos)
+        << c.l4[0].verdict_reason;
+    EXPECT_TRUE(pinned_at_clip("reference", ref.trace.steps, spec.clip).empty());
+    EXPECT_TRUE(pinned_at_clip("engine", eng.trace.steps, 0.0).empty());  // no clipping, nothing to pin to
+}
+
+namespace {
+// A dropout-only envelope with per-update series: members share the plan, so their loss and grad norm
+// differ per update by the dropout noise alone (offsets d_i).
+SeedEnvelope stepped_envelope(const ExperimentSpec& spec, std::vector<std::string> vary) {
+    std::vector<EnvelopeMember> ms;
+    for (size_t i = 0; i < kOffsets.size(); ++i) {
+        EnvelopeMember m = member("m" + std::to_string(i), curve(kOffsets[i]), steps_on_schedule(spec, kOffsets[i]));
+        ms.push_back(m);
+    }
+    SeedEnvelope e = compute_envelope(ms);
+    e.key = spec.sha256_without_seeds();
+    e.implementation = "reference";
+    e.vary = std::move(vary);
+    return e;
+}
+}  // namespace
+
+TEST(Series, UnpairedLegsWithASharedPlanAreJudgedPerUpdateByTheEnvelope) {
+    ExperimentSpec spec = paired_spec();
+    spec.dropout_masks = "native";
+    const LegData ref = stepped("reference", "reference", spec);
+    const std::vector<SeedEnvelope> envs{stepped_envelope(spec, {"dropout"})};
+    ASSERT_EQ(envs[0].member_mean_loss.size(), kOffsets.size());
+    // A clean leg inside: within, every series judged.
+    Comparison in = compare_legs({stepped("engine", "engine", spec, 0.01), ref}, spec, {}, std::nullopt, envs, kUpdates);
+    const L4Entry& e = in.l4[0];
+    ASSERT_TRUE(e.loss_envelope.available && e.grad_envelope.available);
+    EXPECT_EQ(e.verdict, PairVerdict::WithinEnvelope) << e.verdict_reason;
+    EXPECT_NEAR(e.envelope.alpha, 0.05 / 3, 1e-15);  // Bonferroni over held-out CE, loss and grad norm
+    EXPECT_NE(e.verdict_reason.find("; training loss |z| "), std::string::npos) << e.verdict_reason;
+    // Mean of the series over every update against the members' means: two-sided prediction t-test.
+    double ss = 0;
+    for (double o : kOffsets) ss += o * o;
+    EXPECT_NEAR(e.loss_envelope.t, 0.01 / (std::sqrt(ss / 7.0) * std::sqrt(1.0 + 1.0 / 8.0)), 1e-9);
+
+    // The training loss of one update off by far more than the members spread (the GA bug's signature:
+    // the held-out CE barely moves): outside the seed envelope, naming the series and the update.
+    LegData ga = stepped("engine", "engine", spec);
+    ga.trace.steps[1].loss += 0.5;
+    Comparison out = compare_legs({ga, ref}, spec, {}, std::nullopt, envs, kUpdates);
+    EXPECT_TRUE(out.l4[0].envelope.within());
+    EXPECT_EQ(out.l4[0].verdict, PairVerdict::OutsideEnvelope) << out.l4[0].verdict_reason;
+    EXPECT_NE(out.l4[0].verdict_reason.find("): training loss: mean "), std::string::npos) << out.l4[0].verdict_reason;
+    EXPECT_NE(out.l4[0].verdict_reason.find("outside the band at update 1"), std::string::npos) << out.l4[0].verdict_reason;
+    EXPECT_TRUE(out.l4[0].loss_envelope.test_rejects());
+
+    // An envelope that varies the plan ran other batches: the per-update series are not judged, and said so.
+    Comparison plan = compare_legs({ga, ref}, spec, {}, std::nullopt, {stepped_envelope(spec, {"dropout", "plan"})}, kUpdates);
+    EXPECT_FALSE(plan.l4[0].loss_envelope.available);
+    EXPECT_EQ(plan.l4[0].verdict, PairVerdict::WithinEnvelope);
+    EXPECT_NE(plan.l4[0].verdict_reason.find("varies the plan"), std::string::npos) << plan.l4[0].verdict_reason;
+}
+
+TEST(Verdict, EveryVerdictNameIsAVerdictWord) {
+    const auto& words = verdict_words();
+    for (auto v : {PairVerdict::Equivalent, PairVerdict::Different, PairVerdict::WithinEnvelope, PairVerdict::OutsideEnvelope,
+                   PairVerdict::NotJudged})
+        EXPECT_NE(std::find(words.begin(), words.end(), pair_verdict_name(v)), words.end()) << pair_verdict_name(v);
+    EXPECT_TRUE(verdict_line_passes("equivalent: a~b: ..."));
+    EXPECT_TRUE(verdict_line_passes("within the seed envelope: a~b: ..."));
+    EXPECT_FALSE(verdict_line_passes("outside the seed envelope: a~b: ..."));
+    EXPECT_FALSE(verdict_line_passes("different: a~b: ..."));
+    EXPECT_FALSE(verdict_line_passes("not judged: a~b: ..."));
+    EXPECT_FALSE(verdict_line_passes("incomplete: a: ..."));
 }
 
 TEST(Gate, ALegLeavingTheEnvelopeBandAndAPairBeyondTheBoundAreFlagged) {

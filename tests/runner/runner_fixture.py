@@ -80,8 +80,8 @@ def read_progress_until(proc, marker, timeout):
     return False
 
 
-VERDICTS = ("equivalent: ", "numerically different but within the seed envelope: ", "outside the envelope: ",
-            "not comparable: ", "incomplete: ", "complete; one leg")
+VERDICTS = ("equivalent: ", "different: ", "within the seed envelope: ", "outside the seed envelope: ", "not judged: ",
+            "incomplete: ", "complete; one leg", "complete; no pair")
 
 
 def verdict_of(text):

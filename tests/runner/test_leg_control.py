@@ -176,7 +176,7 @@ def test_the_gate_flags_a_slow_update_and_stops_a_leg_at_a_non_finite_loss(tmp_p
         flags = json.loads(v.decode() if isinstance(v, bytes) else v)
     assert [(x["kind"], x["update"], x["action"]) for x in flags] == [("non-finite", 4, "warn"), ("step-time", 5, "warn")]
     assert "Live gate flags" in p.stdout
-    assert p.returncode == 3 and verdict_of(p.stdout).startswith("not comparable: fake: non-finite loss at update 4"), p.stdout[-2000:]
+    assert p.returncode == 3 and verdict_of(p.stdout).startswith("different: fake: non-finite loss at update 4"), p.stdout[-2000:]
 
     tmp2 = str(tmp_path / "stop")
     os.makedirs(tmp2)

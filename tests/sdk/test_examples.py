@@ -74,16 +74,18 @@ def test_example_agrees_with_the_reference_at_every_level(run, leg):
 
 def test_the_trainers_own_eval_loss_is_flagged_at_l1(run):
     folder, report = run
-    # The verdict (docs/report.md "The verdict"): an L1 failure makes the run "not comparable", naming
-    # the level and the first failing pair; the other 4 pairs with hf-default-eval fail L1 too.
+    # The verdict (docs/report.md "The verdict"): an L1 failure makes the run "different", naming the
+    # level, the update and the ratio, and the first failing pair; the other 4 pairs with hf-default-eval
+    # fail L1 too.
     assert report.returncode == 3
-    verdict = [line for line in report.stdout.splitlines() if line.startswith("not comparable: ")]
-    assert len(verdict) == 1 and verdict[0].startswith("not comparable: L1 engine~hf-default-eval: relative difference ") \
-        and verdict[0].endswith(" > 1e-05 (+4 more)"), verdict
+    verdict = [line for line in report.stdout.splitlines() if line.startswith("different: ")]
+    assert len(verdict) == 1 and verdict[0].startswith("different: L1 engine~hf-default-eval: initial held-out CE (update 0) "
+                                                       "differs by ") \
+        and "x the threshold 1e-05" in verdict[0] and verdict[0].endswith(" (+4 more)"), verdict
     l1, l2, l3, _, _, distances = rows(report, "hf-default-eval", "reference")
     assert l1.rstrip().endswith(" FAIL") and l2.rstrip().endswith(" pass") and l3.rstrip().endswith(" pass")
-    assert distances.rstrip().endswith(" not comparable")
-    assert "L1 hf-default-eval~reference: relative difference" in report.stdout
+    assert distances.rstrip().endswith(" different")
+    assert "L1 hf-default-eval~reference: initial held-out CE (update 0) differs by" in report.stdout
     with h5(folder) as f:
         a, r = check_json(f, "hf-default-eval", "l1"), check_json(f, "reference", "l1")
         assert abs(a["heldout_ce"] - r["heldout_ce"]) / r["heldout_ce"] > 1e-4  # a mean of per-batch means

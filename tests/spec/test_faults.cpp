@@ -7,6 +7,7 @@
 #include "tandem/spec/faults.h"
 #include "tandem/studies/faults_run.h"
 #include "tandem/compare/report.h"
+#include "tandem/compare/judge/series.h"
 
 #include <gtest/gtest.h>
 
@@ -293,7 +294,9 @@ LegData matrix_leg(const std::string& name, const std::string& implementation, d
     rec.supervised_count = 2;
     rec.full_length = 3;
     l.trace.l3 = {rec};
-    for (int64_t u = 0; u < 4; ++u) l.trace.steps.push_back({u, 11.0 - 0.1 * static_cast<double>(u) + loss_shift, 1.5, 1e-4, 40, 0.2});
+    // The lr the default spec's schedule gives (the lr series is judged too: a constant lr would be a caught fault).
+    for (int64_t u = 0; u < 4; ++u)
+        l.trace.steps.push_back({u, 11.0 - 0.1 * static_cast<double>(u) + loss_shift, 1.5, scheduled_lr(ExperimentSpec{}, u, 4), 40, 0.2});
     for (int64_t u : {0, 2, 4}) l.trace.evals.push_back({u, 11.9 - 0.01 * static_cast<double>(u) + ce_shift});
     return l;
 }
@@ -320,8 +323,8 @@ TEST(FaultMatrix, AFaultThatChangedNothingHasNoEffectAndOneThatMovedTooLittleIsU
     const auto tables = fault_matrix_tables(m);
     ASSERT_FALSE(tables.empty());
     ASSERT_FALSE(tables[0].notes.empty());
-    EXPECT_EQ(tables[0].notes[0].rfind("0 of 1 faults caught by at least one level; 0 caught by every level docs/faults.md expects; "
-                                       "1 had no effect on this experiment (not counted)", 0), 0u)
+    EXPECT_EQ(tables[0].notes[0].rfind("0 of 1 faults caught by at least one level (1 not caught); 0 caught by every level docs/faults.md expects; "
+                                       "not counted: 1 had no effect", 0), 0u)
         << tables[0].notes[0];
 }
 

@@ -12,6 +12,7 @@
 #include "tandem/store/host_info.h"
 #include "tandem/store/run_file.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -92,7 +93,9 @@ int write_from_json(const std::string& in_path, const std::string& out_path) {
         // Several appends, to exercise growing the table.
         std::vector<ex::StepRow> batch;
         for (const json& s : l.at("steps")) {
-            batch.push_back({s[0], s[1], s[2], s[3], s[4], s[5]});
+            ex::StepRow row{s[0], s[1], s[2], s[3], s[4], s[5]};
+            if (s.size() > 6) row.cpu_s = s[6];
+            batch.push_back(row);
             if (batch.size() == 7) {
                 writer.append_steps(leg, batch);
                 batch.clear();
@@ -153,7 +156,8 @@ int read_to_json(const std::string& path) {
         json l;
         l["attributes"] = attributes_to(reader.leg_attributes(leg));
         l["steps"] = json::array();
-        for (const auto& s : reader.steps(leg)) l["steps"].push_back({s.update, s.loss, s.grad_norm, s.lr, s.tokens, s.wall_s});
+        for (const auto& s : reader.steps(leg)) l["steps"].push_back({s.update, s.loss, s.grad_norm, s.lr, s.tokens, s.wall_s,
+                                                                            std::isfinite(s.cpu_s) ? json(s.cpu_s) : json(nullptr)});
         l["eval"] = json::array();
         for (const auto& e : reader.eval(leg)) l["eval"].push_back({e.update, e.heldout_ce});
         if (auto t = reader.timing(leg))

@@ -112,7 +112,7 @@ TEST(Catalog, CreatedFromNothingWithWalFullSyncAndForeignKeys) {
     const fs::path file = tandem::test::fresh_dir("catalog-new") / "tandem.db";
     ex::Catalog c(file);
     EXPECT_EQ(c.schema_version(), ex::kCatalogSchemaVersion);
-    EXPECT_EQ(ex::kCatalogSchemaVersion, 6);
+    EXPECT_EQ(ex::kCatalogSchemaVersion, 7);
     EXPECT_EQ(pragma(c.handle(), "journal_mode"), "wal");
     EXPECT_EQ(pragma(c.handle(), "synchronous"), "2");  // FULL
     EXPECT_EQ(pragma(c.handle(), "foreign_keys"), "1");
@@ -130,7 +130,7 @@ TEST(Catalog, AnEmptyExistingFileIsVersionZeroAndMigrates) {
     const fs::path file = tandem::test::fresh_dir("catalog-empty") / "tandem.db";
     { std::ofstream touch(file); }
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 6);
+    EXPECT_EQ(c.schema_version(), 7);
 }
 
 TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
@@ -140,7 +140,7 @@ TEST(Catalog, MigratesAVersion1FileKeepingItsRows) {
                    "VALUES ('cpu', 'Old CPU', 'memcpy', 268435456, 10, 9.75, '2026-11-28T10:00:00Z', 'old-host')");
     {
         ex::Catalog c(file);
-        EXPECT_EQ(c.schema_version(), 6);
+        EXPECT_EQ(c.schema_version(), 7);
         const auto probes = c.probes();
         ASSERT_EQ(probes.size(), 1u);
         EXPECT_EQ(probes[0].device_name, "Old CPU");
@@ -166,7 +166,7 @@ TEST(Catalog, MigratesAVersion2FileKeepingLegRowsAndAcceptsPausedAndStoppedLegs)
     raw_exec(file, "INSERT INTO legs (run_id, name, implementation, status, updates_done, final_loss) VALUES "
                    "('r1', 'engine', 'engine', 'finished', 30, 11.5)");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 6);
+    EXPECT_EQ(c.schema_version(), 7);
     auto legs = c.legs("r1");
     ASSERT_EQ(legs.size(), 1u);
     EXPECT_EQ(legs[0].status, "finished");
@@ -324,7 +324,7 @@ TEST(Catalog, MigratesAVersion2FileToTagsAndNotesKeepingRuns) {
     raw_exec(file, "INSERT INTO runs (id, experiment, folder, started_at, status, note) VALUES "
                    "('old-run', 'clinical-tiny', '/runs/old-run', '2026-11-28T10:00:00Z', 'finished', 'all cross-checks passed')");
     ex::Catalog c(file);
-    EXPECT_EQ(c.schema_version(), 6);
+    EXPECT_EQ(c.schema_version(), 7);
     ASSERT_EQ(c.runs().size(), 1u);
     EXPECT_EQ(c.runs()[0].note, "all cross-checks passed");  // the runner's note is untouched
     EXPECT_TRUE(c.annotation("old-run").tags.empty());
@@ -359,6 +359,7 @@ TEST(Catalog, EnvelopesRoundTripWithTheirPointsNewestFirst) {
     e.members = 8;
     e.vary = "dropout,plan";
     e.member_mean_ce = "[2.5,2.6]";
+    e.member_means = R"({"loss":[1.5,1.6],"grad_norm":[3.5,3.25]})";
     e.run_file = "/runs/env/run.h5";
     e.created_at = "2026-12-01T10:00:00Z";
     ex::EnvelopePoint p{10, 8, 1.0, 2.0, 1.5, 0.25, 1.05, 1.25, 1.5, 1.75, 1.95};
@@ -375,6 +376,7 @@ TEST(Catalog, EnvelopesRoundTripWithTheirPointsNewestFirst) {
     EXPECT_EQ(got[0].id, second);  // newest first
     EXPECT_EQ(got[0].members, 4);
     EXPECT_EQ(got[1].vary, "dropout,plan");
+    EXPECT_EQ(got[1].member_means, R"({"loss":[1.5,1.6],"grad_norm":[3.5,3.25]})");
     ASSERT_EQ(got[1].points.size(), 2u);
     EXPECT_EQ(got[1].points[0].first, "heldout_ce");
     EXPECT_EQ(got[1].points[0].second.update, 10);

@@ -40,7 +40,7 @@ def tandem(*args, env=None, cwd=None):
 def known_values():
     rng = random.Random(20261129)
     steps = [[u, rng.uniform(0, 12), math.exp(rng.uniform(-3, 3)), 1e-4 * rng.random(), rng.randint(100, 9000),
-              rng.uniform(0.01, 3)] for u in range(37)]
+              rng.uniform(0.01, 3), rng.uniform(0.01, 6)] for u in range(37)]  # ..., wall_s, cpu_s
     return {
         "host": {"cpu_model": "Test CPU µ-arch @ 3.0GHz", "logical_cores": 96, "physical_cores": 48,
                  "memory_total_bytes": 2 ** 40 + 17, "memory_available_bytes": 2 ** 39, "llc_bytes": 36 * 2 ** 20,
@@ -106,9 +106,10 @@ def test_h5py_reads_what_cpp_wrote(tmp_path):
         for key, value in leg["attributes"].items():
             assert g.attrs[key] == value
         steps = g["steps"]
-        assert steps.dtype.names == ("update", "loss", "grad_norm", "lr", "tokens", "wall_s")
+        assert steps.dtype.names == ("update", "loss", "grad_norm", "lr", "tokens", "wall_s", "cpu_s")
         assert [steps.dtype[n] for n in steps.dtype.names] == [np.dtype("<i8"), np.dtype("<f8"), np.dtype("<f8"),
-                                                               np.dtype("<f8"), np.dtype("<i8"), np.dtype("<f8")]
+                                                               np.dtype("<f8"), np.dtype("<i8"), np.dtype("<f8"),
+                                                               np.dtype("<f8")]
         assert steps.maxshape == (None,)
         got = steps[()]
         assert len(got) == len(leg["steps"])
@@ -162,7 +163,8 @@ def test_cpp_reader_reads_what_h5py_wrote(tmp_path):
                 g.attrs[key] = value
             step_dtype = np.dtype([("update", "<i8"), ("loss", "<f8"), ("grad_norm", "<f8"), ("lr", "<f8"),
                                    ("tokens", "<i8"), ("wall_s", "<f8")])
-            g.create_dataset("steps", data=np.array([tuple(s) for s in leg["steps"]], dtype=step_dtype),
+            # The layout before cpu_s was kept (a file written then): the reader gives cpu_s NaN.
+            g.create_dataset("steps", data=np.array([tuple(s[:6]) for s in leg["steps"]], dtype=step_dtype),
                              maxshape=(None,), chunks=(1024,))
             g.create_dataset("eval", data=np.array([tuple(e) for e in leg["eval"]],
                                                    dtype=[("update", "<i8"), ("heldout_ce", "<f8")]),
@@ -185,6 +187,8 @@ def test_cpp_reader_reads_what_h5py_wrote(tmp_path):
     assert got["host"] == values["host"]
     assert got["experiment"] == values["experiment"]
     assert sorted(got["probes"], key=lambda p: p["device"]) == sorted(values["probes"], key=lambda p: p["device"])
+    for leg in values["legs"].values():
+        leg["steps"] = [s[:6] + [None] for s in leg["steps"]]  # no cpu_s column: NaN, dumped as null
     assert got["legs"] == values["legs"]
     assert got["comparisons"] == values["comparisons"]
 
@@ -225,7 +229,7 @@ def test_probe_cpu_writes_h5_and_catalog_that_agree(tmp_path):
         assert f["host"].attrs["cpu_model"] == cpu_model_from_proc()
         assert f["host"].attrs["logical_cores"] == os.cpu_count()
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 7
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         rows = c.execute("SELECT device, gbps_memcpy, gbps_h2d, bytes, run_file FROM probes").fetchall()
     assert rows == [("cpu", gbps, None, copy_bytes, str(out))]

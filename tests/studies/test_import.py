@@ -5,7 +5,7 @@ classic simple_value scalars and new_style tensor scalars); the imported run.h5 
 h5py, must equal the float32 values SummaryWriter stored, bit for bit, at the documented update
 mapping (HF convention: a training value at step s is update s-1, an evaluation at step s follows s
 updates). CSV: values parsed from text equal Python's float(); flags map W&B-style columns. The
-report marks levels an imported leg cannot have as "n/a (imported)"; its unjudged L4 pair is "not comparable", named
+report marks levels an imported leg cannot have as "n/a (imported)"; its unjudged L4 pair is "not judged", named
 as not judged on the verdict line and kept out of the run's verdict; bad
 input fails on one line naming the file and the column or leg, and leaves run.h5 as it was."""
 import hashlib
@@ -88,14 +88,14 @@ def test_tensorboard_events_from_summarywriter_reproduce_exactly(run, tmp_path):
         assert "checks" not in leg or "l1" not in leg["checks"]  # no L1 claimed for an imported run
     rep = tandem("report", folder)
     # The imported leg's missing levels are n/a, not failures; its pair with the engine has no paired
-    # distance and no seed envelope: "not comparable" in the pair's rows, named on the verdict line as
+    # distance and no seed envelope: "not judged" in the pair's rows, named on the verdict line as
     # not judged, and excluded from the run's verdict (docs/thresholds.md "Imported legs").
     assert rep.returncode == 0, rep.stdout
     rows = [line for line in rep.stdout.splitlines() if line.startswith("  engine vs hf-trainer ")]
     assert len(rows) == 6, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
     assert sum(line.rstrip().endswith("n/a (imported)") for line in rows) == 3, rows
-    assert rows[3].split()[3:5] == ["held-out", "CE"] and rows[3].rstrip().endswith(" not comparable"), rows
-    assert rows[5].split()[3] == "no" and rows[5].rstrip().endswith(" not comparable"), rows
+    assert rows[3].split()[3:5] == ["held-out", "CE"] and rows[3].rstrip().endswith(" not judged"), rows
+    assert rows[5].split()[3] == "no" and rows[5].rstrip().endswith(" not judged"), rows
     assert rep.stdout.rstrip().splitlines()[-1] == (
         "complete; no pair of the run's own legs to cross-check; not judged: engine~hf-trainer: an imported leg, "
         "no paired distance and no seed envelope"), rep.stdout[-2000:]

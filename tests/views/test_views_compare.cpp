@@ -68,13 +68,14 @@ nlohmann::json h5py_read(const QString& file) {
     // The reference environment's Python has h5py (experiments/legs/requirements.txt); ctest passes it.
     const QString python = qEnvironmentVariable("TANDEM_REFENV_PYTHON", QDir::homePath() + QStringLiteral("/.cache/tandem/refenv/bin/python"));
     py.start(python, {QStringLiteral("-c"), QStringLiteral(R"(
-import h5py, json, sys
+import h5py, json, math, sys
 out = {}
+num = lambda x: float(x) if math.isfinite(x) else None  # cpu_s is NaN where a leg does not report it: JSON null
 with h5py.File(sys.argv[1], "r") as f:
     for leg in f["legs"]:
         s = f["legs"][leg]["steps"][()]
         e = f["legs"][leg]["eval"][()]
-        out[leg] = {k: [float(x) for x in s[k]] for k in s.dtype.names}
+        out[leg] = {k: [num(x) for x in s[k]] for k in s.dtype.names}
         out[leg]["eval_update"] = [float(x) for x in e["update"]]
         out[leg]["heldout_ce"] = [float(x) for x in e["heldout_ce"]]
 print(json.dumps(out))

@@ -100,7 +100,7 @@ private Q_SLOTS:
         const std::vector<RunSpec> runs{
             {"clinical-tiny-20261201-100000", "equivalent: engine~reference: held-out CE within the float32 error-model bound", 1e-4, 16, 1234,
              "runs/clinical-tiny-20261201-100000"},
-            {"clinical-tiny-lr2e-4-20261201-100100", "not comparable: engine~reference: L2: 3 tensors differ", 2e-4, 16, 1234,
+            {"clinical-tiny-lr2e-4-20261201-100100", "different: engine~reference: L2: 3 tensors differ", 2e-4, 16, 1234,
              "runs/clinical-tiny-lr2e-4-20261201-100100"},
             {"clinical-tiny-r8-20261201-100200", "incomplete: reference: 12 of 30 updates", 1e-4, 8, 1234, "runs/clinical-tiny-r8-20261201-100200"},
             {"clinical-tiny-20261201-100300", "", 1e-4, 16, 1234, "runs/clinical-tiny-20261201-100300", "running"},
@@ -144,7 +144,7 @@ private Q_SLOTS:
         auto verdict = [&](const std::string& id) { return model->run_index(id, RunsModel::Verdict); };
         QCOMPARE(verdict(runs[0].id).data().toString(), QStringLiteral("equivalent"));
         QCOMPARE(verdict(runs[0].id).data(Qt::ForegroundRole).value<QBrush>().color(), QColor(0, 122, 77));
-        QCOMPARE(verdict(runs[1].id).data().toString(), QStringLiteral("not comparable"));
+        QCOMPARE(verdict(runs[1].id).data().toString(), QStringLiteral("different"));
         QCOMPARE(verdict(runs[1].id).data(Qt::ForegroundRole).value<QBrush>().color(), QColor(176, 0, 32));
         QCOMPARE(verdict(runs[2].id).data().toString(), QStringLiteral("incomplete"));
         QCOMPARE(verdict(runs[2].id).data(Qt::ForegroundRole).value<QBrush>().color(), QColor(176, 0, 32));

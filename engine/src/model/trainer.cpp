@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <ctime>
 
 #include "tandem/error.h"
 
@@ -29,6 +30,7 @@ struct Trainer::Impl {
     int64_t warmup = 0;
     bool evaluated_since_update = false;        // the slow_after_eval fault's trigger
     double last_normal_update_s = 0;            // the slow_after_eval fault's unit: the last update not slowed
+    double last_normal_update_cpu_s = 0;        // the same in process CPU time
 
     const FaultConfig& faults() const { return opts.model.faults; }
 
@@ -106,6 +108,12 @@ struct Trainer::Impl {
     }
 };
 
+double process_cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 Trainer::Trainer() : impl_(std::make_unique<Impl>()) {}
 Trainer::~Trainer() = default;
 Trainer::Trainer(Trainer&&) noexcept = default;
@@ -163,6 +171,7 @@ double Trainer::lr_for_update(int64_t t) const {
 
 UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer) {
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = process_cpu_seconds();
     Impl& s = *impl_;
     Qwen3LoraModel& model = *s.model;
     Backend& be = *s.be;
@@ -207,14 +216,21 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
                               Pass::Optimizer, model.params() + slot.offset, slot.shape[0], slot.shape[1], Rows::All);
     be.download(&out.grad_norm, s.norm.get(), sizeof(double));  // waits for the update
     out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out.cpu_seconds = process_cpu_seconds() - cpu_start;
     if (f.slow_after_eval > 1 && s.evaluated_since_update) {
-        // the runtime fault: this update takes slow_after_eval times as long as a normal one (the last
-        // update not slowed, or this one's own time if longer); no number changes
-        const double unit = std::max(out.wall_seconds, s.last_normal_update_s);
-        std::this_thread::sleep_for(std::chrono::duration<double>(f.slow_after_eval * unit - out.wall_seconds));
+        // the runtime fault: this update costs slow_after_eval times the CPU time of a normal one (the
+        // last update not slowed, or this one if longer) — busy work, as a recompilation or a cold cache
+        // after evaluation would be, so the leg's CPU time shows it as well as its wall time (the gate's
+        // step-time flag reads CPU time: docs/gate.md); no number changes
+        const double unit = std::max(out.cpu_seconds, s.last_normal_update_cpu_s);
+        volatile double sink = 0;
+        while (process_cpu_seconds() - cpu_start < f.slow_after_eval * unit)
+            for (int i = 0; i < 10000; ++i) sink = sink + 1e-9 * i;
         out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        out.cpu_seconds = process_cpu_seconds() - cpu_start;
     } else {
         s.last_normal_update_s = out.wall_seconds;
+        s.last_normal_update_cpu_s = out.cpu_seconds;
     }
     s.evaluated_since_update = false;
     return out;

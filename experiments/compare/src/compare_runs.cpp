@@ -2,10 +2,12 @@
 // experiment specs' differences and the pair's comparison.
 #include "tandem/compare/compare.h"
 #include "tandem/compare/comparison_io.h"
+#include "tandem/compare/report.h"
 
 #include "tandem/error.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace tandem::experiments {
@@ -44,12 +46,24 @@ struct OpenedRun {
     ExperimentSpec spec;
     ExpectedSeries expected;  // what a complete leg of this run holds
     LegData leg;
-    std::filesystem::path folder;
-    std::vector<SeedEnvelope> envelopes;  // what the run file holds (/envelope)
+    std::filesystem::path folder, file;
+    std::vector<SeedEnvelope> envelopes;  // run_envelopes: the run file's, else the catalog's
+    std::vector<FingerprintRow> fingerprints;
 };
 
-OpenedRun open_run_leg(const RunLegRef& ref) {
-    const std::filesystem::path file = std::filesystem::is_directory(ref.run) ? ref.run / "run.h5" : ref.run;
+std::filesystem::path run_file_of(const std::filesystem::path& run) {
+    return std::filesystem::is_directory(run) ? run / "run.h5" : run;
+}
+
+// ExperimentSpec::Seeds as text: legs of two runs are paired only with the same seeds.
+std::string seeds_text(const ExperimentSpec& s) {
+    json j = json::object();
+    for (const auto& n : ExperimentSpec::seed_names()) j[n] = s.seed_of(n);
+    return j.dump();
+}
+
+OpenedRun open_run_leg(const RunLegRef& ref, const std::filesystem::path& catalog) {
+    const std::filesystem::path file = run_file_of(ref.run);
     if (!std::filesystem::exists(file)) throw Error(file.string() + ": no run file");
     RunFileReader reader(file);
     auto exp = reader.experiment();
@@ -68,7 +82,11 @@ OpenedRun open_run_leg(const RunLegRef& ref) {
     for (auto& l : read_legs(reader))
         if (l.name == ref.leg) r.leg = std::move(l);
     r.folder = file.parent_path();
-    r.envelopes = read_envelopes(reader);
+    r.file = file;
+    r.envelopes = run_envelopes(reader, r.spec, catalog);
+    r.fingerprints = reader.fingerprints(ref.leg);
+    r.leg.clip = r.spec.clip;  // each leg against its own run's clip
+    r.leg.seeds = seeds_text(r.spec);
     return r;
 }
 
@@ -80,8 +98,32 @@ std::vector<ConfigDifference> diff_specs(const json& a, const json& b) {
     return out;
 }
 
-RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, const Thresholds& t) {
-    OpenedRun a = open_run_leg(a_ref), b = open_run_leg(b_ref);
+bool setting_changes_numbers(const std::string& key) {
+    // The envelope key's sections (ExperimentSpec::sha256_without_seeds), less how dropout masks are
+    // drawn per leg, and the seeds. Seeds and mask settings decide whether the legs are paired
+    // (compare_l4); injected faults are what a comparison is there to catch.
+    const std::string top = key.substr(0, key.find('.'));
+    static const std::set<std::string> numbers = {"model",    "lora",   "optimizer", "schedule", "clip",     "batch",
+                                                  "sequence", "corpus", "eval",      "plan",     "template", "overrides",
+                                                  "seed",     "seeds"};
+    if (!numbers.count(top)) return false;
+    return !(top == "overrides" && key.size() > 14 && key.substr(key.size() - 14) == ".dropout_masks");
+}
+
+bool same_run_leg(const RunLegRef& a, const RunLegRef& b) {
+    if (a.leg != b.leg) return false;
+    std::error_code ea, eb;
+    const auto fa = std::filesystem::weakly_canonical(run_file_of(a.run), ea);
+    const auto fb = std::filesystem::weakly_canonical(run_file_of(b.run), eb);
+    return !ea && !eb && fa == fb;
+}
+
+RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, const Thresholds& t,
+                                const std::filesystem::path& catalog) {
+    if (same_run_leg(a_ref, b_ref))
+        throw Error(a_ref.run.string() + ":" + a_ref.leg + " is compared with itself: a leg equals itself by construction; "
+                    "name another leg or another run");
+    OpenedRun a = open_run_leg(a_ref, catalog), b = open_run_leg(b_ref, catalog);
     RunsComparison r;
     r.run_id_a = a.run_id;
     r.run_id_b = b.run_id;
@@ -89,30 +131,50 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     r.label_b = b.run_id + ":" + b_ref.leg;
     if (r.label_a == r.label_b) r.label_b += " (2)";
     r.config = diff_specs(a.spec_json, b.spec_json);
+    std::vector<const ConfigDifference*> numbers;  // the differences that can change numbers
+    for (const auto& d : r.config)
+        if (setting_changes_numbers(d.key) && d.key.rfind("seed", 0) != 0) numbers.push_back(&d);  // other seeds: judged unpaired
     // Spec A with each leg's own per-leg settings under its new label, so masks/plan line up as
-    // they would inside one run.
+    // they would inside one run; each leg keeps its own run's seeds (compare_l4 pairs only equal ones).
     ExperimentSpec spec = a.spec;
     spec.overrides.clear();
-    if (auto it = a.spec.overrides.find(a_ref.leg); it != a.spec.overrides.end()) spec.overrides[r.label_a] = it->second;
-    if (auto it = b.spec.overrides.find(b_ref.leg); it != b.spec.overrides.end()) spec.overrides[r.label_b] = it->second;
+    // A leg's own setting only where it differs from the experiment's: an override equal to the default
+    // would change the envelope key (sha256_without_seeds) and lose the envelope `tandem report` finds.
+    auto settings_of = [&spec](const ExperimentSpec& s, const std::string& leg) {
+        std::map<std::string, std::string> m;
+        for (const char* f : {"dropout_masks", "plan", "template"})
+            if (const std::string v = s.leg_setting(leg, f); v != spec.leg_setting("", f)) m[f] = v;
+        return m;
+    };
+    spec.overrides[r.label_a] = settings_of(a.spec, a_ref.leg);
+    spec.overrides[r.label_b] = settings_of(b.spec, b_ref.leg);
     a.leg.name = r.label_a;
     b.leg.name = r.label_b;
-    // The seed envelopes either run file holds (compare_legs keeps those of this experiment).
+    // The seed envelopes either run holds, else the catalog's (compare_legs keeps those of this experiment).
     std::vector<SeedEnvelope> envelopes = a.envelopes;
     envelopes.insert(envelopes.end(), b.envelopes.begin(), b.envelopes.end());
-    r.comparison = compare_legs({a.leg, b.leg}, spec, t, error_model_or_none(spec, a.folder), envelopes);
+    Judging judging;
+    judging.thresholds = t;
+    judging.model = error_model_or_none(spec, a.folder);
+    judging.envelopes = envelopes;
+    judging.expected = a.expected;
+    const std::map<std::string, const std::vector<FingerprintRow>*> fingerprints = {{r.label_a, &a.fingerprints},
+                                                                                      {r.label_b, &b.fingerprints}};
+    if (numbers.empty())
+        judging.fingerprints = [&fingerprints](const std::string& leg) {
+            auto it = fingerprints.find(leg);
+            return it == fingerprints.end() ? std::vector<FingerprintRow>{} : *it->second;
+        };
+    r.comparison = judge_legs({a.leg, b.leg}, spec, judging);
     // Completeness, each leg against its own run's plan (as compare_run_file judges a run): a pair
     // with an incomplete leg never passes.
     Comparison& c = r.comparison;
     c.incomplete.clear();
-    for (const auto* run : {&a, &b}) {
+    for (const auto* run : {&a, &b})
         for (auto& line : incompleteness(run->leg, run->expected)) c.incomplete.push_back(std::move(line));
-        for (auto& line : non_finite_values(run->leg)) c.failures.push_back(std::move(line));
-    }
-    c.completeness_judged = true;
-    if (!r.config.empty()) {
-        // Different experiments: the trajectories are not expected to agree. Reported; the verdict
-        // says they cannot be judged against each other (unless a level already failed).
+    if (!numbers.empty()) {
+        // Settings that change numbers differ: the trajectories are not expected to agree. Reported; the
+        // pair is not judged (unless a level already failed).
         const Comparison& cc = r.comparison;
         for (size_t i = 0; i < cc.l4.size(); ++i) {
             L4Entry& e = r.comparison.l4[i];
@@ -120,11 +182,16 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
             e.gated = false;
             e.numerics = PairedDistance{};
             e.envelope = EnvelopeDistance{};
-            e.note = "the runs' experiment specs differ (" + std::to_string(r.config.size()) + " setting(s)): reported, not judged";
+            e.loss_numerics = e.grad_numerics = PairedDistance{};
+            e.loss_envelope = e.grad_envelope = EnvelopeDistance{};
+            e.schedule.clear();
+            e.first_different_update = levels_pass ? -1 : 0;
+            e.note = "the runs' experiments differ in " + std::to_string(numbers.size()) +
+                     " setting(s) that change numbers: reported, not judged";
             if (levels_pass) {
-                e.verdict = PairVerdict::NotComparable;
-                e.verdict_reason = e.leg_a + "~" + e.leg_b + ": the runs' experiment specs differ (" + std::to_string(r.config.size()) +
-                                   " setting(s), first " + r.config.front().key + ")";
+                e.verdict = PairVerdict::NotJudged;
+                e.verdict_reason = e.leg_a + "~" + e.leg_b + ": the runs' experiments differ in " + std::to_string(numbers.size()) +
+                                   " setting(s) that change numbers (first " + numbers.front()->key + ")";
             }
             e.pass = false;
         }

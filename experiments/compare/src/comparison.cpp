@@ -52,13 +52,13 @@ std::vector<std::pair<size_t, size_t>> pairs_of(const std::vector<LegData>& legs
 
 }  // namespace
 Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t,
-                        const std::optional<ErrorModel>& model, const std::vector<SeedEnvelope>& envelopes) {
-    return compare_legs_against(legs, spec, "", t, model, envelopes);
+                        const std::optional<ErrorModel>& model, const std::vector<SeedEnvelope>& envelopes, int64_t planned_updates) {
+    return compare_legs_against(legs, spec, "", t, model, envelopes, planned_updates);
 }
 
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t, const std::optional<ErrorModel>& model,
-                                const std::vector<SeedEnvelope>& envelopes) {
+                                const std::vector<SeedEnvelope>& envelopes, int64_t planned_updates) {
     Comparison c;
     std::vector<std::pair<std::string, std::string>> faulty;
     std::string model_error;
@@ -77,12 +77,12 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
     for (const auto& l : legs) {
         c.legs.push_back(l.name);
         c.flags.insert(c.flags.end(), l.flags.begin(), l.flags.end());
-        c.grads.push_back(grad_stats(l, spec.clip));
+        c.grads.push_back(grad_stats(l, l.clip.value_or(spec.clip)));  // each leg against its own run's clip
         c.timing.push_back(timing_row(l));
         faulty.emplace_back(l.name, l.faults);
     }
     c.fault_banner = fault_banner(faulty);
-    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key};
+    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates};
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
         const LegData& b = legs[j];
@@ -92,10 +92,14 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         L1Entry l1 = compare_l1(a, b, t);
         if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
         if (!l1.pass && l1.na.empty()) {
+            // the level, the update (0: before training) and the ratio (docs/thresholds.md "The verdict")
             std::ostringstream w;
             w.precision(3);
-            w << "L1 " << a.name << "~" << b.name << ": relative difference "
-              << (l1.ce_a && l1.ce_b ? std::to_string(l1.rel_diff) : std::string("n/a (missing)")) << " > " << t.l1_rel;
+            w << "L1 " << a.name << "~" << b.name << ": initial held-out CE (update 0) ";
+            if (l1.ce_a && l1.ce_b && std::isfinite(*l1.ce_a) && std::isfinite(*l1.ce_b))
+                w << "differs by " << l1.rel_diff << " relative, " << l1.rel_diff / t.l1_rel << "x the threshold " << t.l1_rel;
+            else
+                w << "missing or not finite in " << (l1.ce_a && std::isfinite(*l1.ce_a) ? b.name : a.name);
             c.failures.push_back(w.str());
         }
         c.l1.push_back(l1);
@@ -105,13 +109,16 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
             l2.mismatches.clear();
         }
         if (!l2.pass && l2.na.empty())
-            c.failures.push_back("L2 " + a.name + "~" + b.name + ": " + std::to_string(l2.mismatches.size()) +
-                                 " tensor(s) differ" + (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
+            c.failures.push_back("L2 " + a.name + "~" + b.name + ": parameters as loaded (update 0): " +
+                                 std::to_string(l2.mismatches.size()) + " of " + std::to_string(l2.compared) + " tensor(s) differ" +
+                                 (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
         c.l2.push_back(l2);
         L3Entry l3 = compare_l3(a, b);
         if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
         if (!l3.pass && l3.na.empty())
-            c.failures.push_back("L3 " + a.name + "~" + b.name + ": " + (l3.first_id.empty() ? l3.detail : "record " + l3.first_id + ": " + l3.detail));
+            c.failures.push_back("L3 " + a.name + "~" + b.name + ": token records (update 0): " +
+                                 std::to_string(l3.compared - l3.identical) + " of " + std::to_string(l3.compared) + " differ, " +
+                                 (l3.first_id.empty() ? l3.detail : "first record " + l3.first_id + ": " + l3.detail));
         c.l3.push_back(l3);
 
         const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
@@ -122,7 +129,7 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
 }
 
 // A pair with an imported leg (TensorBoard, CSV) has no L1-L3 and no paired distance: only a seed
-// envelope can judge it. Unjudged, it is reported per pair (not comparable) and named on the run's
+// envelope can judge it. Unjudged, it is reported per pair (not judged) and named on the run's
 // verdict line, but it does not decide the verdict of the run's own legs (docs/thresholds.md
 // "Imported legs"): importing a run must not turn an agreeing run into a failure, and nothing about
 // the imported leg is ever called equivalent.
@@ -142,13 +149,24 @@ bool Comparison::passed() const {
     return true;
 }
 
+std::vector<const L4Entry*> Comparison::different_without_localisation() const {
+    std::vector<const L4Entry*> out;
+    for (const auto& e : l4) {
+        if (e.verdict != PairVerdict::Different || e.first_different_update < 0) continue;
+        bool localised = false;
+        for (const auto& l : localisations) localised = localised || (l.leg_a == e.leg_a && l.leg_b == e.leg_b);
+        if (!localised) out.push_back(&e);
+    }
+    return out;
+}
+
 std::string Comparison::verdict() const {
     auto first_of = [](const std::vector<std::string>& v) {
         return v.front() + (v.size() > 1 ? " (+" + std::to_string(v.size() - 1) + " more)" : "");
     };
     if (!completeness_judged) return "incomplete: completeness not judged";
     if (!incomplete.empty()) return "incomplete: " + first_of(incomplete);
-    if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::NotComparable)) + ": " + first_of(failures);
+    if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::Different)) + ": " + first_of(failures);
     if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
     if (l4.empty()) return "incomplete: no pair of legs compared";
     const auto unjudged = unjudged_imported();
@@ -158,15 +176,16 @@ std::string Comparison::verdict() const {
                      (unjudged.size() > 1 ? " (+" + std::to_string(unjudged.size() - 1) + " more)" : "") +
                      ": an imported leg, no paired distance and no seed envelope";
     if (unjudged.size() == l4.size()) return "complete; no pair of the run's own legs to cross-check" + not_judged;
-    // The worst pair speaks for the run: not comparable, then outside, then within, then equivalent.
+    // The worst pair speaks for the run: different, outside, not judged, within, equivalent.
     auto severity = [](PairVerdict v) {
         switch (v) {
-            case PairVerdict::NotComparable: return 3;
-            case PairVerdict::OutsideEnvelope: return 2;
+            case PairVerdict::Different: return 4;
+            case PairVerdict::OutsideEnvelope: return 3;
+            case PairVerdict::NotJudged: return 2;
             case PairVerdict::WithinEnvelope: return 1;
             case PairVerdict::Equivalent: return 0;
         }
-        return 3;
+        return 4;
     };
     const L4Entry* worst = nullptr;
     for (const auto& e : l4)
@@ -175,6 +194,31 @@ std::string Comparison::verdict() const {
     for (const auto& e : l4) others += counts_for_run(e) && &e != worst && severity(e.verdict) == severity(worst->verdict);
     return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
            (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "") + not_judged;
+}
+
+bool verdict_line_passes(const std::string& v) {
+    for (const char* word : {"equivalent:", "within the seed envelope:", "complete; one leg"})
+        if (v.rfind(word, 0) == 0) return true;
+    return false;
+}
+
+Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Judging& j) {
+    Comparison c = compare_legs_against(legs, spec, j.against, j.thresholds, j.model, j.envelopes, j.expected.updates);
+    judge_completeness(c, legs, j.expected);
+    if (j.fingerprints) add_localisations(c, j.fingerprints);
+    return c;
+}
+
+void add_localisations(Comparison& c, const std::function<std::vector<FingerprintRow>(const std::string& leg)>& fingerprints) {
+    c.localisations.clear();
+    for (auto& e : c.l4) {
+        if (e.pass) continue;
+        const auto a = fingerprints(e.leg_a);
+        const auto b = fingerprints(e.leg_b);
+        if (a.empty() || b.empty()) continue;
+        c.localisations.push_back(localise(a, b, e.leg_a, e.leg_b));
+        e.verdict_reason += "; localised: " + c.localisations.back().summary();
+    }
 }
 
 std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval) {

@@ -127,6 +127,29 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
                                    {"members_std_ce", v.members_std}, {"t", v.t}, {"df", v.df}, {"p", v.p},
                                    {"alpha", v.alpha}, {"within", int64_t{v.within()}}});
         }
+        // The per-update series (docs/thresholds.md "Per-update series"): paired against their own
+        // bounds (numerics_loss, numerics_grad_norm) or the envelope (envelope_loss, envelope_grad_norm).
+        for (const auto& [name, d] : {std::pair<const char*, const PairedDistance*>{"numerics_loss", &e.loss_numerics},
+                                      {"numerics_grad_norm", &e.grad_numerics}})
+            if (d->applies)
+                writer.write_distance(e.leg_a, e.leg_b, name, d->points,
+                                      {{"max_ratio", d->max_ratio}, {"max_ratio_update", d->max_ratio_update},
+                                       {"first_beyond_update", d->first_beyond_update}, {"within", int64_t{d->within()}}});
+        for (const auto& [name, d] : {std::pair<const char*, const EnvelopeDistance*>{"envelope_loss", &e.loss_envelope},
+                                      {"envelope_grad_norm", &e.grad_envelope}})
+            if (d->available) {
+                std::string outside;
+                for (int64_t u : d->outside_band) outside += (outside.empty() ? "" : ",") + std::to_string(u);
+                writer.write_distance(e.leg_a, e.leg_b, name, d->points,
+                                      {{"stack", d->stack}, {"leg", d->leg}, {"members", d->members}, {"max_abs_z", d->max_abs_z},
+                                       {"outside_band", outside}, {"t", d->t}, {"df", d->df}, {"p", d->p},
+                                       {"alpha", d->alpha}, {"within", int64_t{d->within()}}});
+            }
+        std::string lr_off;
+        for (const auto& s : e.schedule)
+            if (s.off()) lr_off += (lr_off.empty() ? "" : "; ") + s.describe();
+        writer.set_distance_attributes(e.leg_a, e.leg_b, {{"first_different_update", e.first_different_update},
+                                                          {"lr_off_schedule", lr_off}});
     }
 }
 

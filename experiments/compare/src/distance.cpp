@@ -1,4 +1,4 @@
-// The paired numerics distance (error-model bound), the envelope distance (z-scores, band, one-sided
+// The paired numerics distance (error-model bound), the envelope distance (z-scores, band, two-sided
 // test) and the verdict names (docs/thresholds.md).
 #include "tandem/compare/distance.h"
 
@@ -80,6 +80,10 @@ PairedDistance paired_distance(const std::vector<PairedPoint>& evals, const Erro
             d.max_ratio = p.distance;
             d.max_ratio_update = p.update;
         }
+        if (d.first_beyond_update < 0 && !(std::isfinite(p.distance) && p.distance <= 1.0)) {
+            d.first_beyond_update = p.update;
+            d.first_beyond_ratio = p.distance;
+        }
         d.points.push_back(p);
     }
     return d;
@@ -139,6 +143,21 @@ std::vector<double> finite_only(const std::vector<double>& v) {
     return out;
 }
 
+// "held-out CE", "training loss", "pre-clip grad norm": a series as the reasons name it.
+std::string series_label(const std::string& series) {
+    if (series == "heldout_ce") return "held-out CE";
+    if (series == "loss") return "training loss";
+    if (series == "grad_norm") return "pre-clip grad norm";
+    return series;
+}
+
+std::string g3(double x) {
+    if (!std::isfinite(x)) return "n/a";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", x);
+    return b;
+}
+
 double sample_std(const std::vector<double>& v) {
     if (v.size() < 2) return 0;
     const double m = mean(v);
@@ -175,25 +194,41 @@ std::vector<DistancePoint> envelope_z_points(const std::vector<EvalRow>& evals, 
     return out;
 }
 
+bool prediction_test(EnvelopeDistance& d, double value, const std::vector<double>& all) {
+    const std::vector<double> sample = finite_only(all);
+    if (sample.size() < 2) {
+        d.why_unavailable = "the " + d.stack + " seed envelope has " + std::to_string(sample.size()) +
+                            " member(s) with a mean " + series_label(d.series) + "; the test needs at least 2";
+        return false;
+    }
+    d.members_mean = mean(sample);
+    d.members_std = sample_std(sample);
+    if (!(d.members_std > 0)) {
+        d.why_unavailable = "the " + d.stack + " seed envelope has zero spread in " + series_label(d.series) + " (its " +
+                            std::to_string(sample.size()) + " members are identical: no seed varied?)";
+        return false;
+    }
+    const double n = static_cast<double>(sample.size());
+    d.leg_mean = value;
+    d.df = static_cast<int64_t>(sample.size()) - 1;
+    d.t = (value - d.members_mean) / (d.members_std * std::sqrt(1.0 + 1.0 / n));
+    // two-sided; no finite mean: rejected
+    d.p = std::isfinite(value) ? std::min(1.0, 2.0 * student_t_sf(std::fabs(d.t), static_cast<double>(d.df))) : 0.0;
+    return true;
+}
+
+std::string EnvelopeDistance::effect() const {
+    if (!available) return why_unavailable;
+    return "|z| " + g3(max_abs_z) + ", p " + g3(p);
+}
+
 EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<EvalRow>& evals, const SeedEnvelope& env,
                                    const ErrorModel& model) {
     EnvelopeDistance d;
     d.stack = env.implementation;
     d.leg = leg;
     d.members = env.members;
-    const std::vector<double> sample = finite_only(env.member_mean_ce);
-    if (sample.size() < 2) {
-        d.why_unavailable = "the " + env.implementation + " seed envelope has " + std::to_string(sample.size()) +
-                            " member(s); the test needs at least 2";
-        return d;
-    }
-    d.members_mean = mean(sample);
-    d.members_std = sample_std(sample);
-    if (!(d.members_std > 0)) {
-        d.why_unavailable = "the " + env.implementation + " seed envelope has zero spread (its " + std::to_string(sample.size()) +
-                            " members are identical: no seed varied?)";
-        return d;
-    }
+    if (!prediction_test(d, mean_heldout_after_start(evals), env.member_mean_ce)) return d;
     d.available = true;
     for (const EvalRow& e : evals) {
         const EnvelopePoint* p = env.at("heldout_ce", e.update);
@@ -207,22 +242,57 @@ EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<Eva
             d.max_abs_z = std::fabs(q.distance);
             d.max_abs_z_update = q.update;
         }
-    d.leg_mean = mean_heldout_after_start(evals);
-    const double n = static_cast<double>(sample.size());
-    d.df = static_cast<int64_t>(sample.size()) - 1;
-    d.t = (d.leg_mean - d.members_mean) / (d.members_std * std::sqrt(1.0 + 1.0 / n));
-    d.p = std::isfinite(d.leg_mean) ? student_t_sf(d.t, static_cast<double>(d.df)) : 0.0;  // no finite mean: rejected
+    return d;
+}
+
+EnvelopeDistance envelope_series_distance(const std::string& leg, const std::vector<StepRow>& steps, const std::string& series,
+                                          const SeedEnvelope& env, const ErrorModel& model) {
+    EnvelopeDistance d;
+    d.series = series;
+    d.stack = env.implementation;
+    d.leg = leg;
+    d.members = env.members;
+    auto value_of = [&](const StepRow& s) { return series == "loss" ? s.loss : s.grad_norm; };
+    if (!prediction_test(d, mean_step_series(steps, series), env.member_means(series))) return d;
+    d.available = true;
+    for (const StepRow& s : steps) {
+        const EnvelopePoint* p = env.at(series, s.update);
+        if (!p || p->n < 2) continue;
+        const double x = value_of(s);
+        const Band band = envelope_band(*p, kEnvelopeBandSigma, model.bound(s.update));
+        if (!std::isfinite(x) || x < band.low || x > band.high) d.outside_band.push_back(s.update);
+        if (!(p->std > model.bound(s.update) * std::fabs(p->mean))) continue;  // no spread above rounding: no z
+        DistancePoint q;
+        q.update = s.update;
+        q.value = x;
+        q.reference = p->mean;
+        q.difference = x - p->mean;
+        q.scale = p->std;
+        q.distance = q.difference / q.scale;
+        if (std::isfinite(q.distance) && (d.max_abs_z_update < 0 || std::fabs(q.distance) > d.max_abs_z)) {
+            d.max_abs_z = std::fabs(q.distance);
+            d.max_abs_z_update = q.update;
+        }
+        d.points.push_back(q);
+    }
     return d;
 }
 
 const char* pair_verdict_name(PairVerdict v) {
     switch (v) {
         case PairVerdict::Equivalent: return "equivalent";
-        case PairVerdict::WithinEnvelope: return "numerically different but within the seed envelope";
-        case PairVerdict::OutsideEnvelope: return "outside the envelope";
-        case PairVerdict::NotComparable: return "not comparable";
+        case PairVerdict::Different: return "different";
+        case PairVerdict::WithinEnvelope: return "within the seed envelope";
+        case PairVerdict::OutsideEnvelope: return "outside the seed envelope";
+        case PairVerdict::NotJudged: return "not judged";
     }
-    return "not comparable";
+    return "not judged";
+}
+
+const std::vector<std::string>& verdict_words() {
+    static const std::vector<std::string> w = {"equivalent", "different", "within the seed envelope", "outside the seed envelope",
+                                               "not judged", "incomplete"};
+    return w;
 }
 
 bool verdict_passes(PairVerdict v) { return v == PairVerdict::Equivalent || v == PairVerdict::WithinEnvelope; }

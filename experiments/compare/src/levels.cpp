@@ -146,50 +146,176 @@ std::string g3(double x) {
     return b;
 }
 
-// The pair's verdict from its levels and its two distances (docs/thresholds.md "The verdict").
+// One reason a pair is `different` or outside the seed envelope: the update it starts at and its words.
+struct Finding {
+    int64_t update;
+    std::string text;
+};
+
+std::string joined_by_update(std::vector<Finding> f) {
+    std::stable_sort(f.begin(), f.end(), [](const Finding& a, const Finding& b) { return a.update < b.update; });
+    std::string o;
+    for (const auto& x : f) o += (o.empty() ? "" : "; ") + x.text;
+    return o;
+}
+
+// "held-out CE 45.9x the float32 error-model bound at update 10" (the first point beyond the bound),
+// "(largest 46.1x at update 20)" when that is another point.
+std::string beyond_text(const std::string& series, const PairedDistance& d, const char* bound_name) {
+    std::string o = series + " " + g3(d.first_beyond_ratio) + "x " + bound_name + " at update " + std::to_string(d.first_beyond_update);
+    if (d.max_ratio_update != d.first_beyond_update)
+        o += " (largest " + g3(d.max_ratio) + "x at update " + std::to_string(d.max_ratio_update) + ")";
+    return o;
+}
+
+// Why an envelope distance puts the leg outside: the test and the first band exit, naming the series.
+std::string outside_text(const std::string& series, const EnvelopeDistance& e) {
+    std::string o = series + ":";
+    if (e.test_rejects())
+        o += " mean " + g3(e.leg_mean) + " vs the members' " + g3(e.members_mean) + " (t " + g3(e.t) + ", two-sided p " + g3(e.p) +
+             " < " + g3(e.alpha) + ")";
+    if (!e.outside_band.empty())
+        o += std::string(e.test_rejects() ? ";" : "") + " outside the band at update " + std::to_string(e.outside_band.front()) +
+             (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "");
+    return o;
+}
+
+int64_t first_outside(const EnvelopeDistance& e) {
+    // the band's first exit, else (the test speaks for the whole series) the series' first update
+    if (!e.outside_band.empty()) return e.outside_band.front();
+    return e.points.empty() ? 0 : e.points.front().update;
+}
+
+// The pair's verdict from its levels, its distances and its per-update series (docs/thresholds.md
+// "The verdict"). A paired pair is judged by the bounds alone: beyond any of them it is `different`,
+// whatever an envelope says (the envelope only sizes the effect); an unpaired pair by its envelope.
 void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, const std::string& envelope_hint) {
     const std::string pair = l4.leg_a + "~" + l4.leg_b + ": ";
     if (!level_failures.empty()) {
-        l4.verdict = PairVerdict::NotComparable;
+        l4.verdict = PairVerdict::Different;
         l4.verdict_reason = level_failures.front();
+        l4.first_different_update = 0;
         return;
     }
     const PairedDistance& n = l4.numerics;
-    if (n.applies && n.within()) {
+    const EnvelopeDistance& e = l4.envelope;
+    std::vector<Finding> different;  // what makes the pair `different` (paired bounds, the lr)
+    for (const auto& c : l4.schedule)
+        if (c.off()) different.push_back({c.first_off_update, "L4 " + c.describe()});
+    std::string pinned;
+    for (const auto& x : l4.pinned) pinned += "; " + x;
+    if (n.applies) {
+        if (!n.points.empty() && !n.within())
+            different.push_back({n.first_beyond_update, "L4 " + beyond_text("held-out CE", n, "the float32 error-model bound")});
+        if (l4.loss_numerics.applies && !l4.loss_numerics.points.empty() && !l4.loss_numerics.within())
+            different.push_back({l4.loss_numerics.first_beyond_update, "L4 " + beyond_text("training loss", l4.loss_numerics, "its float32 bound")});
+        if (l4.grad_numerics.applies && !l4.grad_numerics.points.empty() && !l4.grad_numerics.within())
+            different.push_back({l4.grad_numerics.first_beyond_update,
+                                 "L4 " + beyond_text("pre-clip grad norm", l4.grad_numerics, "its float32 bound") + pinned});
+    }
+    if (!different.empty()) {
+        l4.verdict = PairVerdict::Different;
+        l4.first_different_update = std::min_element(different.begin(), different.end(), [](const Finding& a, const Finding& b) {
+                                        return a.update < b.update;
+                                    })->update;
+        std::string effect;
+        if (e.available)  // the envelope sizes the effect; it never turns a detected difference into a pass
+            effect = std::string("; effect ") + (e.within() ? "within" : "beyond") + " seed noise: " + e.effect() + " (the " +
+                     e.stack + " seed envelope, " + std::to_string(e.members) + " runs" +
+                     (e.outside_band.empty() ? "" : "; outside its band at update " + std::to_string(e.outside_band.front())) + ")";
+        else if (n.applies)
+            effect = "; effect size: no seed envelope (" + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable) + ")";
+        l4.verdict_reason = pair + joined_by_update(different) + effect;
+        return;
+    }
+    if (n.applies) {
+        if (n.points.empty()) {
+            l4.verdict = PairVerdict::NotJudged;
+            l4.verdict_reason = pair + "no paired evaluation";
+            return;
+        }
         l4.verdict = PairVerdict::Equivalent;
+        std::string series;
+        if (l4.loss_numerics.applies && !l4.loss_numerics.points.empty())
+            series = "; lr on the schedule, training loss and pre-clip grad norm within their bounds at all " +
+                     std::to_string(l4.loss_numerics.points.size()) + " updates (largest " + g3(l4.loss_numerics.max_ratio) +
+                     " and " + g3(l4.grad_numerics.max_ratio) + " of them)";
         l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
                             " paired evaluations (largest " + g3(n.max_ratio) + " of the bound, update " +
-                            std::to_string(n.max_ratio_update) + ")";
+                            std::to_string(n.max_ratio_update) + ")" + series;
         return;
     }
-    std::string numerics;
-    if (!n.applies) numerics = "not paired (native dropout masks or plan)";
-    else if (n.points.empty()) numerics = "no paired evaluation";
-    else numerics = "held-out CE " + g3(n.max_ratio) + "x the float32 error-model bound at update " + std::to_string(n.max_ratio_update);
-    const EnvelopeDistance& e = l4.envelope;
+    const std::string unpaired = l4.imported ? "an imported leg (no paired distance)"
+                                 : l4.note.rfind("the runs' seeds differ", 0) == 0 ? "not paired (the runs' seeds differ)"
+                                                                                   : "not paired (native dropout masks or plan)";
     if (!e.available) {
-        l4.verdict = PairVerdict::NotComparable;
-        l4.verdict_reason = pair + numerics + ", and " + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable);
+        l4.verdict = PairVerdict::NotJudged;
+        l4.verdict_reason = pair + unpaired + ", and " + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable);
         return;
     }
+    std::vector<Finding> outside;
+    if (!e.within()) outside.push_back({first_outside(e), outside_text("held-out CE", e)});
+    for (const auto* s : {&l4.loss_envelope, &l4.grad_envelope})
+        if (s->available && !s->within())
+            outside.push_back({first_outside(*s), outside_text(s->series == "loss" ? "training loss" : "pre-clip grad norm", *s) +
+                                                      (s->series == "grad_norm" ? pinned : "")});
     const std::string seeds = "the " + e.stack + " seed envelope (" + std::to_string(e.members) + " runs";
-    if (e.within()) {
+    if (outside.empty()) {
         l4.verdict = PairVerdict::WithinEnvelope;
-        l4.verdict_reason = pair + numerics + "; " + e.leg + " within " + seeds + ": largest |z| " + g3(e.max_abs_z) +
-                            ", one-sided p " + g3(e.p) + ")";
-    } else {
-        l4.verdict = PairVerdict::OutsideEnvelope;
-        std::string why;
-        if (e.test_rejects())
-            why = "mean held-out CE " + g3(e.leg_mean) + " above the members' " + g3(e.members_mean) + " (t " + g3(e.t) +
-                  ", one-sided p " + g3(e.p) + " < " + g3(e.alpha) + ")";
-        if (!e.outside_band.empty())
-            why += (why.empty() ? "" : "; ") + std::string("outside the band at update ") + std::to_string(e.outside_band.front()) +
-                   (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "");
-        l4.verdict_reason = pair + e.leg + " outside " + seeds + "): " + why;
+        std::string series;
+        for (const auto* s : {&l4.loss_envelope, &l4.grad_envelope})
+            if (s->available)
+                series += std::string("; ") + (s->series == "loss" ? "training loss" : "pre-clip grad norm") + " " + s->effect();
+        l4.verdict_reason = pair + unpaired + "; " + e.leg + " within " + seeds + ": held-out CE " + e.effect() + series + ")" +
+                            (l4.series_note.empty() ? "" : "; " + l4.series_note);
+        return;
     }
+    l4.verdict = PairVerdict::OutsideEnvelope;
+    l4.verdict_reason = pair + e.leg + " outside " + seeds + "): " + joined_by_update(outside);
 }
 
+// The per-update series of the pair (judge/series.h): the lr of each leg against the schedule; with a
+// shared plan the training loss and pre-clip grad norm, paired against their bounds, else against
+// the envelope (when it kept the plan: members on other plans ran other batches).
+void judge_series(L4Entry& l4, const LegData& a, const LegData& b, const L4Context& ctx, const SeedEnvelope* env,
+                  const LegData& judged, bool ref_first) {
+    if (l4.imported) {
+        l4.series_note = "an imported leg: lr, training loss and grad norm are shown, not judged";
+        return;
+    }
+    for (const LegData* l : {&a, &b}) {
+        l4.schedule.push_back(schedule_check(l->name, l->trace.steps, ctx.spec, ctx.planned_updates));
+        const std::string pinned = pinned_at_clip(l->name, l->trace.steps, l->clip.value_or(ctx.spec.clip));
+        if (!pinned.empty()) l4.pinned.push_back(pinned);
+    }
+    const bool shared_plan = ctx.spec.leg_setting(a.name, "plan") == "shared" && ctx.spec.leg_setting(b.name, "plan") == "shared";
+    if (!shared_plan) {
+        l4.series_note = "a native plan: training loss and grad norm ran other batches, shown, not judged per update";
+        return;
+    }
+    if (l4.gated) {
+        ErrorModel loss_model = ctx.error_model, grad_model = ctx.error_model;
+        loss_model.k = ctx.thresholds.loss_k;
+        grad_model.k = ctx.thresholds.grad_norm_k;
+        l4.loss_numerics = paired_distance(l4.loss_points, loss_model, ref_first);
+        l4.grad_numerics = paired_distance(l4.grad_points, grad_model, ref_first);
+        return;
+    }
+    if (!env) return;
+    if (env->varies("plan") || env->varies("split")) {
+        l4.series_note = "the " + env->implementation + " seed envelope varies the plan: its members ran other batches, so training "
+                         "loss and grad norm are not judged per update (`tandem envelope --vary dropout` keeps the plan)";
+        return;
+    }
+    ErrorModel loss_model = ctx.error_model, grad_model = ctx.error_model;
+    loss_model.k = ctx.thresholds.loss_k;
+    grad_model.k = ctx.thresholds.grad_norm_k;
+    l4.loss_envelope = envelope_series_distance(judged.name, judged.trace.steps, "loss", *env, loss_model);
+    l4.grad_envelope = envelope_series_distance(judged.name, judged.trace.steps, "grad_norm", *env, grad_model);
+    if (!l4.loss_envelope.available)
+        l4.series_note = "training loss and grad norm not judged per update: " + l4.loss_envelope.why_unavailable +
+                         " (an envelope built before they were kept: build it again)";
+}
 
 }  // namespace
 
@@ -214,10 +340,12 @@ L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, con
     if (!a.trace.steps.empty()) l4.final_loss_a = a.trace.steps.back().loss;
     if (!b.trace.steps.empty()) l4.final_loss_b = b.trace.steps.back().loss;
     l4.imported = imported;
-    l4.gated = !imported && legs_are_paired(ctx.spec, a.name, b.name) && ctx.model_error.empty();
+    const bool same_seeds = a.seeds == b.seeds;  // legs of one run; of two runs (tandem compare): their seeds
+    l4.gated = !imported && same_seeds && legs_are_paired(ctx.spec, a.name, b.name) && ctx.model_error.empty();
     if (l4.gated) l4.numerics = paired_distance(l4.eval_points, ctx.error_model, ref_first);
     else if (imported) l4.note = "an imported leg: the paired numerics distance does not apply (judged by a seed envelope when one exists)";
     else if (!ctx.model_error.empty()) l4.note = "no error model: " + ctx.model_error;
+    else if (!same_seeds) l4.note = "the runs' seeds differ: the paired numerics distance does not apply";
     else l4.note = "native dropout masks or plan: the paired numerics distance does not apply";
     // The envelope that judges the pair: the reference stack's, else the reference side's, else the leg's.
     // The leg judged is the imported one when one is (the envelope must speak about it, not
@@ -227,14 +355,16 @@ L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, con
     const LegData& reference_side = a_judged ? b : a;
     const SeedEnvelope* env = pick_envelope(ctx.envelopes, reference_side.implementation);
     if (!env) env = pick_envelope(ctx.envelopes, judged.implementation);
+    judge_series(l4, a, b, ctx, env, judged, ref_first);
     if (env) {
         l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, ctx.error_model);
-        l4.envelope.alpha = ctx.thresholds.envelope_alpha;
+        // Bonferroni over the series this pair is tested on (Thresholds::envelope_alpha)
+        const int tests = 1 + l4.loss_envelope.available + l4.grad_envelope.available;
+        for (auto* d : {&l4.envelope, &l4.loss_envelope, &l4.grad_envelope}) d->alpha = ctx.thresholds.envelope_alpha / tests;
     }
     judge_pair(l4, level_failures,
-               "no seed envelope of this experiment (key " + ctx.key.substr(0, 12) + ") for " + reference_side.implementation +
-                   " or " + judged.implementation + ": build one with `tandem envelope EXPERIMENT --legs " +
-                   reference_side.implementation + "`");
+               "no seed envelope of this experiment (key " + ctx.key.substr(0, 12) + "): build one with `tandem envelope EXPERIMENT" +
+                   " --legs reference` (it varies what " + l4.leg_a + " and " + l4.leg_b + " do not share)");
     l4.pass = verdict_passes(l4.verdict);
     return l4;
 }

@@ -2,6 +2,7 @@
 #include "tandem/compare/report.h"
 
 #include "tandem/error.h"
+#include "tandem/join.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/strict_json.h"
@@ -11,6 +12,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 namespace tandem::experiments {
@@ -83,31 +85,53 @@ std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
             return cells;
         };
         tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
-        int caught = 0, as_expected = 0, no_effect = 0;
+        int caught = 0, as_expected = 0, not_counted = 0, not_caught = 0;
+        std::vector<std::string> skipped;  // "1 not applicable", "1 had no effect", "1 leg failed"
+        std::map<std::string, int> outcomes;
         for (const auto& r : m.rows) {
-            tb.rows.push_back(row_of(r, r.no_effect.empty() ? r.fault : r.fault + " (no effect)"));
-            caught += r.caught();
-            if (!r.no_effect.empty()) {
-                ++no_effect;
+            const std::string outcome = r.outcome();
+            ++outcomes[outcome];
+            // every row says what it is; a caught one is the plain name
+            tb.rows.push_back(row_of(r, outcome == "caught" ? r.fault : r.fault + " (" + outcome + ")"));
+            if (outcome == "not applicable") {
+                tb.notes.push_back(r.fault + ": not applicable to this experiment, no leg ran it: " + r.not_applicable);
+                continue;
+            }
+            if (outcome == "leg failed") {
+                tb.notes.push_back(r.fault + ": leg " + r.leg + " " + r.status + ": nothing it recorded counts as caught");
+                continue;
+            }
+            if (outcome == "no effect") {
                 tb.notes.push_back(r.fault + ": no effect on this experiment, nothing to catch: " + r.no_effect);
                 continue;
             }
+            caught += r.caught();
+            not_caught += !r.caught();
             bool all = true;
             for (const auto& e : r.expected) all = all && r.fired(e);
             as_expected += all;
-            if (!all) tb.notes.push_back(r.fault + ": expected " + words(r.expected) + ", caught by " + words(r.caught_by()));
-            if (r.status != "finished") tb.notes.push_back(r.fault + ": leg " + r.leg + " " + r.status);
+            if (!r.caught())
+                tb.notes.push_back(r.fault + ": not caught: expected " + words(r.expected) + ", nothing fired" +
+                                   (r.category == "runtime" ? " (a runtime fault changes no number: only its expected signal counts)" : ""));
+            else if (!all)
+                tb.notes.push_back(r.fault + ": expected " + words(r.expected) + ", caught by " + words(r.caught_by()));
         }
-        const int with_effect = static_cast<int>(m.rows.size()) - no_effect;
+        for (const char* o : {"not applicable", "no effect", "leg failed"})
+            if (outcomes[o]) {
+                not_counted += outcomes[o];
+                skipped.push_back(std::to_string(outcomes[o]) + " " + (std::string(o) == "no effect" ? "had no effect" : o));
+            }
+        const int counted = static_cast<int>(m.rows.size()) - not_counted;
         tb.notes.insert(tb.notes.begin(),
-                        std::to_string(caught) + " of " + std::to_string(with_effect) + " faults caught by at least one level; " +
-                            std::to_string(as_expected) + " caught by every level docs/faults.md expects" +
-                            (no_effect ? "; " + std::to_string(no_effect) + " had no effect on this experiment (not counted)" : ""));
+                        std::to_string(caught) + " of " + std::to_string(counted) + " faults caught by at least one level (" +
+                            std::to_string(not_caught) + " not caught); " + std::to_string(as_expected) +
+                            " caught by every level docs/faults.md expects" +
+                            (skipped.empty() ? "" : "; not counted: " + join(skipped, ", ")));
         tb.notes.push_back("every faulty engine leg is compared with the reference leg '" + m.reference_leg +
                            "' only; a cell is the first update at which the level fired (L1-L3: 0, judged before training; "
-                           "L4: the first paired evaluation whose held-out CE differs from the reference's by more than the float32 "
-                           "error-model bound; gate: the first update flagged by the leg's own anomaly flags), "
-                           "- = did not fire");
+                           "L4: the first update at which the pair is different: held-out CE, training loss or pre-clip grad norm "
+                           "beyond its float32 bound, or the lr off the spec's schedule; gate: the first update flagged by the "
+                           "leg's own anomaly flags), - = did not fire");
         out.push_back(tb);
     }
     {
@@ -209,7 +233,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     {
         Table tb{"distances", "Two distances: paired numerics (error-model bound) and seed envelope",
                  {"legs", "paired", "largest rel diff (update)", "bound there", "ratio", "envelope", "largest |z| (update)",
-                  "one-sided t (df)", "p", "band exits", "verdict"},
+                  "two-sided t (df)", "p", "band exits", "verdict"},
                  {}, {}};
         for (const auto& e : c.l4) {
             const PairedDistance& n = e.numerics;
@@ -237,8 +261,46 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
                            c.error_model.describe());
         tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band [min - 2 std, max + 2 std] "
-                           "widened by the bound; one-sided prediction t-test of the leg's mean held-out CE after update 0 against the "
-                           "members' (alpha " + fmt(t.envelope_alpha, "%.2g") + ")");
+                           "widened by the bound; two-sided prediction t-test of the leg's mean held-out CE after update 0 against the "
+                           "members' (alpha " + fmt(t.envelope_alpha, "%.2g") + " over the series tested, Bonferroni)");
+        out.push_back(tb);
+    }
+    {
+        Table tb{"series", "Per-update series: lr against the schedule, training loss and pre-clip grad norm",
+                 {"legs", "lr off the schedule", "training loss", "pre-clip grad norm", "judged by"}, {}, {}};
+        auto paired_cell = [](const PairedDistance& d) {
+            if (!d.applies || d.points.empty()) return std::string("-");
+            std::string cell = fmt(d.max_ratio, "%.3g") + "x bound (" + std::to_string(d.max_ratio_update) + ")";
+            if (d.first_beyond_update >= 0) cell += ", beyond from " + std::to_string(d.first_beyond_update);
+            return cell;
+        };
+        auto envelope_cell = [](const EnvelopeDistance& d) {
+            if (!d.available) return std::string("-");
+            return "|z| " + fmt(d.max_abs_z, "%.3g") + ", p " + fmt(d.p, "%.3g") + ", " + std::to_string(d.outside_band.size()) +
+                   " band exit(s)";
+        };
+        for (const auto& e : c.l4) {
+            std::string lr;
+            for (const auto& x : e.schedule)
+                if (x.off()) lr += (lr.empty() ? "" : "; ") + x.leg + " at " + std::to_string(x.first_off_update);
+            if (lr.empty()) lr = e.schedule.empty() ? "-" : e.schedule.front().not_checked.empty() ? "none" : "not checked";
+            const bool paired = e.loss_numerics.applies;
+            const bool envelope = e.loss_envelope.available;
+            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, lr,
+                               paired ? paired_cell(e.loss_numerics) : envelope_cell(e.loss_envelope),
+                               paired ? paired_cell(e.grad_numerics) : envelope_cell(e.grad_envelope),
+                               paired ? "float32 bounds" : envelope ? "seed envelope" : "-"});
+            for (const auto& x : e.schedule)
+                if (x.off()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + x.describe());
+                else if (!x.not_checked.empty()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": lr of " + x.leg + " not checked: " + x.not_checked);
+            for (const auto& x : e.pinned) tb.notes.push_back(x);
+            if (!e.series_note.empty()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + e.series_note);
+        }
+        tb.notes.push_back("lr: each leg against the spec's schedule to 4 float32 ulp; training loss and pre-clip grad norm of paired legs: "
+                           "|leg - reference| / |reference| per update against k eps32 C^(L+1) sqrt(S) sqrt(1+u) with k " +
+                           fmt(t.loss_k, "%g") + " and " + fmt(t.grad_norm_k, "%g") +
+                           "; of unpaired legs on the shared plan: the envelope's per-update band and a two-sided test of the mean "
+                           "(docs/thresholds.md \"Per-update series\")");
         out.push_back(tb);
     }
     if (!c.flags.empty()) {
@@ -379,10 +441,21 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
 }
 
 Table config_table(const RunsComparison& r) {
-    Table tb{"config", "Experiment settings that differ", {"setting", r.run_id_a, r.run_id_b}, {}, {}};
-    for (const auto& d : r.config) tb.rows.push_back({d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)"});
-    tb.notes.push_back(r.config.empty() ? "the two runs have the same experiment spec"
-                                        : std::to_string(r.config.size()) + " setting(s) differ; L4 is reported, not judged");
+    Table tb{"config", "Experiment settings that differ", {"setting", r.run_id_a, r.run_id_b, "changes numbers"}, {}, {}};
+    size_t numbers = 0, seeds = 0;
+    for (const auto& d : r.config) {
+        const bool changes = setting_changes_numbers(d.key);
+        const bool seed = changes && d.key.rfind("seed", 0) == 0;
+        numbers += changes && !seed;
+        seeds += seed;
+        tb.rows.push_back({d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)", !changes ? "no" : seed ? "yes (a seed)" : "yes"});
+    }
+    if (r.config.empty()) tb.notes.push_back("the two runs have the same experiment spec");
+    else if (numbers)
+        tb.notes.push_back(std::to_string(numbers) + " setting(s) that change numbers differ: L4 is reported, not judged");
+    else
+        tb.notes.push_back(std::to_string(r.config.size()) + " setting(s) differ, none that changes numbers except seeds: judged " +
+                           (seeds ? "unpaired (the seeds differ: by a seed envelope)" : "as one run's legs"));
     return tb;
 }
 
@@ -415,7 +488,17 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     return o.str();
 }
 
-Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog) {
+std::vector<SeedEnvelope> run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec, const fs::path& catalog) {
+    const std::string key = spec.sha256_without_seeds();
+    std::vector<SeedEnvelope> out;
+    for (auto& e : read_envelopes(reader))  // copied in by the runner when the run started
+        if (e.key == key) out.push_back(std::move(e));
+    if (out.empty() && !catalog.empty() && fs::exists(catalog)) out = find_envelopes(Catalog(catalog), key);
+    return out;
+}
+
+Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog,
+                            const std::optional<std::string>& against) {
     fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
     if (!fs::exists(file)) throw Error(file.string() + ": no run file");
     RunFileReader reader(file);
@@ -424,18 +507,18 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     const std::string spec_source = file.string() + " /experiment spec_json";
     ExperimentSpec spec = parse_experiment(parse_json_strict(exp->spec_json, spec_source), spec_source);
     const std::vector<LegData> legs = read_legs(reader);
-    // The envelopes the run file holds (copied in by the runner); else the catalog's, when given.
-    std::vector<SeedEnvelope> envelopes = read_envelopes(reader);
-    if (envelopes.empty() && !catalog.empty() && fs::exists(catalog)) envelopes = find_envelopes(Catalog(catalog), spec.sha256_without_seeds());
     // a faults run compares every leg with its reference only (docs/faults.md), as the runner did
     std::optional<FaultMatrix> matrix;
     if (auto j = reader.fault_matrix()) matrix = fault_matrix_from_json(nlohmann::json::parse(*j));
-    Comparison c = compare_legs_against(legs, spec, matrix ? matrix->reference_leg : std::string(), Thresholds{},
-                                        error_model_or_none(spec, file.parent_path()), envelopes);
+    Judging judging;
+    judging.against = against ? *against : matrix ? matrix->reference_leg : std::string();
+    judging.expected = ExpectedSeries{exp->total_updates, spec.eval_interval};
+    judging.model = error_model_or_none(spec, file.parent_path());
+    judging.envelopes = run_envelopes(reader, spec, catalog);
+    judging.fingerprints = [&reader](const std::string& leg) { return reader.fingerprints(leg); };
+    Comparison c = judge_legs(legs, spec, judging);
     c.fault_matrix = matrix;
-    judge_completeness(c, legs, ExpectedSeries{exp->total_updates, spec.eval_interval});
     c.probes = reader.probes();
-    c.localisations = localise_failed_pairs(c, reader);
     c.observables = compare_pair_observables(c, reader);
     if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
     return c;

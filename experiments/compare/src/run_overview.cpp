@@ -89,15 +89,15 @@ std::string setting_text(const json& spec, const std::string& key) {
 }
 
 VerdictWord verdict_word(const std::string& line) {
-    auto starts = [&](const char* prefix) { return line.rfind(prefix, 0) == 0; };
     if (line.empty()) return {"", VerdictClass::None};
-    if (starts("equivalent")) return {"equivalent", VerdictClass::Pass};
-    if (starts("numerically different but within")) return {"within envelope", VerdictClass::Pass};
-    if (starts("outside the envelope")) return {"outside envelope", VerdictClass::Fail};
-    if (starts("not comparable")) return {"not comparable", VerdictClass::Fail};
-    if (starts("incomplete")) return {"incomplete", VerdictClass::Fail};
-    if (starts("complete; one leg")) return {"one leg", VerdictClass::Neutral};
-    if (starts("complete; no pair")) return {"not judged", VerdictClass::Neutral};
+    // The words and what passes come from the verdict itself (verdict_words, verdict_line_passes): the
+    // runs table never keeps its own list. `not judged` is neither a pass nor a detected difference.
+    for (const std::string& word : verdict_words())
+        if (line.rfind(word, 0) == 0) {
+            if (verdict_line_passes(line)) return {word, VerdictClass::Pass};
+            return {word, word == "not judged" ? VerdictClass::Neutral : VerdictClass::Fail};
+        }
+    if (line.rfind("complete; one leg", 0) == 0) return {"one leg", VerdictClass::Neutral};
     // Anything else (a line from a newer runner): its text up to the first colon, judged by nobody.
     return {line.substr(0, line.find(':')), VerdictClass::Neutral};
 }

@@ -590,7 +590,8 @@ private:
             train_s_ += wall;
             emit_or_stop(out_,
                          {{"step", {{"update", u}, {"loss", m.loss}, {"grad_norm", m.grad_norm}, {"lr", m.lr},
-                                    {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens}, {"wall_s", wall}}}},
+                                    {"tokens", m.supervised_tokens}, {"input_tokens", input_tokens}, {"wall_s", wall},
+                                    {"cpu_s", m.cpu_seconds}}}},
                          non_finite_step(opt_.leg, u, m.loss, m.grad_norm));
             if (observed) out_.emit("fingerprints", fingerprints_event(u, fingerprint_rows(recorder_->take_points())));
             const int64_t done = u + 1;

@@ -210,6 +210,7 @@ EventKind apply_event_line(LegTrace& t, std::string_view line) {
             s.lr = num_or_nan(j, "lr");
             s.tokens = integer(j, "tokens", 0);
             s.wall_s = num_or_nan(j, "wall_s");
+            s.cpu_s = num_or_nan(j, "cpu_s");  // optional: the step-time flag falls back to wall_s
             while (!t.steps.empty() && t.steps.back().update >= s.update) {
                 t.steps.pop_back();
                 t.step_input_tokens.pop_back();

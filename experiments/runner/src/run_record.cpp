@@ -40,7 +40,7 @@ std::string utc_stamp() {
 bool same_bits(const StepRow& a, const StepRow& b) {
     auto eq = [](double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; };
     return a.update == b.update && eq(a.loss, b.loss) && eq(a.grad_norm, b.grad_norm) && eq(a.lr, b.lr) &&
-           a.tokens == b.tokens && eq(a.wall_s, b.wall_s);
+           a.tokens == b.tokens && eq(a.wall_s, b.wall_s) && eq(a.cpu_s, b.cpu_s);
 }
 bool same_bits(const EvalRow& a, const EvalRow& b) {
     return a.update == b.update && std::memcmp(&a.heldout_ce, &b.heldout_ce, sizeof(double)) == 0;
@@ -410,17 +410,23 @@ void RunRecorder::update_leg(const LegState& l) { catalog_.upsert_leg(leg_record
 Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected,
                                           const std::string& against) {
     Comparison cmp;
-    std::vector<LegData> legs;
+    size_t legs = 0;
     {
         RunFileReader r(run_file_);
-        legs = read_legs(r);
-        cmp = compare_legs_against(legs, spec, against, Thresholds{}, error_model_or_none(spec, run_file_.parent_path()), envelopes_);
+        legs = r.legs().size();
+        // The one judging path (judge_legs), as `tandem report` judges this run file later: the same
+        // envelopes (copied into run.h5 when the run started), the same pairs, the same localisation.
+        Judging judging;
+        judging.against = against;
+        judging.expected = expected;
+        judging.model = error_model_or_none(spec, run_file_.parent_path());
+        judging.envelopes = envelopes_;
+        judging.fingerprints = [&r](const std::string& leg) { return r.fingerprints(leg); };
+        cmp = judge_legs(read_legs(r), spec, judging);
         cmp.probes = r.probes();
-        cmp.localisations = localise_failed_pairs(cmp, r);  // docs/observables.md: when L4 fails
         cmp.observables = compare_pair_observables(cmp, r);
     }
-    judge_completeness(cmp, legs, expected);
-    if (legs.size() >= 2) {
+    if (legs >= 2) {
         RunFileWriter& w = writer();
         write_comparisons(w, cmp);
         store_localisations(w, cmp.localisations);

@@ -54,7 +54,7 @@ json row_to_json(const FaultRow& r) {
             {"category", r.category},    {"size", opt(r.size)},
             {"expected", r.expected},    {"status", r.status},
             {"first_update", first},     {"flags", r.flags},
-            {"no_effect", r.no_effect},
+            {"no_effect", r.no_effect},  {"not_applicable", r.not_applicable},
             {"end_update", opt(r.end_update)}, {"ce_leg", opt(r.ce_leg)},
             {"ce_reference", opt(r.ce_reference)}, {"ce_diff_abs", opt(r.ce_diff_abs)},
             {"ce_diff_rel", opt(r.ce_diff_rel)},   {"ce_diff_clean_units", opt(r.ce_diff_clean_units)},
@@ -75,6 +75,7 @@ FaultRow row_from_json(const json& j) {
         r.first_update[i] = opt_from<int64_t>(first, fault_matrix_levels()[i].c_str());
     r.flags = j.value("flags", std::vector<std::string>{});
     r.no_effect = j.value("no_effect", std::string());
+    r.not_applicable = j.value("not_applicable", std::string());
     r.end_update = opt_from<int64_t>(j, "end_update");
     r.ce_leg = opt_from<double>(j, "ce_leg");
     r.ce_reference = opt_from<double>(j, "ce_reference");
@@ -91,6 +92,13 @@ FaultRow row_from_json(const json& j) {
 }
 
 }  // namespace
+
+std::string FaultRow::outcome() const {
+    if (!not_applicable.empty()) return "not applicable";
+    if (status != "finished") return "leg failed";
+    if (!no_effect.empty()) return "no effect";
+    return caught() ? "caught" : "not caught";
+}
 
 bool FaultRow::fired(const std::string& level) const {
     const size_t i = level_index(level);

@@ -3,6 +3,7 @@
 #include "tandem/spec/faults.h"
 
 #include "tandem/error.h"
+#include "tandem/spec/experiment.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +25,45 @@ std::string number_text(double v) {
     return b;
 }
 
+// ---- not applicable: the settings under which a fault's switch changes nothing or is refused
+bool targets(const ExperimentSpec& s, const char* projection) {
+    return std::find(s.lora_targets.begin(), s.lora_targets.end(), projection) != s.lora_targets.end();
+}
+std::string needs_k_and_v(const ExperimentSpec& s) {
+    if (targets(s, "k_proj") && targets(s, "v_proj")) return "";
+    std::string t;
+    for (const auto& x : s.lora_targets) t += (t.empty() ? "" : ", ") + x;
+    return "needs LoRA on both k_proj and v_proj (lora.targets: " + t + ")";
+}
+std::string needs_rslora(const ExperimentSpec& s) {
+    if (!s.lora_use_rslora) return "the experiment scales by alpha/r already (lora.use_rslora false)";
+    return s.lora_rank == 1 ? "alpha/r equals alpha/sqrt(r) at lora.rank 1" : "";
+}
+std::string needs_rank_above_one(const ExperimentSpec& s) {
+    return s.lora_rank == 1 ? "alpha equals the scaling at lora.rank 1" : "";
+}
+std::string needs_dropout(const ExperimentSpec& s) { return s.lora_dropout > 0 ? "" : "lora.dropout is 0: no mask to draw"; }
+std::string needs_accumulation(const ExperimentSpec& s) {
+    return s.accumulation > 1 ? "" : "one micro-batch per update (batch.accumulation 1): the switch changes nothing";
+}
+std::string needs_dropout_and_accumulation(const ExperimentSpec& s) {
+    const std::string d = needs_dropout(s);
+    return d.empty() ? needs_accumulation(s) : d;
+}
+std::string needs_clip(const ExperimentSpec& s) { return s.clip > 0 ? "" : "clip is 0: the gradient is never clipped"; }
+std::string needs_clip_and_accumulation(const ExperimentSpec& s) {
+    const std::string c = needs_clip(s);
+    return c.empty() ? needs_accumulation(s) : c;
+}
+std::string needs_qwen3_template(const ExperimentSpec& s) {
+    return s.template_name == "qwen3" ? "" : "the experiment's template is " + s.template_name + ", not qwen3";
+}
+
 }  // namespace
+
+std::string fault_not_applicable(const FaultInfo& fault, const ExperimentSpec& spec) {
+    return fault.not_applicable ? fault.not_applicable(spec) : std::string();
+}
 
 const std::vector<FaultInfo>& fault_catalogue() {
     // `expected`: the levels that catch the fault on clinical-tiny (docs/faults.md, measured and
@@ -34,7 +73,8 @@ const std::vector<FaultInfo>& fault_catalogue() {
         // ---- data / template (the engine leg's data path)
         {"template-chatml", "data/template", "the generic ChatML layout instead of the model's Qwen3 template",
          {"L1", "L3", "L4"}, std::nullopt, "1",
-         [](LegFaults& f, double) { f.data.chatml = true; }},
+         [](LegFaults& f, double) { f.data.chatml = true; },
+         needs_qwen3_template},
         {"boundary-early", "data/template", "supervision starts N tokens early (the assistant header is supervised)",
          {"L1", "L3", "L4"}, count_size("tokens", 1), "",
          [](LegFaults& f, double size) { f.data.boundary_shift = -static_cast<int64_t>(size); }},
@@ -49,7 +89,8 @@ const std::vector<FaultInfo>& fault_catalogue() {
          [](LegFaults& f, double) { f.data.truncate_left = true; }},
         {"think-dropped", "data/template", "the empty <think></think> block is left out of the rendered prompt and answer",
          {"L1", "L3", "L4"}, std::nullopt, "",
-         [](LegFaults& f, double) { f.data.think_dropped = true; }},
+         [](LegFaults& f, double) { f.data.think_dropped = true; },
+         needs_qwen3_template},
         // ---- loading / config
         {"rmsnorm-eps", "loading/config", "every RMSNorm uses eps x F (F 10: 1e-5 instead of Qwen3's 1e-6)",
          {"L1", "L4"}, FaultSize{"x the config's eps", 10, 1.001, false, true}, "",
@@ -74,11 +115,14 @@ const std::vector<FaultInfo>& fault_catalogue() {
         {"adapter-wrong-projection", "adapter",
          "k_proj runs with v_proj's adapter (the same shape under GQA; q's adapter has another shape)", {"L4"},
          std::nullopt, "2",
-         [](LegFaults& f, double) { f.engine.k_proj_uses_v_adapter = true; }},
+         [](LegFaults& f, double) { f.engine.k_proj_uses_v_adapter = true; },
+         needs_k_and_v},
         {"rslora-ignored", "adapter", "LoRA scaling alpha/r instead of rsLoRA's alpha/sqrt(r)", {"L4"}, std::nullopt, "",
-         [](LegFaults& f, double) { f.engine.lora_scaling = engine::LoraScaling::AlphaOverRank; }},
+         [](LegFaults& f, double) { f.engine.lora_scaling = engine::LoraScaling::AlphaOverRank; },
+         needs_rslora},
         {"raw-alpha", "adapter", "LoRA scaling alpha instead of alpha/sqrt(r)", {"L4"}, std::nullopt, "",
-         [](LegFaults& f, double) { f.engine.lora_scaling = engine::LoraScaling::RawAlpha; }},
+         [](LegFaults& f, double) { f.engine.lora_scaling = engine::LoraScaling::RawAlpha; },
+         needs_rank_above_one},
         {"lora-b-grad-transposed", "adapter", "LoRA B's gradient reads A·x's storage as its transpose's", {"L4"},
          std::nullopt, "3",
          [](LegFaults& f, double) { f.engine.lora_b_grad = engine::LoraBGrad::TransposedOperand; }},
@@ -92,12 +136,15 @@ const std::vector<FaultInfo>& fault_catalogue() {
         {"grad-accum-mean-of-means", "loss/optimizer",
          "gradient accumulation as the mean of per-micro-batch means, not sum over the update / its tokens", {"L4"},
          std::nullopt, "",
-         [](LegFaults& f, double) { f.engine.mean_of_micro_batch_means = true; }},
+         [](LegFaults& f, double) { f.engine.mean_of_micro_batch_means = true; },
+         needs_accumulation},
         {"clip-skipped", "loss/optimizer", "the gradient is not clipped", {"L4"}, std::nullopt, "",
-         [](LegFaults& f, double) { f.engine.clipping = engine::Clipping::Skipped; }},
+         [](LegFaults& f, double) { f.engine.clipping = engine::Clipping::Skipped; },
+         needs_clip},
         {"clip-per-micro-batch", "loss/optimizer", "each micro-batch's gradient is clipped on its own, the sum is not",
          {"L4"}, std::nullopt, "",
-         [](LegFaults& f, double) { f.engine.clipping = engine::Clipping::PerMicroBatch; }},
+         [](LegFaults& f, double) { f.engine.clipping = engine::Clipping::PerMicroBatch; },
+         needs_clip_and_accumulation},
         {"adamw-no-bias-correction", "loss/optimizer", "AdamW without its bias corrections", {"L4"}, std::nullopt, "",
          [](LegFaults& f, double) { f.engine.adamw_no_bias_correction = true; }},
         {"adamw-eps-inside-sqrt", "loss/optimizer", "AdamW's eps inside the square root: sqrt(v_hat + eps)", {"L4"},
@@ -109,13 +156,15 @@ const std::vector<FaultInfo>& fault_catalogue() {
         // ---- training loop
         {"dropout-in-eval", "training loop", "evaluation draws LoRA dropout masks with probability p", {"L4"},
          FaultSize{"dropout probability", 0.05, 0.0005, false, true}, "",
-         [](LegFaults& f, double size) { f.engine.eval_dropout = size; }},
+         [](LegFaults& f, double size) { f.engine.eval_dropout = size; },
+         needs_dropout},
         {"eval-without-adapter", "training loop", "evaluation runs the base model without the adapter", {"L4"},
          std::nullopt, "17",
          [](LegFaults& f, double) { f.engine.eval_without_adapter = true; }},
         {"dropout-mask-reused", "training loop", "every micro-batch of an update reuses micro-batch 0's dropout masks",
          {"L4"}, std::nullopt, "",
-         [](LegFaults& f, double) { f.engine.same_mask_every_micro_batch = true; }},
+         [](LegFaults& f, double) { f.engine.same_mask_every_micro_batch = true; },
+         needs_dropout_and_accumulation},
         // ---- runtime
         {"slow-after-eval", "runtime", "the first update after each evaluation takes F times as long; no number changes",
          {"gate"}, FaultSize{"x the update's time", 7, 1, false, false}, "17",

@@ -163,6 +163,9 @@ const std::vector<std::vector<const char*>>& migrations() {
               position            INTEGER NOT NULL DEFAULT 0,
               PRIMARY KEY (run_id, fault)
             ))"},
+        // 6 -> 7: each envelope member's mean training loss and pre-clip grad norm (the samples of the
+        // per-update series' two-sided tests, docs/thresholds.md); '{}' for envelopes stored before
+        {"ALTER TABLE envelopes ADD COLUMN member_means TEXT NOT NULL DEFAULT '{}'"},
     };
     return steps;
 }
@@ -378,7 +381,7 @@ const std::vector<Column<EnvelopeRecord>>& envelope_columns() {  // besides id
     static const std::vector<Column<R>> c = {
         column("spec_key", &R::spec_key), column("experiment", &R::experiment), column("implementation", &R::implementation),
         column("members", &R::members), column("vary", &R::vary), column("member_mean_ce", &R::member_mean_ce),
-        column("run_file", &R::run_file), column("created_at", &R::created_at), column("hostname", &R::hostname)};
+        column("member_means", &R::member_means), column("run_file", &R::run_file), column("created_at", &R::created_at), column("hostname", &R::hostname)};
     return c;
 }
 

@@ -55,7 +55,8 @@ Handle compound_type(bool file, size_t memory_size, const std::vector<Field>& fi
 
 Handle step_type(bool file) {
     return compound_type(file, sizeof(StepRow), {INT(StepRow, update), REAL(StepRow, loss), REAL(StepRow, grad_norm),
-                                                 REAL(StepRow, lr), INT(StepRow, tokens), REAL(StepRow, wall_s)});
+                                                 REAL(StepRow, lr), INT(StepRow, tokens), REAL(StepRow, wall_s),
+                                                 REAL(StepRow, cpu_s)});
 }
 
 Handle eval_type(bool file) {

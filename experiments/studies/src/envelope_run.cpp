@@ -39,6 +39,34 @@ ExperimentSpec envelope_member_spec(const ExperimentSpec& spec, const std::vecto
     return m;
 }
 
+DefaultVary default_vary(const ExperimentSpec& spec) {
+    std::vector<std::string> names;
+    for (const auto& d : spec.legs) names.push_back(d.name);
+    if (names.empty()) names = {"engine", "reference"};  // the legs a run without a legs section runs
+    std::vector<std::string> own_masks, own_plan;
+    for (const auto& n : names) {
+        if (spec.lora_dropout > 0 && spec.leg_setting(n, "dropout_masks") != "shared") own_masks.push_back(n);
+        if (spec.leg_setting(n, "plan") != "shared") own_plan.push_back(n);
+    }
+    DefaultVary d;
+    if (!own_plan.empty()) {
+        d.vary = {"dropout", "plan"};
+        d.why = join(own_plan, ", ") + " run" + (own_plan.size() == 1 ? "s" : "") +
+                " its own plan (and so its own masks): the members vary the plan and the dropout masks, and share the initial "
+                "adapter (L2 checks the legs load the same)";
+    } else if (!own_masks.empty()) {
+        d.vary = {"dropout"};
+        d.why = join(own_masks, ", ") + " draw" + (own_masks.size() == 1 ? "s" : "") +
+                " its own dropout masks: the members vary the dropout masks only and share the plan and the initial adapter, "
+                "so training loss and grad norm are judged update by update";
+    } else {
+        d.vary = {"dropout", "plan", "adapter"};
+        d.why = "every leg is paired (shared masks and plan): the float32 bound judges them and the envelope sizes an effect "
+                "only, in the seed noise of a training run (dropout, plan and adapter)";
+    }
+    return d;
+}
+
 namespace {
 
 volatile std::sig_atomic_t g_envelope_interrupted = 0;
@@ -64,7 +92,10 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     const ExperimentSpec spec = load_experiment(opt.experiment);
     if (opt.seeds < 2) throw Error("--seeds: an envelope needs at least 2 runs (given " + std::to_string(opt.seeds) + ")");
-    for (const auto& v : opt.vary) {
+    const DefaultVary by_default = default_vary(spec);
+    const std::vector<std::string> vary = opt.vary ? *opt.vary : by_default.vary;
+    if (!opt.vary) say("varying " + join(vary, ",") + " (the default for " + spec.name + "): " + by_default.why);
+    for (const auto& v : vary) {
         try {
             spec.seed_of(v);
         } catch (const Error& e) {
@@ -89,7 +120,7 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
         Catalog check(opt.catalog);  // a catalog that is not a database is refused before any member runs
     }
     say("envelope of " + spec.name + ": " + std::to_string(opt.seeds) + " runs of " + join(std::vector<std::string>(stacks.begin(), stacks.end()), ",") +
-        ", varying " + (opt.vary.empty() ? std::string("no seed") : join(opt.vary, ",")) + "; " + std::to_string(parallel) +
+        ", varying " + (vary.empty() ? std::string("no seed") : join(vary, ",")) + "; " + std::to_string(parallel) +
         " at a time, " + std::to_string(member_threads) + " CPU thread(s) each; folder " + out.folder.string());
 
     std::vector<MemberRun> members(static_cast<size_t>(opt.seeds));
@@ -99,7 +130,7 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
         std::snprintf(name, sizeof name, "m%03lld", static_cast<long long>(i));
         m.name = name;
         m.index = i;
-        m.spec = envelope_member_spec(spec, opt.vary, i);
+        m.spec = envelope_member_spec(spec, vary, i);
         m.spec_file = out.folder / "members" / (m.name + ".json");
         m.log_file = out.folder / "members" / (m.name + ".log");
         write_file_atomic(m.spec_file, m.spec.to_json().dump(2) + "\n");
@@ -248,7 +279,7 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
             e.key = spec.sha256_without_seeds();
             e.experiment = spec.name;
             e.implementation = stack;
-            e.vary = opt.vary;
+            e.vary = vary;
             e.created_at = created;
             e.source = file.string();
             write_envelope(w, e, &ms);
@@ -258,7 +289,7 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
     }
     Catalog catalog(opt.catalog);
     for (const auto& e : out.envelopes) store_envelope(catalog, e);
-    json summary{{"experiment", spec.name}, {"key", spec.sha256_without_seeds()}, {"seeds", opt.seeds}, {"vary", opt.vary},
+    json summary{{"experiment", spec.name}, {"key", spec.sha256_without_seeds()}, {"seeds", opt.seeds}, {"vary", vary},
                  {"legs", opt.legs}, {"parallel", parallel}, {"threads_per_member", member_threads}, {"wall_s", out.wall_s},
                  {"created_at", created}, {"members", json::array()}};
     for (const auto& m : members)

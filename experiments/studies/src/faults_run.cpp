@@ -39,23 +39,28 @@ FaultRow fault_row_of(const LegData& leg, const LegData& reference, const Experi
     r.leg = leg.name;
     r.status = leg.status;
     r.first_update.assign(fault_matrix_levels().size(), std::nullopt);
-    const Comparison c = compare_legs_against({leg, reference}, spec, reference.name, t);
+    // A leg that did not finish caught nothing: what it recorded before failing is not a detection.
+    if (leg.status != "finished") return r;
+    const Comparison c = compare_legs_against({leg, reference}, spec, reference.name, t, std::nullopt, {},
+                                              static_cast<int64_t>(reference.trace.steps.size()));
     if (c.l1.empty()) return r;
     // L1, L2 and L3 are judged on what the legs report before training: update 0.
     if (!c.l1[0].pass) r.first_update[kL1] = 0;
     if (!c.l2[0].pass) r.first_update[kL2] = 0;
     if (!c.l3[0].pass) r.first_update[kL3] = 0;
-    // L4: the paired numerics distance (docs/thresholds.md): the first paired evaluation whose held-out
-    // CE difference exceeds the float32 error-model bound (or is not finite).
-    const L4Entry& l4 = c.l4[0];
-    if (l4.numerics.applies && !l4.numerics.within()) {
-        for (const auto& p : l4.numerics.points)
-            if (!(std::isfinite(p.distance) && p.distance <= 1)) {
-                r.first_update[kL4] = p.update;
-                break;
-            }
-        if (!r.first_update[kL4] && !l4.eval_points.empty()) r.first_update[kL4] = l4.eval_points.back().update;
+    // L4: the first update at which the pair's L4 verdict is `different` — held-out CE beyond the
+    // float32 error-model bound, the lr off the schedule, training loss or pre-clip grad norm beyond
+    // their bounds (docs/thresholds.md); judged on the trajectories alone, whatever L1-L3 said.
+    const std::optional<ErrorModel> model = error_model_or_none(spec);
+    if (model) {
+        const std::string no_model_error;
+        const std::vector<SeedEnvelope> no_envelopes;
+        const std::string key = spec.sha256_without_seeds();
+        const L4Context ctx{spec, t, *model, no_model_error, no_envelopes, key, static_cast<int64_t>(reference.trace.steps.size())};
+        const L4Entry alone = compare_l4(leg, reference, ctx, {});
+        if (alone.gated && alone.first_different_update >= 0) r.first_update[kL4] = alone.first_different_update;
     }
+    const L4Entry& l4 = c.l4[0];
     // The gate column: the live anomaly flags of the leg itself (step-time, non-finite, loss-spike;
     // docs/gate.md). The live forms of L4 (paired-bound, envelope) are listed in `flags` but are L4.
     for (const auto& f : leg.flags) {
@@ -125,15 +130,25 @@ FaultMatrix fault_matrix_of(const std::vector<LegData>& legs, const ExperimentSp
     m.updates = static_cast<int64_t>(ref.trace.steps.size());
     m.clean = fault_row_of(find(clean), ref, spec, t);
     for (const auto& [sw, leg] : faults) {
-        FaultRow r = fault_row_of(find(leg), ref, spec, t, &m.clean);
         const FaultInfo& info = fault_info(sw.name);
+        FaultRow r;
+        if (const std::string why = fault_not_applicable(info, spec); !why.empty()) {
+            r.first_update.assign(fault_matrix_levels().size(), std::nullopt);
+            r.status = "not applicable";
+            r.not_applicable = why;  // no leg ran it (run_faults checks before starting any)
+        } else {
+            r = fault_row_of(find(leg), ref, spec, t, &m.clean);
+        }
         r.fault = sw.name;
         r.category = info.category;
         r.size = sw.size;
         r.expected = info.expected;
         // A fault that changed nothing on this experiment cannot be caught: say so instead of "uncaught"
         // (e.g. bf16-truncation on a base stored in BF16, whose low 16 mantissa bits are already zero).
-        if (!r.caught() && r.status == "finished" && same_numbers(find(leg).trace, find(clean).trace))
+        // Never for a runtime fault: its only effect is time, which the numbers cannot show; it is
+        // judged by its expected signal (the gate) alone — caught or not caught.
+        if (r.not_applicable.empty() && info.category != "runtime" && !r.caught() && r.status == "finished" &&
+            same_numbers(find(leg).trace, find(clean).trace))
             r.no_effect = "every loss, grad norm, held-out CE, parameter digest and token record equals the clean engine leg's";
         m.rows.push_back(std::move(r));
     }
@@ -195,7 +210,7 @@ double or_nan(const std::optional<double>& v) { return v ? *v : std::nan(""); }
 void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const std::string& run_id, const FaultMatrix& m) {
     const auto& levels = fault_matrix_levels();
     std::vector<FaultGroup> groups;
-    int64_t caught = 0, no_effect = 0;
+    int64_t caught = 0, no_effect = 0, not_applicable = 0;
     std::vector<std::string> names;
     for (const auto& r : m.rows) {
         FaultGroup g;
@@ -204,7 +219,7 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
                         {"caught_by", joined(r.caught_by())}, {"expected", joined(r.expected)},
                         {"flags", joined(r.flags, ",")}, {"ce_diff_abs", or_nan(r.ce_diff_abs)},
                         {"ce_diff_rel", or_nan(r.ce_diff_rel)}, {"ce_diff_clean_units", or_nan(r.ce_diff_clean_units)},
-                        {"no_effect", r.no_effect}};
+                        {"no_effect", r.no_effect}, {"not_applicable", r.not_applicable}, {"outcome", r.outcome()}};
         if (r.size) g.attributes["size"] = *r.size;
         for (size_t i = 0; i < levels.size(); ++i)  // -1: the level did not fire
             g.attributes["first_update_" + levels[i]] = i < r.first_update.size() && r.first_update[i] ? *r.first_update[i] : int64_t{-1};
@@ -220,6 +235,7 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
         groups.push_back(std::move(g));
         caught += r.caught();
         no_effect += !r.no_effect.empty();
+        not_applicable += !r.not_applicable.empty();
         names.push_back(r.fault);
     }
     Attributes attrs{{"reference_leg", m.reference_leg}, {"clean_leg", m.clean_leg}, {"faults", joined(names, ",")},
@@ -233,6 +249,7 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
     }
     Catalog cat(catalog);
     for (const auto& r : m.rows) {
+        if (!r.not_applicable.empty()) continue;  // no leg ran it: nothing to record
         FaultResultRecord rec;
         rec.run_id = run_id;
         rec.fault = r.fault;
@@ -254,8 +271,10 @@ void store_fault_matrix(const fs::path& run_file, const fs::path& catalog, const
     }
     // The run's note says what the run is: a fault matrix, not a cross-check that failed.
     if (auto run = cat.run(run_id)) {
-        run->note = "fault matrix: " + std::to_string(caught) + " of " + std::to_string(m.rows.size() - no_effect) +
-                    " faults caught" + (no_effect ? " (" + std::to_string(no_effect) + " more had no effect)" : "") + "; clean pair: " + (m.clean.caught() ? "FLAGGED by " + joined(m.clean.caught_by()) : "no level fired");
+        run->note = "fault matrix: " + std::to_string(caught) + " of " + std::to_string(m.rows.size() - no_effect - not_applicable) +
+                    " faults caught" + (no_effect ? " (" + std::to_string(no_effect) + " more had no effect)" : "") +
+                    (not_applicable ? " (" + std::to_string(not_applicable) + " not applicable)" : "") + "; clean pair: " +
+                    (m.clean.caught() ? "FLAGGED by " + joined(m.clean.caught_by()) : "no level fired");
         cat.upsert_run(*run);
     }
 }
@@ -385,8 +404,8 @@ FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
                           const std::function<void(const std::string&)>& say) {
     FaultsOutcome out;
     Table tb{"clean-seeds", "Clean pair on " + std::to_string(opt.clean_seeds) + " seeds: which levels fire",
-             {"seed", "run", "L1 rel diff", "L2", "L3", "L4 largest x bound", "gate flags", "largest step time / median",
-              "fired"},
+             {"seed", "run", "L1 rel diff", "L2", "L3", "L4 largest x bound: CE / loss / grad norm", "lr off", "gate flags",
+              "largest step time / median", "fired"},
              {}, {}};
     std::map<std::string, int> fired_count;
     double worst_ratio = 0;
@@ -417,7 +436,8 @@ FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
         }
         if (!ref || !eng) throw Error(r.folder.string() + ": a leg of the clean pair is missing");
         const FaultRow row = fault_row_of(*eng, *ref, s, Thresholds{});
-        const Comparison c = compare_legs_against({*eng, *ref}, s, ref->name);
+        const Comparison c = compare_legs_against({*eng, *ref}, s, ref->name, Thresholds{}, std::nullopt, {},
+                                                  static_cast<int64_t>(ref->trace.steps.size()));
         std::string flags;
         for (const auto* l : {ref, eng})
             for (const auto& f : l->flags) flags += (flags.empty() ? "" : ", ") + l->name + " " + f.kind + "@" + std::to_string(f.update);
@@ -425,14 +445,22 @@ FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
         const double ratio = std::max(largest_step_time_ratio(ref->trace.steps, gc), largest_step_time_ratio(eng->trace.steps, gc));
         if (std::isfinite(ratio)) worst_ratio = std::max(worst_ratio, ratio);
         for (const auto& l : row.caught_by()) ++fired_count[l];
+        const L4Entry& l4 = c.l4[0];
+        std::string lr_off;
+        for (const auto& x : l4.schedule)
+            if (x.off()) lr_off += (lr_off.empty() ? "" : ", ") + x.leg + "@" + std::to_string(x.first_off_update);
         tb.rows.push_back({std::to_string(seed), r.run_id, fmt(c.l1[0].rel_diff, "%.3e"), c.l2[0].pass ? "pass" : "FAIL",
-                           c.l3[0].pass ? "pass" : "FAIL", fmt(c.l4[0].numerics.max_ratio, "%.3g"), flags.empty() ? "-" : flags,
-                           fmt(ratio, "%.2f"), row.caught_by().empty() ? "none" : joined(row.caught_by())});
+                           c.l3[0].pass ? "pass" : "FAIL",
+                           fmt(l4.numerics.max_ratio, "%.3g") + " / " + fmt(l4.loss_numerics.max_ratio, "%.3g") + " / " +
+                               fmt(l4.grad_numerics.max_ratio, "%.3g"),
+                           lr_off.empty() ? "-" : lr_off, flags.empty() ? "-" : flags, fmt(ratio, "%.2f"),
+                           row.caught_by().empty() ? "none" : joined(row.caught_by())});
     }
     for (const auto& l : fault_matrix_levels())
         tb.notes.push_back(l + " fired in " + std::to_string(fired_count[l]) + " of " + std::to_string(opt.clean_seeds) + " clean runs");
     tb.notes.push_back("largest update time / running median over every clean leg: " + fmt(worst_ratio, "%.2f") +
-                       " (the step-time flag fires above " + fmt(spec.gate.step_time_factor, "%g") + "x, docs/gate.md)");
+                       " (CPU time where the leg reports it, else wall time; the step-time flag fires above " +
+                       fmt(spec.gate.step_time_factor, "%g") + "x, docs/gate.md)");
     out.all_legs_finished = all_finished;
     out.clean_pair_passed = fired_count["L1"] + fired_count["L2"] + fired_count["L3"] == 0;
     out.every_fault_caught = true;
@@ -471,6 +499,12 @@ FaultsOutcome run_faults(const FaultsOptions& opt) {
                                   LegPlan{kFaultsCleanLeg, "engine", "cpu", {}, {}}};
     std::vector<std::pair<FaultSwitch, std::string>> fault_legs;
     for (const auto& f : faults) {
+        // A fault that cannot apply to this experiment gets no leg: a `not applicable` row (fault_matrix_of).
+        if (const std::string why = fault_not_applicable(fault_info(f.name), spec); !why.empty()) {
+            say("fault " + f.name + ": not applicable to " + opt.experiment.string() + ": " + why);
+            fault_legs.emplace_back(f, "");
+            continue;
+        }
         plans.push_back(LegPlan{fault_leg_name(f.name), "engine", "cpu", {}, {f}});
         fault_legs.emplace_back(f, plans.back().name);
     }
@@ -497,12 +531,16 @@ FaultsOutcome run_faults(const FaultsOptions& opt) {
     for (const auto& l : legs_of(run.folder / "run.h5")) out.all_legs_finished = out.all_legs_finished && l.status == "finished";
     out.clean_pair_passed = !out.matrix.clean.caught();
     out.every_fault_caught = true;
-    for (const auto& r : out.matrix.rows) out.every_fault_caught = out.every_fault_caught && (r.caught() || !r.no_effect.empty());
+    for (const auto& r : out.matrix.rows) {
+        const std::string o = r.outcome();
+        out.every_fault_caught = out.every_fault_caught && (o == "caught" || o == "no effect" || o == "not applicable");
+    }
 
     const ReportFormat f = parse_report_format(format);
     std::ostringstream o;
     std::vector<std::pair<std::string, std::string>> faulty;
-    for (const auto& [sw, leg] : fault_legs) faulty.emplace_back(leg, fault_text(sw));
+    for (const auto& [sw, leg] : fault_legs)
+        if (!leg.empty()) faulty.emplace_back(leg, fault_text(sw));
     const std::string banner = fault_banner(faulty);
     for (auto table : fault_matrix_tables(out.matrix)) {
         table.banner = banner;

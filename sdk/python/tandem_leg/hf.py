@@ -231,6 +231,7 @@ class TandemCallback(TrainerCallback):
         if self.pairing is not None:
             self.pairing.begin_update(state.global_step)
         self._step_t0 = time.perf_counter()
+        self._step_c0 = time.process_time()  # CPU time: the gate's step-time measure (docs/gate.md)
         self._lr = lr_scheduler.get_last_lr()[0] if lr_scheduler is not None else None
 
     def on_pre_optimizer_step(self, args, state, control, **kw):
@@ -244,6 +245,7 @@ class TandemCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if self._step_t0 is not None:
             self._wall = time.perf_counter() - self._step_t0
+            self._cpu = time.process_time() - self._step_c0
             self._train_s += self._wall
 
     def on_log(self, args, state, control, logs=None, model=None, **kw):
@@ -254,7 +256,8 @@ class TandemCallback(TrainerCallback):
         lr = logs.get("learning_rate", self._lr)
         tokens = int(self.tokens_per_update[u]) if self.tokens_per_update else 0
         self.events.emit("step", update=u, loss=float(logs["loss"]), grad_norm=float(logs.get("grad_norm", float("nan"))),
-                         lr=float(lr), tokens=tokens, wall_s=getattr(self, "_wall", 0.0))
+                         lr=float(lr), tokens=tokens, wall_s=getattr(self, "_wall", 0.0),
+                         **({"cpu_s": self._cpu} if getattr(self, "_cpu", None) is not None else {}))
         if self.pairing is not None:
             self.pairing.emit_fingerprints(self.events)
         done = state.global_step

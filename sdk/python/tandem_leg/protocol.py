@@ -154,7 +154,7 @@ SCHEMAS = {
     "l1": ({"heldout_ce": _num_or_null, "tokens": _int(0), "examples": _int(0)}, {}),
     "eval": ({"update": _int(0), "heldout_ce": _num_or_null, "tokens": _int(0)}, {}),
     "step": ({"update": _int(0), "loss": _num_or_null, "grad_norm": _num_or_null, "lr": _finite_num,
-              "tokens": _int(0)}, {"input_tokens": _int(0), "wall_s": _nonneg_num}),
+              "tokens": _int(0)}, {"input_tokens": _int(0), "wall_s": _nonneg_num, "cpu_s": _nonneg_num}),
     "timing": ({"phase": _one_of("setup", "train")}, {"model_load_s": _nonneg_num, "tokenize_s": _nonneg_num,
                                                       "setup_s": _nonneg_num, "train_s": _nonneg_num,
                                                       "total_s": _nonneg_num}),

@@ -209,6 +209,7 @@ def run_leg(args, events):
     train_s = 0.0
     for u in range(start, total_updates):
         t0 = time.perf_counter()
+        c0 = time.process_time()  # CPU time: the gate's step-time measure (docs/gate.md)
         batches = [micro_batch([encoded[i] for i in mb], pad_id) for mb in updates[u]]
         n_update = sum(sum(b[3]) for b in batches)
         input_tokens = sum(sum(b[4]) for b in batches)
@@ -229,7 +230,7 @@ def run_leg(args, events):
         wall = time.perf_counter() - t0
         train_s += wall
         events.emit("step", update=u, loss=loss_total / n_update, grad_norm=grad_norm, lr=lr, tokens=n_update,
-                    input_tokens=input_tokens, wall_s=wall)
+                    input_tokens=input_tokens, wall_s=wall, cpu_s=time.process_time() - c0)
         done = u + 1
         if done % eval_interval == 0 or done == total_updates:
             ce, n = evaluate()

@@ -45,7 +45,7 @@ void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
 // The panel a flag belongs on (what its value is of, as the gate recorded it).
 Metric flag_metric(const ex::GateFlag& f) {
     if (auto m = ex::metric_of_series(f.series)) return *m;
-    if (f.series == "wall_s") return Metric::Throughput;  // step time: drawn on the throughput panel
+    if (f.series == "wall_s" || f.series == "cpu_s") return Metric::Throughput;  // a step-time flag, wall or CPU time
     // Flags recorded before the gate named the series: what their kind is about.
     if (f.kind == "paired-bound") return Metric::HeldoutCe;
     if (f.kind == "step-time") return Metric::Throughput;

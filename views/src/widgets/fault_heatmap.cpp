@@ -45,7 +45,7 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
     for (const auto& r : m.rows) rows.push_back(&r);
     auto row_name = [&](const ex::FaultRow& r) {
         return r.fault.empty() ? QStringLiteral("(clean %1)").arg(QString::fromStdString(m.clean_leg))
-                               : QString::fromStdString(r.no_effect.empty() ? r.fault : r.fault + " (no effect)");
+                               : QString::fromStdString(r.outcome() == "caught" ? r.fault : r.fault + " (" + r.outcome() + ")");
     };
     // A font that fits `text` into `width` (never larger than the figure's font): exported figures are
     // a column wide, and a name cut off at the edge is a wrong name.
@@ -92,7 +92,7 @@ void paint_fault_heatmap(QPainter& p, const QRectF& page, const QSizeF& logical,
                 p.fillRect(cell.adjusted(1, 1, -1, -1), QColor(245, 245, 245));
             }
             // docs/faults.md expects this level to catch the fault (unless the fault changed nothing here)
-            if (expected && !first && r.no_effect.empty()) {
+            if (expected && !first && r.no_effect.empty() && r.not_applicable.empty()) {
                 p.setPen(QPen(QColor(176, 0, 32), 2));
                 p.drawRect(cell.adjusted(2, 2, -2, -2));
             }

@@ -1,5 +1,7 @@
 #include "tandem/views/trajectory_view.h"
 
+#include "tandem/compare/compare.h"
+
 #include "tandem/views/axis_ticks.h"
 #include "tandem/views/curve_points.h"
 

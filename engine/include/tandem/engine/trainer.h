@@ -37,7 +37,12 @@ struct UpdateMetrics {
     double lr = 0.0;                // lr this update ran with
     int64_t supervised_tokens = 0;
     double wall_seconds = 0.0;
+    double cpu_seconds = 0.0;       // the process's CPU time during the update (every thread)
 };
+
+// The process's CPU time so far, every thread (CLOCK_PROCESS_CPUTIME_ID), in seconds: what an update
+// costs whatever else runs on the machine (the gate's step-time flag, docs/gate.md).
+double process_cpu_seconds();
 
 struct EvalResult {
     double loss = 0.0;              // token-weighted mean CE

@@ -30,6 +30,15 @@ const EnvelopePoint* SeedEnvelope::at(const std::string& name, int64_t update) c
     return it != s.end() && it->update == update ? &*it : nullptr;
 }
 
+const std::vector<double>& SeedEnvelope::member_means(const std::string& name) const {
+    if (name == "heldout_ce") return member_mean_ce;
+    if (name == "loss") return member_mean_loss;
+    if (name == "grad_norm") return member_mean_grad_norm;
+    throw Error("unknown envelope series '" + name + "' (heldout_ce, loss, grad_norm)");
+}
+
+bool SeedEnvelope::varies(const std::string& seed) const { return std::find(vary.begin(), vary.end(), seed) != vary.end(); }
+
 namespace {
 
 const std::vector<std::string> kSeries = {"heldout_ce", "loss", "grad_norm"};
@@ -104,6 +113,12 @@ double mean_heldout_after_start(const std::vector<EvalRow>& evals) {
     return v.empty() ? std::nan("") : mean(v);
 }
 
+double mean_step_series(const std::vector<StepRow>& steps, const std::string& series) {
+    std::vector<double> v;
+    for (const auto& s : steps) v.push_back(series == "loss" ? s.loss : s.grad_norm);
+    return v.empty() ? std::nan("") : mean(v);
+}
+
 SeedEnvelope compute_envelope(const std::vector<EnvelopeMember>& members) {
     SeedEnvelope e;
     e.members = static_cast<int64_t>(members.size());
@@ -116,7 +131,11 @@ SeedEnvelope compute_envelope(const std::vector<EnvelopeMember>& members) {
     e.grad_norm = series_over(members, [](const EnvelopeMember& m, auto& by) {
         for (const auto& r : m.steps) by[r.update].push_back(r.grad_norm);
     });
-    for (const auto& m : members) e.member_mean_ce.push_back(mean_heldout_after_start(m.evals));
+    for (const auto& m : members) {
+        e.member_mean_ce.push_back(mean_heldout_after_start(m.evals));
+        e.member_mean_loss.push_back(mean_step_series(m.steps, "loss"));
+        e.member_mean_grad_norm.push_back(mean_step_series(m.steps, "grad_norm"));
+    }
     return e;
 }
 
@@ -150,6 +169,8 @@ void write_envelope(RunFileWriter& w, const SeedEnvelope& e, const std::vector<E
                                                  {"std_ddof", int64_t{1}}});
     for (const auto& s : kSeries) w.write_envelope_series(e.implementation, s, e.series(s));
     w.write_envelope_values(e.implementation, "member_mean_ce", e.member_mean_ce);
+    w.write_envelope_values(e.implementation, "member_mean_loss", e.member_mean_loss);
+    w.write_envelope_values(e.implementation, "member_mean_grad_norm", e.member_mean_grad_norm);
     if (members)
         for (const auto& m : *members)
             w.write_envelope_member(e.implementation, m.name, m.steps, m.evals, {{"run_id", m.run_id}, {"seeds", m.seeds.dump()}});
@@ -171,6 +192,8 @@ std::vector<SeedEnvelope> read_envelopes(const RunFileReader& r) {
         e.loss = r.envelope_series(stack, "loss");
         e.grad_norm = r.envelope_series(stack, "grad_norm");
         e.member_mean_ce = r.envelope_values(stack, "member_mean_ce");
+        e.member_mean_loss = r.envelope_values(stack, "member_mean_loss");  // empty in an older file
+        e.member_mean_grad_norm = r.envelope_values(stack, "member_mean_grad_norm");
         out.push_back(std::move(e));
     }
     return out;
@@ -186,6 +209,13 @@ void store_envelope(Catalog& catalog, const SeedEnvelope& e) {
     json mm = json::array();
     for (double x : e.member_mean_ce) mm.push_back(std::isfinite(x) ? json(x) : json(nullptr));
     r.member_mean_ce = mm.dump();
+    json series = json::object();
+    for (const char* name : {"loss", "grad_norm"}) {
+        json v = json::array();
+        for (double x : e.member_means(name)) v.push_back(std::isfinite(x) ? json(x) : json(nullptr));
+        series[name] = v;
+    }
+    r.member_means = series.dump();
     r.run_file = e.source;
     r.created_at = e.created_at;
     r.hostname = collect_host_info().hostname;
@@ -211,6 +241,16 @@ std::vector<SeedEnvelope> find_envelopes(const Catalog& catalog, const std::stri
             for (const auto& x : json::parse(r.member_mean_ce)) e.member_mean_ce.push_back(x.is_number() ? x.get<double>() : std::nan(""));
         } catch (const json::exception&) {
             throw Error(catalog.path().string() + ": envelope " + std::to_string(r.id) + ": member_mean_ce is not a JSON array");
+        }
+        try {  // {"loss": [...], "grad_norm": [...]}; "{}" for an envelope stored before they were kept
+            const json m = json::parse(r.member_means);
+            for (const char* name : {"loss", "grad_norm"}) {
+                auto& out_v = std::string(name) == "loss" ? e.member_mean_loss : e.member_mean_grad_norm;
+                if (m.contains(name))
+                    for (const auto& x : m.at(name)) out_v.push_back(x.is_number() ? x.get<double>() : std::nan(""));
+            }
+        } catch (const json::exception&) {
+            throw Error(catalog.path().string() + ": envelope " + std::to_string(r.id) + ": member_means is not a JSON object of arrays");
         }
         for (const auto& [series, p] : r.points) {
             if (series == "heldout_ce") e.heldout_ce.push_back(p);

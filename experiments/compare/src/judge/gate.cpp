@@ -55,12 +55,19 @@ std::vector<GateFlag> flags_from_json(const json& j) {
     return out;
 }
 
+namespace {
+// The step-time flag's measure for a row: CPU time when the leg reports it, else wall time (docs/gate.md).
+bool step_time_is_cpu(const std::vector<StepRow>& steps, size_t i) { return std::isfinite(steps[i].cpu_s); }
+}  // namespace
+
 std::optional<double> step_time_running_median(const std::vector<StepRow>& steps, size_t i, const GateConfig& config,
                                                int64_t attempt_first_update) {
     std::vector<double> recent;
+    const bool cpu = step_time_is_cpu(steps, i);
     for (size_t k = i; k-- > 0 && static_cast<int64_t>(recent.size()) < config.step_time_window;) {
         if (steps[k].update < attempt_first_update) break;
-        if (std::isfinite(steps[k].wall_s)) recent.push_back(steps[k].wall_s);
+        const double x = cpu ? steps[k].cpu_s : steps[k].wall_s;  // the same measure as the update's
+        if (std::isfinite(x)) recent.push_back(x);
     }
     if (static_cast<int64_t>(recent.size()) < config.step_time_min_history) return std::nullopt;
     return percentile(recent, 50);
@@ -70,8 +77,9 @@ double largest_step_time_ratio(const std::vector<StepRow>& steps, const GateConf
     double worst = std::nan("");
     for (size_t i = 0; i < steps.size(); ++i) {
         const auto median = step_time_running_median(steps, i, config, steps.empty() ? 0 : steps.front().update);
-        if (!median || !(*median > 0) || !std::isfinite(steps[i].wall_s)) continue;
-        const double r = steps[i].wall_s / *median;
+        const double x = step_time_is_cpu(steps, i) ? steps[i].cpu_s : steps[i].wall_s;
+        if (!median || !(*median > 0) || !std::isfinite(x)) continue;
+        const double r = x / *median;
         if (!(r <= worst)) worst = r;
     }
     return worst;
@@ -95,15 +103,20 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             continue;
         }
         // Step time against this attempt's last `window` updates before this one.
+        // Step time (CPU time when the leg reports it: a loaded machine stretches wall time, not the
+        // CPU an update costs) against this attempt's last `window` updates before this one.
+        const bool cpu = step_time_is_cpu(steps, i);
+        const double took = cpu ? s.cpu_s : s.wall_s;
         if (const auto running = step_time_running_median(steps, i, config_, attempt_first_update);
-            running && std::isfinite(s.wall_s)) {
+            running && std::isfinite(took)) {
             const double median = *running;
             const double limit = std::max(config_.step_time_factor * median, median + config_.step_time_min_excess_s);
-            if (s.wall_s > limit)
-                out.push_back({leg, "step-time", s.update, s.wall_s, limit, config_.step_time,
-                               leg + ": update " + std::to_string(s.update) + " took " + fmt("%.3g", s.wall_s) + " s, " +
-                                   fmt("%.1f", s.wall_s / median) + "x its running median " + fmt("%.3g", median) + " s",
-                               "wall_s"});
+            const char* unit = cpu ? " s of CPU" : " s";
+            if (took > limit)
+                out.push_back({leg, "step-time", s.update, took, limit, config_.step_time,
+                               leg + ": update " + std::to_string(s.update) + " took " + fmt("%.3g", took) + unit + ", " +
+                                   fmt("%.1f", took / median) + "x its running median " + fmt("%.3g", median) + unit,
+                               cpu ? "cpu_s" : "wall_s"});
         }
         check_envelope(leg, "loss", s.update, s.loss, out);
         // Loss spike against the last `window` finite losses before this update.

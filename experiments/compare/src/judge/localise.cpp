@@ -211,18 +211,6 @@ Attributes localisation_attributes(const Localisation& l) {
     return a;
 }
 
-std::vector<Localisation> localise_failed_pairs(const Comparison& c, const RunFileReader& reader) {
-    std::vector<Localisation> out;
-    for (const auto& e : c.l4) {
-        if (e.pass) continue;
-        auto a = reader.fingerprints(e.leg_a);
-        auto b = reader.fingerprints(e.leg_b);
-        if (a.empty() || b.empty()) continue;
-        out.push_back(localise(a, b, e.leg_a, e.leg_b));
-    }
-    return out;
-}
-
 std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader) {
     std::vector<ObservablesComparison> out;
     for (const auto& e : c.l4) {

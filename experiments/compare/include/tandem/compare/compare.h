@@ -11,6 +11,7 @@
 #include "tandem/compare/judge/gate.h"
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/compare/judge/localise.h"
+#include "tandem/compare/judge/series.h"
 #include "tandem/compare/observables.h"
 #include "tandem/store/run_file.h"
 #include "tandem/compare/statistics.h"
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,14 +33,23 @@ struct LegData {
     std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
     std::string faults;           // injected faults (docs/faults.md), "" = a clean leg
     FlopFigures flops;            // the runner's FLOP formula over the leg's timing window (flops.h)
+    // Legs of two runs (`tandem compare`): the clip and the seeds of the leg's own run. Unset: the
+    // comparison's spec's (every leg of one run).
+    std::optional<double> clip;
+    std::optional<std::string> seeds;  // ExperimentSpec::Seeds as text: legs with other seeds are not paired
 };
 
 struct Thresholds {
     double l1_rel = 1e-5;           // docs/spec.md §Levels L1
     // L4 is judged by two distances (docs/thresholds.md): the paired numerics distance against the
-    // error model (k: kErrorModelK, calibrated) and the envelope distance (band, one-sided test).
+    // error model (k: kErrorModelK, calibrated) and the envelope distance (band, two-sided test).
     double error_model_k = kErrorModelK;
-    double envelope_alpha = 0.05;   // the one-sided test's level (MLPerf's)
+    // The per-update series' own bounds (judge/series.h), calibrated like k.
+    double loss_k = kLossErrorModelK;
+    double grad_norm_k = kGradNormErrorModelK;
+    // Each two-sided test's level: 0.05 over the (up to three) series a pair is tested on, split
+    // evenly (Bonferroni), so a clean leg is flagged by some test in at most 5 % of runs.
+    double envelope_alpha = 0.05;
 };
 
 // A leg added by `tandem import tensorboard|csv` (implementation "imported", experiments/import.h):
@@ -115,17 +126,28 @@ struct L4Entry {
     bool imported = false;  // a leg of the pair is imported (TensorBoard, CSV): no L1-L3, no paired distance
     bool pass = true;    // the pair's verdict passes (equivalent, or within the seed envelope)
     std::string note;
-    // The two distances (docs/thresholds.md) and the pair's verdict with its one-line reason.
+    // The two distances of held-out CE (docs/thresholds.md) and the pair's verdict with its one-line reason.
     PairedDistance numerics;
     EnvelopeDistance envelope;
-    PairVerdict verdict = PairVerdict::NotComparable;
+    // The per-update series (judge/series.h): each leg's lr against the spec's schedule; with a shared
+    // plan, the training loss and pre-clip grad norm against their own bounds (paired) or the
+    // envelope's per-update band and two-sided test (unpaired); legs whose grad norm reads the clip.
+    std::vector<ScheduleCheck> schedule;
+    PairedDistance loss_numerics, grad_numerics;
+    EnvelopeDistance loss_envelope, grad_envelope;
+    std::string series_note;             // why the loss and grad norm series are not judged ("" = judged)
+    std::vector<std::string> pinned;
+    PairVerdict verdict = PairVerdict::NotJudged;
     std::string verdict_reason;
+    // The first update at which the pair's L4 verdict is `different` (the earliest failing series), -1
+    // when it is not (the fault matrix's L4 column).
+    int64_t first_different_update = -1;
 };
 
 // The four levels of one pair (levels.cpp). L1-L3 set `pass`; the caller marks a level "n/a
 // (imported)" where an imported leg lacks its data. L4 judges the trajectories with the two
-// distances and sets the pair's verdict; `level_failures` are the pair's L1-L3 failures (a pair
-// whose levels failed is not comparable).
+// distances and the per-update series and sets the pair's verdict; `level_failures` are the pair's
+// L1-L3 failures (a pair whose levels failed is `different`).
 struct L4Context {
     const ExperimentSpec& spec;
     const Thresholds& thresholds;
@@ -133,6 +155,7 @@ struct L4Context {
     const std::string& model_error;             // why there is no error model ("" = there is one)
     const std::vector<SeedEnvelope>& envelopes;  // the experiment's seed envelopes, any stacks
     const std::string& key;                      // the experiment's sha256 without seeds
+    int64_t planned_updates = -1;                // the run's plan (the lr schedule's T); -1: unknown
 };
 L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t);
 L2Entry compare_l2(const LegData& a, const LegData& b);
@@ -169,7 +192,8 @@ struct Comparison {
     std::vector<ProbeResult> probes;
     std::vector<GateFlag> flags;        // every leg's gate flags, in leg order
     // Where each pair whose L4 verdict fails diverged, when both legs recorded fingerprints
-    // (localise_failed_pairs, docs/observables.md); the report shows them.
+    // (add_localisations, docs/observables.md); the report shows them, and the pair's reason ends
+    // with the first point (add_localisations).
     std::vector<Localisation> localisations;
     // The evaluation observables of every L4 pair whose legs recorded them (observables.h).
     std::vector<ObservablesComparison> observables;
@@ -188,16 +212,19 @@ struct Comparison {
     // Complete, no level failed, and every pair that counts (counts_for_run) equivalent or within the
     // seed envelope.
     bool passed() const;
+    // Pairs that are `different` at L4 (not at L1-L3) and were not localised: the runner suggests
+    // recording fingerprints (`observe`) for them.
+    std::vector<const L4Entry*> different_without_localisation() const;
     // Whether a pair's verdict speaks for the run: every pair but one with an imported leg that no
     // seed envelope could judge (docs/thresholds.md "Imported legs"); those are listed by
     // unjudged_imported() and named on the verdict line, never counted as equivalent.
     static bool counts_for_run(const L4Entry& e);
     std::vector<const L4Entry*> unjudged_imported() const;
-    // One line (docs/report.md "The verdict"): "incomplete: <first reason> (+N more)"; "not comparable:
+    // One line (docs/report.md "The verdict"): "incomplete: <first reason> (+N more)"; "different:
     // <first failure> (+N more)" (a level L1-L3 failed or a value is non-finite); else the worst pair's
-    // verdict with its reason: "equivalent: ...", "numerically different but within the seed envelope:
-    // ...", "outside the envelope: ...", "not comparable: ..." (+N more pairs not passing); for one leg
-    // "complete; one leg, nothing to cross-check" (or "complete; no pair of the run's own legs to
+    // verdict with its reason: "different: ...", "outside the seed envelope: ...", "not judged: ...",
+    // "within the seed envelope: ...", "equivalent: ..." (+N more pairs with that verdict); for one
+    // leg "complete; one leg, nothing to cross-check" (or "complete; no pair of the run's own legs to
     // cross-check" when the other legs are unjudged imports). Unjudged imported pairs are named at
     // the end: "; not judged: <a>~<b> (+N more): an imported leg, no paired distance and no seed envelope".
     std::string verdict() const;
@@ -223,15 +250,38 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
 std::pair<int64_t, int64_t> timing_window(int64_t updates);
 
 // `model`: the error model of the run (error_model_for); `envelopes`: the seed envelopes of the
-// experiment (same sha256_without_seeds), any stacks.
+// experiment (same sha256_without_seeds), any stacks. `planned_updates`: the run's plan, for the lr
+// schedule (-1: unknown; the lr is then not checked, and judge_completeness calls the run incomplete).
 Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Thresholds& t = {},
-                        const std::optional<ErrorModel>& model = std::nullopt, const std::vector<SeedEnvelope>& envelopes = {});
+                        const std::optional<ErrorModel>& model = std::nullopt, const std::vector<SeedEnvelope>& envelopes = {},
+                        int64_t planned_updates = -1);
 // The same, pairing every leg with `against` only, as (leg, against) — `tandem faults` compares each
 // faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
 // has that name.
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
-                                const std::vector<SeedEnvelope>& envelopes = {});
+                                const std::vector<SeedEnvelope>& envelopes = {}, int64_t planned_updates = -1);
+
+// The one judging path (docs/thresholds.md "One judging path"): the levels, the completeness of every
+// leg and, when fingerprints are given, the localisation of every failing pair with its first point
+// in the pair's reason. `tandem run`, `tandem report`, `tandem compare`, `tandem faults` and the
+// workbench all judge through it.
+struct Judging {
+    std::string against;                  // "" = every pair
+    ExpectedSeries expected;              // the plan: updates and evaluations every leg must hold
+    std::optional<ErrorModel> model;      // nullopt: error_model_for(spec)
+    std::vector<SeedEnvelope> envelopes;  // the experiment's (others are ignored)
+    Thresholds thresholds;
+    // A leg's fingerprints (empty when it recorded none); unset: nothing is localised.
+    std::function<std::vector<FingerprintRow>(const std::string& leg)> fingerprints;
+};
+Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Judging& judging);
+// Localises every pair that does not pass and whose legs both recorded fingerprints, and ends each
+// such pair's reason with "; localised: <the first point>" (docs/observables.md).
+void add_localisations(Comparison& c, const std::function<std::vector<FingerprintRow>(const std::string& leg)>& fingerprints);
+// Whether a verdict line (Comparison::verdict()) passes: equivalent, within the seed envelope, or one
+// complete leg — what the workbench colours green and exit code 0 means.
+bool verdict_line_passes(const std::string& verdict);
 
 
 // ---- legs of different runs (`tandem compare RUN_A:LEG RUN_B:LEG`, the workbench's diff view) -----
@@ -257,11 +307,23 @@ struct RunsComparison {
     std::vector<ConfigDifference> config;  // the experiment files' differences (spec A vs spec B)
     Comparison comparison;                 // L1–L4 of the two legs, as compare_legs computes them
 };
-// L1–L4 between a leg of one run file and a leg of another (or the same) run file. With the same
-// experiment spec the pair is judged as within one run (paired numerics distance when the legs'
-// settings line up, the seed envelope either run file holds); with different specs L4 is reported
-// and the pair is not comparable (the first differing setting is the reason).
-RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {});
+// Whether a spec setting (a dotted key of diff_specs) can change a run's numbers: the envelope key's
+// rule (ExperimentSpec::sha256_without_seeds) plus the seeds — name, description, the legs section
+// (and its faults), observe, gate, checkpoint cadence, l3_records and how masks are drawn cannot.
+// Legs of runs that differ in seeds or masks are judged unpaired; in any other such setting, not judged.
+bool setting_changes_numbers(const std::string& key);
+// Whether a and b name the same leg of the same run file (a leg compared with itself: refused).
+bool same_run_leg(const RunLegRef& a, const RunLegRef& b);
+
+// L1–L4 between a leg of one run file and a leg of another run file (or another leg of the same
+// one), judged as `tandem report` judges a run: when the settings that change numbers are the same
+// (setting_changes_numbers), the pair is judged — paired (the error-model bound) when the seeds,
+// masks and plan line up, else by the seed envelope the run files hold or, when they hold none, the
+// catalog's (`catalog`, read when it exists), each leg against its own run's clip; when they differ,
+// L4 is reported and the pair is `not judged` (the first such setting is the reason). Throws
+// tandem::Error for a leg compared with itself.
+RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {},
+                                const std::filesystem::path& catalog = {});
 
 
 }  // namespace tandem::experiments

@@ -10,9 +10,12 @@
 //
 // Envelope distance (any pair, given a same-stack seed envelope): the leg's held-out CE in units of
 // the envelope's spread, z(u) = (x(u) - mean(u)) / std(u), the band
-// [min - 2 std - bound |mean|, max + 2 std + bound |mean|] per evaluation, and a one-sided test
-// across evaluations like MLPerf's: the leg's mean held-out CE after update 0 against the members'
-// (a prediction t-test with N - 1 degrees of freedom, alpha 0.05; "worse" = higher CE).
+// [min - 2 std - bound |mean|, max + 2 std + bound |mean|] per evaluation, and a two-sided test
+// across evaluations: the leg's mean held-out CE after update 0 against the members' (a prediction
+// t-test with N - 1 degrees of freedom, alpha 0.05). Two-sided: a leg that trains better than its
+// stack's seeds allow computes something else just as surely as one that trains worse. The same
+// distance judges the per-update training loss and pre-clip grad norm of an unpaired leg that shares
+// the plan (series.h).
 #include "tandem/compare/judge/envelope.h"
 #include "tandem/spec/experiment.h"
 #include "tandem/spec/gate_config.h"
@@ -38,6 +41,13 @@ inline constexpr double kFloat32Epsilon = 1.1920928955078125e-07;
 inline constexpr double kErrorModelK = 2.0;
 // Per-layer growth of the relative error (TTrace: C = 1.03).
 inline constexpr double kErrorModelC = 1.03;
+// The constants of the per-update series' bounds (judge/series.h): the same form as held-out CE's, k
+// calibrated the same way (4 x the largest clean ratio, rounded up) from the training loss and the
+// pre-clip grad norm of the same clean paired runs (scripts/calibrate-error-model, docs/thresholds.md
+// "Per-update series"). The grad norm's is larger: the backward of a pretrained model differs more
+// between two float32 stacks than its forward (docs/observables.md).
+inline constexpr double kLossErrorModelK = 3.0;    // 4 x 0.719 (pretrained base, S 192, update 0) = 2.88 -> 3
+inline constexpr double kGradNormErrorModelK = 28.0;  // 4 x 6.79 (pretrained base, seed 7, update 1) = 27.1 -> 28
 
 struct ErrorModel {
     double k = kErrorModelK;
@@ -64,6 +74,9 @@ struct PairedDistance {
     std::vector<DistancePoint> points;    // per paired evaluation (see DistancePoint)
     double max_ratio = std::nan("");      // largest difference / bound
     int64_t max_ratio_update = -1;
+    // The first point beyond the bound (or not finite): its update and ratio (-1 / NaN when none).
+    int64_t first_beyond_update = -1;
+    double first_beyond_ratio = std::nan("");
     bool within() const;                  // applies, some point, every ratio finite and <= 1
 };
 // `evals` as pair_evals gives them (a, b); the reference side b unless `reference_is_a`.
@@ -79,6 +92,7 @@ Band envelope_band(const EnvelopePoint& p, double sigma, double relative_floor);
 double student_t_sf(double t, double df);
 
 struct EnvelopeDistance {
+    std::string series = "heldout_ce";    // what is judged: heldout_ce | loss | grad_norm
     bool available = false;               // an envelope judged the leg
     std::string why_unavailable;          // when not
     std::string stack;                    // the envelope's implementation
@@ -88,12 +102,16 @@ struct EnvelopeDistance {
     double max_abs_z = std::nan("");
     int64_t max_abs_z_update = -1;
     std::vector<int64_t> outside_band;    // evaluations where the leg left the band
+    // The two-sided prediction t-test: the leg's mean of the series (held-out CE: over the
+    // evaluations after update 0; loss, grad norm: over every update) against the members' means.
     double leg_mean = std::nan(""), members_mean = std::nan(""), members_std = std::nan("");
-    double t = std::nan(""), p = std::nan("");
+    double t = std::nan(""), p = std::nan("");  // p two-sided: P(|T| > |t|)
     int64_t df = 0;
     double alpha = 0.05;
     bool test_rejects() const { return std::isfinite(p) && p < alpha; }
     bool within() const { return available && !test_rejects() && outside_band.empty(); }
+    // "|z| 2.94, p 0.187" (the size of a difference in seed noise), or why there is none.
+    std::string effect() const;
 };
 // z = (x - mean) / std of each evaluation with a spread above rounding (bound(u) |mean|), as the
 // envelope distance and the workbench's z panel use them.
@@ -101,11 +119,26 @@ std::vector<DistancePoint> envelope_z_points(const std::vector<EvalRow>& evals, 
 // The leg's held-out CE (`evals`) against the envelope; `model` widens the band by the bound.
 EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<EvalRow>& evals, const SeedEnvelope& envelope,
                                    const ErrorModel& model);
+// The leg's per-update `series` (loss | grad_norm) against the envelope's series of the same name:
+// z and band per update, the two-sided test over the mean of every update; `model` (the series' own
+// bound) widens the band.
+EnvelopeDistance envelope_series_distance(const std::string& leg, const std::vector<StepRow>& steps, const std::string& series,
+                                          const SeedEnvelope& envelope, const ErrorModel& model);
+// The two-sided prediction t-test of one value against a sample (N - 1 degrees of freedom): fills
+// d's members_mean, members_std, t, df, p; false (with d.why_unavailable) when the sample cannot.
+bool prediction_test(EnvelopeDistance& d, double value, const std::vector<double>& sample);
 
-enum class PairVerdict { Equivalent, WithinEnvelope, OutsideEnvelope, NotComparable };
-// "equivalent", "numerically different but within the seed envelope", "outside the envelope",
-// "not comparable"
+// The verdict of a pair (docs/thresholds.md "The verdict"):
+//   equivalent               paired, within the bound everywhere (every series)
+//   different                a level L1-L3 failed, a value is not finite, the lr is off the spec's
+//                            schedule, or a paired pair exceeded a bound
+//   within the seed envelope unpaired (native masks or plan, an imported leg), within the envelope
+//   outside the seed envelope unpaired, outside a band of the envelope or a two-sided test rejects
+//   not judged               unpaired and no envelope to judge with (the reason says how to build one)
+enum class PairVerdict { Equivalent, Different, WithinEnvelope, OutsideEnvelope, NotJudged };
 const char* pair_verdict_name(PairVerdict v);
-bool verdict_passes(PairVerdict v);  // equivalent or within the envelope
+// Every word a verdict line can start with: the five above and "incomplete" (a run's legs lack data).
+const std::vector<std::string>& verdict_words();
+bool verdict_passes(PairVerdict v);  // equivalent or within the seed envelope
 
 }  // namespace tandem::experiments

@@ -31,11 +31,11 @@ std::optional<nlohmann::json> read_run_spec(const std::filesystem::path& run_fol
 std::string setting_text(const nlohmann::json& spec, const std::string& key);
 
 // The verdict line's leading word and its class: passes (equivalent, within the seed envelope),
-// fails (outside the envelope, not comparable, incomplete), neither (one leg, nothing judged), or
+// fails (different, outside the seed envelope, incomplete), neither (not judged, one leg), or
 // none (no verdict yet: a run still going, or one recorded before verdicts).
 enum class VerdictClass { None, Pass, Fail, Neutral };
 struct VerdictWord {
-    std::string word;  // "equivalent", "within envelope", "outside envelope", "not comparable", "incomplete", "one leg", ""
+    std::string word;  // one of verdict_words() (distance.h), "one leg", or ""
     VerdictClass kind = VerdictClass::None;
 };
 VerdictWord verdict_word(const std::string& verdict_line);

@@ -51,6 +51,9 @@ struct FaultRow {
     // Why the fault had no effect on this experiment ("" = it had one): nothing fired and the faulty
     // leg recorded exactly the clean engine leg's numbers. Not counted as uncaught: there was nothing to catch.
     std::string no_effect;
+    // Why the fault cannot apply to this experiment ("" = it can): checked before any leg starts
+    // (fault_not_applicable); such a fault gets no leg and is not counted (docs/faults.md).
+    std::string not_applicable;
     std::vector<SizeProbe> probes;       // --size-search: every probe of this fault, in order
     std::vector<SizeSearch> searches;    // --size-search: per level caught at `size`
 
@@ -58,6 +61,8 @@ struct FaultRow {
     std::vector<std::string> caught_by() const;  // levels that fired, in column order
     std::optional<int64_t> first_caught() const;  // the earliest update over the levels that fired
     bool caught() const { return !caught_by().empty(); }
+    // What the row says: "not applicable", "leg failed", "no effect", "caught", "not caught".
+    std::string outcome() const;
 };
 
 struct FaultMatrix {

@@ -33,6 +33,7 @@ struct FaultSize {
 };
 
 struct LegFaults;
+struct ExperimentSpec;
 
 struct FaultInfo {
     std::string name;         // "rope-theta": lower case, digits, '-'
@@ -45,7 +46,15 @@ struct FaultInfo {
     // switch's size, the default filled in; 0 for a fault without one). A new fault is one catalogue
     // entry with its setter, plus the switch it sets (docs/architecture.md "Add a fault").
     void (*set)(LegFaults& faults, double size) = nullptr;
+    // Why the fault cannot apply to an experiment ("" when it can): a fault whose switch would change
+    // nothing, or that the engine refuses, for this experiment's settings (docs/faults.md "Not
+    // applicable"). nullptr: it always applies.
+    std::string (*not_applicable)(const ExperimentSpec& spec) = nullptr;
 };
+
+// The fault's not_applicable reason for `spec` ("" = it applies). `tandem faults` checks it before any
+// leg starts: such a fault is a `not applicable` row, not a leg.
+std::string fault_not_applicable(const FaultInfo& fault, const ExperimentSpec& spec);
 
 // Every fault, in catalogue order (the order of docs/faults.md and of `tandem faults`).
 const std::vector<FaultInfo>& fault_catalogue();

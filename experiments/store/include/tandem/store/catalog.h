@@ -26,9 +26,10 @@ struct sqlite3;
 
 namespace tandem::experiments {
 
-inline constexpr int kCatalogSchemaVersion = 6;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
+inline constexpr int kCatalogSchemaVersion = 7;  // 1: probes; 2: runs + legs; 3: legs paused/stopped; 4: run tags + notes;
                                                  // 5: seed envelopes
                                                  // 6: injected faults (runs.faults, legs.faults, fault_results)
+                                                 // 7: envelopes.member_means (the per-update series' tests)
 
 // One row of `probes`.
 struct ProbeRecord {
@@ -113,6 +114,7 @@ struct EnvelopeRecord {
     std::int64_t members = 0;
     std::string vary;                // the seeds varied, comma-separated
     std::string member_mean_ce;      // JSON array: each member's mean held-out CE after update 0
+    std::string member_means = "{}"; // JSON {"loss": [...], "grad_norm": [...]}: each member's mean over every update
     std::string run_file;            // the envelope's run.h5
     std::string created_at;          // ISO-8601 UTC (now when empty)
     std::string hostname;

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -94,6 +95,9 @@ struct StepRow {
     double lr = 0;               // lr used by the update
     std::int64_t tokens = 0;     // supervised tokens in the update
     double wall_s = 0;           // wall time of the update in seconds
+    // CPU time of the leg's process during the update, every thread (NaN when the leg does not report
+    // it, and in run files written before it was kept): the step-time flag's measure (docs/gate.md)
+    double cpu_s = std::numeric_limits<double>::quiet_NaN();
 };
 
 // /legs/<leg>/eval — one row per evaluation.

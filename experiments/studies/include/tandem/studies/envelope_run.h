@@ -19,7 +19,7 @@ struct EnvelopeOptions {
     std::filesystem::path experiment;
     int64_t seeds = 8;                       // N members
     std::string legs = "reference";          // stacks, comma-separated (implementations)
-    std::vector<std::string> vary = {"dropout", "plan", "adapter"};
+    std::optional<std::vector<std::string>> vary;  // nullopt: default_vary(the experiment)
     std::filesystem::path out_dir = "runs";
     std::filesystem::path catalog = "tandem.db";
     std::optional<std::filesystem::path> assets;
@@ -34,6 +34,17 @@ struct EnvelopeOutcome {
     std::vector<std::string> failed_members; // "<member>: <why>" (the envelope is not built then)
     double wall_s = 0;
 };
+
+// What an envelope varies by default (docs/envelope.md "What it varies"): only what the experiment's
+// legs do not share. A leg on its own dropout masks: the dropout seed; on its own plan: the plan seed
+// too (the adapter is shared — L2 checks it — so it stays). When every leg is paired (shared masks and
+// plan) the error-model bound judges them and the envelope only sizes an effect: dropout, plan and
+// adapter, the seed noise of a training run. `why` says which, in one line.
+struct DefaultVary {
+    std::vector<std::string> vary;
+    std::string why;
+};
+DefaultVary default_vary(const ExperimentSpec& spec);
 
 // The member's spec: seeds in `vary` become seed + index (member 0 keeps the experiment's seeds).
 ExperimentSpec envelope_member_spec(const ExperimentSpec& spec, const std::vector<std::string>& vary, int64_t index);

@@ -39,11 +39,16 @@ struct SeedEnvelope {
     std::string source;          // the envelope's run.h5 (absolute path)
     std::vector<EnvelopePoint> heldout_ce, loss, grad_norm;
     // Per member: the mean held-out CE over the evaluations after update 0, the sample of the
-    // one-sided test (docs/thresholds.md "Envelope distance").
+    // two-sided test (docs/thresholds.md "Envelope distance").
     std::vector<double> member_mean_ce;
+    // Per member: the mean training loss and pre-clip grad norm over every update, the samples of the
+    // per-update series' tests (judge/series.h). Empty for an envelope built before they were kept.
+    std::vector<double> member_mean_loss, member_mean_grad_norm;
 
     const std::vector<EnvelopePoint>& series(const std::string& name) const;  // heldout_ce | loss | grad_norm
     const EnvelopePoint* at(const std::string& series, int64_t update) const;  // nullptr when absent
+    const std::vector<double>& member_means(const std::string& series) const;  // the test's sample of a series
+    bool varies(const std::string& seed) const;  // whether `vary` holds this seed name
 };
 
 // The statistics over the members (each a complete run of the same schedule): per update present in
@@ -52,6 +57,9 @@ struct SeedEnvelope {
 SeedEnvelope compute_envelope(const std::vector<EnvelopeMember>& members);
 // Mean held-out CE over the evaluations after update 0 (NaN when there is none).
 double mean_heldout_after_start(const std::vector<EvalRow>& evals);
+// Mean training loss or pre-clip grad norm (`series`: loss | grad_norm) over every update (NaN when none;
+// a non-finite value makes it non-finite).
+double mean_step_series(const std::vector<StepRow>& steps, const std::string& series);
 
 // What the workbench draws behind a series (docs/workbench.md): per update the envelope's min and
 // max and mean -/+ sigma std (sample std).

@@ -40,13 +40,13 @@ struct GateFlag {
     double threshold = 0;  // what it was compared with
     GateAction action = GateAction::Warn;
     std::string message;   // one line, e.g. "engine: update 14 took 2.41 s, 6.0x its running median 0.40 s"
-    std::string series;    // what the value is of: heldout_ce | loss | grad_norm | wall_s (where the workbench marks it)
+    std::string series;    // what the value is of: heldout_ce | loss | grad_norm | wall_s | cpu_s (where the workbench marks it)
 };
 
 nlohmann::json flags_to_json(const std::vector<GateFlag>& flags);
 std::vector<GateFlag> flags_from_json(const nlohmann::json& j);
 
-// The step-time flag's yardstick for update row i: the median wall time of the attempt's last `window`
+// The step-time flag's yardstick for update row i: the median CPU time (wall time where row i has none) of the attempt's last `window`
 // updates before it, or nullopt before `min_history` of them.
 std::optional<double> step_time_running_median(const std::vector<StepRow>& steps, size_t i, const GateConfig& config,
                                                int64_t attempt_first_update);

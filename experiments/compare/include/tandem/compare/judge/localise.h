@@ -62,10 +62,9 @@ struct Localisation {
 Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,
                      const std::string& leg_b, std::optional<std::int64_t> update = {}, const LocaliseBound& bound = {});
 
-// The report's localisations (docs/report.md): for every pair of `c` whose L4 verdict does not pass
-// and whose two legs both hold fingerprints in `reader`, the localisation of all their points.
+// The report's localisations (docs/report.md) are add_localisations' (compare.h): every pair whose
+// verdict does not pass and whose two legs both recorded fingerprints.
 struct Comparison;
-std::vector<Localisation> localise_failed_pairs(const Comparison& c, const RunFileReader& reader);
 // The evaluation observables of every L4 pair of `c` whose legs both recorded some (observables.h).
 std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader);
 // Stores each in run.h5 (/localisation/<a>~<b>).

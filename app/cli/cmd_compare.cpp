@@ -4,6 +4,8 @@
 //   diff-runs view shows. Exit 3 when a gated level fails its threshold.
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "tandem/atomic_file.h"
 #include "tandem/compare/compare.h"
 #include "tandem/compare/report.h"
@@ -18,6 +20,7 @@ struct CompareArgs {
     std::string a, b;
     std::string format = "text";
     std::string out;
+    bool force = false;
 };
 }  // namespace
 
@@ -28,8 +31,10 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     cmd->add_option("a", args->a, "RUN_A:LEG (a run folder or run.h5, a colon, a leg name)")->required();
     cmd->add_option("b", args->b, "RUN_B:LEG")->required();
     cmd->add_option("--format", args->format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
-    cmd->add_option("--out", args->out, "write to this file instead of stdout");
+    cmd->add_option("--out", args->out, "write to this file instead of stdout (never over a run's file unless --force)");
+    add_force_flag(cmd, args->force);
     cmd->callback([args, &exit_code] {
+        refuse_protected_out("--out", args->out, args->force);
         const auto format = experiments::parse_report_format(args->format);
         const auto r = experiments::compare_run_legs(experiments::parse_run_leg(args->a), experiments::parse_run_leg(args->b));
         const std::string text = experiments::render_runs_comparison(r, format);

@@ -72,6 +72,10 @@ LegProgress progress_of(const LiveLeg& l, int64_t total) {
     p.tokens_per_s = std::max(0.0, timing_of(t).tokens_per_s);
     if (l.steps_this_attempt > 0 && l.status == LegStatus::Running)
         p.eta_s = l.wall_this_attempt / static_cast<double>(l.steps_this_attempt) * static_cast<double>(total - p.updates_done);
+    if (l.status == LegStatus::Running && l.watchdog.stalled()) {
+        p.stalled_s = l.watchdog.silent_s(Clock::now());
+        p.process = l.watchdog.process_word();
+    }
     return p;
 }
 
@@ -88,6 +92,7 @@ LegState state_of(const LiveLeg& l) {
     s.last_line = l.journal ? l.journal->last_event_line() : std::string();
     s.flags = &l.flags;
     s.note = l.stop_reason;
+    if (l.status == LegStatus::Running && l.watchdog.stalled()) s.stall = l.watchdog.flag_text();
     return s;
 }
 
@@ -204,9 +209,14 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
                 run.folder.string() + " " + l.plan.name + "`");
         else
             say("leg " + l.plan.name + " " + leg_status_name(l.status) + " (exit status " + std::to_string(l.exit_status) + ")" +
-                (l.trace.error ? ": " + *l.trace.error : "") + "; log: " + (leg_folder(run, l.plan.name) / "stderr.log").string());
+                (l.trace.error ? ": " + *l.trace.error : "") + "; log: " + (leg_folder(run, l.plan.name) / "stderr.log").string() +
+                (l.status == LegStatus::Failed ? "; `tandem run --resume " + run.folder.string() + "` retries it from its last checkpoint"
+                                               : std::string()));
     }
     say("run folder: " + run.folder.string());
+    if (interrupted)  // docs/run-folder.md "Interruptions": every leg continues from its last checkpoint
+        say("interrupted: continue the run with `tandem run --resume " + run.folder.string() + "`");
+    if (!rec.catalog_notice().empty()) say(rec.catalog_notice());  // the run's last line (catalog_continuity.h)
     return out;
 }
 
@@ -319,6 +329,7 @@ RunOutcome run_experiment(const RunnerOptions& opt) {
         if (!used) say("note: the experiment overrides settings of leg '" + leg + "', which this run does not have");
     }
     RunRecorder rec(run.folder / "run.h5", opt.catalog);
+    rec.on_catalog_warning(say);
     try {
         register_run(run, rec);
         if (opt.probe) run_probes(run, rec, say);

@@ -56,6 +56,7 @@ class Result:
     kind: str = ""      # clear | internal | crash | silent | unclear
     problem: str = ""
     seconds: float = 0.0
+    case_dir: str = ""  # the case's folder (a check may compare files in it; removed after the case)
 
 
 # Placeholders a suite adds (e.g. "{fixture}": a run folder it prepared once).
@@ -88,7 +89,7 @@ def classify(case, rc, out, err, case_dir):
     if not any(fragment in line for line in text.splitlines()):
         return "unclear", f"no output line contains {fragment!r}"
     if case.check:
-        problem = case.check(Result(case, rc, out, err))
+        problem = case.check(Result(case, rc, out, err, case_dir=case_dir))
         if problem:
             return "unclear", problem
     return "clear", ""
@@ -116,7 +117,7 @@ def run_case(case, keep=False):
             r = Result(case, -1, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace"))
             r.kind, r.problem = "crash", f"timed out after {case.timeout} s"
             return r
-        r = Result(case, rc, out, err, seconds=time.monotonic() - t0)
+        r = Result(case, rc, out, err, seconds=time.monotonic() - t0, case_dir=case_dir)
         r.kind, r.problem = classify(case, rc, out, err, case_dir)
         return r
     finally:

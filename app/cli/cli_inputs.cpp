@@ -7,6 +7,7 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/overwrite_guard.h"
+#include "tandem/strict_json.h"
 
 #include <iostream>
 #include <optional>
@@ -90,9 +91,9 @@ int process_jsonl(bool keep_going, const std::function<ordered_json(const ordere
         } catch (const LineError& e) {
             error = e;
         } catch (const ordered_json::parse_error& e) {
-            error = LineError{"(line)", std::string("not valid JSON: ") + e.what()};
+            error = LineError{"(line)", "not valid JSON: " + json_error_text(e)};
         } catch (const ordered_json::exception& e) {
-            error = LineError{"(line)", e.what()};
+            error = LineError{"(line)", json_error_text(e)};
         } catch (const Error& e) {
             error = LineError{"(value)", e.what()};
         }

@@ -685,9 +685,47 @@ def out_guard_cases():
     return c
 
 
+# ---- the environment and odd experiment files (issue 27) -----------------------------------------
+
+def environment_cases():
+    good = json.dumps(GOOD)
+    bad_lr = json.dumps(dict(GOOD, optimizer=dict(GOOD["optimizer"], lr=None)))
+    ren = ["template", "render", "--tokenizer", "{tok}"]
+    enc = ["tokens", "encode", "--tokenizer", "{tok}"]
+    return [
+        Case("run: experiment file is a FIFO", run_args("{dir}/fifo.json"), expect="fifo.json: not a regular file",
+             setup=lambda d: os.mkfifo(os.path.join(d, "fifo.json")), timeout=60),
+        Case("run: experiment file is /dev/zero", run_args("/dev/zero"), expect="/dev/zero: not a regular file", timeout=60),
+        Case("run: experiment file is /dev/null", run_args("/dev/null"), expect="/dev/null: not a regular file"),
+        Case("run: experiment file is a symlink loop", run_args("{dir}/loop1"), expect="loop1: cannot read the experiment file",
+             setup=lambda d: (os.symlink("loop2", os.path.join(d, "loop1")), os.symlink("loop1", os.path.join(d, "loop2")))),
+        Case("run: experiment file a dangling symlink", run_args("{dir}/dangling.json"), expect="dangling.json: no such experiment file",
+             setup=lambda d: os.symlink("nowhere.json", os.path.join(d, "dangling.json"))),
+        Case("run: a path with spaces and non-ASCII", run_args("{dir}/my runs/résumé ü.json"),
+             expect="my runs/résumé ü.json: field optimizer.lr", files={"my runs/résumé ü.json": bad_lr}),
+        Case("run: HOME unset", run_args(), expect="x.json: field optimizer.lr", files={"x.json": bad_lr}, env={"HOME": ""}),
+        Case("run: a misspelt leg name", run_args(legs="engin"), expect="'engin': not a leg the experiment defines",
+             files={"x.json": good}),
+        Case("template render: an unknown role", ren, expect="messages[0].role",
+             stdin=b'{"messages": [{"role": "wizard", "content": "x"}]}\n'),
+        Case("template render: a user message without content", ren, expect="messages[0].content",
+             stdin=b'{"messages": [{"role": "user"}]}\n'),
+        Case("template render: a system message with content null", ren, expect="messages[0].content",
+             stdin=b'{"messages": [{"role": "system", "content": null}, {"role": "user", "content": "x"}]}\n'),
+        Case("template render: the second message without content", ren, expect="messages[1].content",
+             stdin=b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]}\n'),
+        Case("template render: not JSON names no library", ren, expect="line 1: field '(line)': not valid JSON: parse error",
+             stdin=b'{"messages": x}\n'),
+        Case("tokens encode: not JSON names no library", enc, expect="line 1: field '(line)': not valid JSON: parse error",
+             stdin=b'{"text": x}\n'),
+        Case("tokens encode: a JSON string line", enc, expect="line 1", stdin=b'"text"\n'),
+    ]
+
+
 def all_cases():
     return (experiment_cases() + run_option_cases() + resume_cases() + report_cases() + stdin_cases() +
-            tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases() + out_guard_cases())
+            tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases() + out_guard_cases() +
+            environment_cases())
 
 
 def prepare_fixture(root):

@@ -1,5 +1,5 @@
 """tandem_leg.torch.pair and TandemCallback(pair=True) against the reference leg (the oracle) on a small
-run folder made with transformers + peft (tests/experiments/make_test_run.py: a generated Qwen3, LoRA
+run folder made with transformers + peft (tests/legs/make_test_run.py: a generated Qwen3, LoRA
 dropout 0.1 so the masks matter):
 
 - SharedMaskDropout multiplies by exactly the mask of the pure-Python generator (shared_dropout's
@@ -26,7 +26,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python"))
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "experiments"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "legs"))
 
 import make_test_run  # noqa: E402
 import tandem_leg  # noqa: E402

@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 TANDEM = os.environ.get("TANDEM_BIN", os.path.join(os.environ.get("TANDEM_BINARY_DIR", "build"), "app", "tandem"))
 HF = os.path.join(SOURCE_DIR, "examples", "hf_trainer_leg.py")
-sys.path.insert(0, os.path.join(HERE, "..", "faults_io"))
+sys.path.insert(0, os.path.join(HERE, "..", "runner"))
 from runner_fixture import verdict_of  # noqa: E402
 SEEDS = [1234, 1235, 1236, 1237, 1238]
 

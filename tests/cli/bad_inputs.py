@@ -706,8 +706,6 @@ def environment_cases():
         Case("run: HOME unset", run_args(), expect="x.json: field optimizer.lr", files={"x.json": bad_lr}, env={"HOME": ""}),
         Case("run: a misspelt leg name", run_args(legs="engin"), expect="'engin': not a leg the experiment defines",
              files={"x.json": good}),
-        Case("template render: an unknown role", ren, expect="messages[0].role",
-             stdin=b'{"messages": [{"role": "wizard", "content": "x"}]}\n'),
         Case("template render: a user message without content", ren, expect="messages[0].content",
              stdin=b'{"messages": [{"role": "user"}]}\n'),
         Case("template render: a system message with content null", ren, expect="messages[0].content",

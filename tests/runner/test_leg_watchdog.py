@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, verdict_of  # noqa: E402
+from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, steps_seen, verdict_of  # noqa: E402
 
 
 def folder_of(tmp):
@@ -21,20 +21,8 @@ def folder_of(tmp):
     return os.path.join(d, names[0]) if names else None
 
 
-def steps_seen(tmp, leg):
-    folder = folder_of(tmp)
-    path = folder and os.path.join(folder, "legs", leg, "events.jsonl")
-    if not path or not os.path.exists(path):
-        return -1
-    n = -1
-    for line in open(path):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("event") == "step":
-            n = max(n, e["update"])
-    return n
+def steps_of(tmp, leg):
+    return steps_seen(folder_of(tmp), leg)
 
 
 def start(tmp, spec, legs="a=engine,b=engine"):
@@ -46,7 +34,7 @@ def start(tmp, spec, legs="a=engine,b=engine"):
 def wait_for_step(tmp, leg, update, timeout=300):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if steps_seen(tmp, leg) >= update:
+        if steps_of(tmp, leg) >= update:
             return
         time.sleep(0.02)
     raise AssertionError(f"leg {leg} did not reach update {update}")
@@ -126,7 +114,7 @@ def test_with_default_settings_a_sigstopped_leg_is_flagged_within_120_s(tmp_path
     assert "stalled" in log and "events again after" in log, log[-2000:]
     flags = stall_flags(folder, "a")
     assert [f["action"] for f in flags] == ["warn"] and flags[0]["threshold"] == 60, flags
-    assert steps_seen(tmp, "a") == 5, out[-2000:]
+    assert steps_of(tmp, "a") == 5, out[-2000:]
 
 
 def test_a_catalog_deleted_mid_run_is_recreated_with_the_run_and_the_last_line_says_so(tmp_path):

@@ -4,6 +4,7 @@
 // (leg_process.h); everything they say goes to their events.jsonl first, then into the trace, run.h5
 // and the catalog (run_record.h). See docs/run-folder.md "Interruptions".
 #include "tandem/runner/runner.h"
+#include "tandem/strict_json.h"
 
 #include "run_steps.h"
 #include "executors/executor.h"
@@ -258,7 +259,7 @@ std::string request_leg_action(const fs::path& run_dir, const std::string& leg, 
     try {
         for (const auto& e : json::parse(read_file(run_dir / "legs.json"))) known = known || e.at("name") == leg;
     } catch (const json::exception& e) {
-        throw Error((run_dir / "legs.json").string() + ": not a valid legs file (" + e.what() + ")");
+        throw Error((run_dir / "legs.json").string() + ": not a valid legs file (" + tandem::json_error_text(e) + ")");
     }
     if (!known) throw Error(run_dir.string() + ": the run has no leg '" + leg + "'");
     const fs::path dir = run_dir / "legs" / leg;

@@ -17,18 +17,11 @@ std::string seconds_text(double s) {
     return b;
 }
 
-// The word the progress line shows for a process state letter.
+// The word the progress line shows for a process state: process_state_text's, without the letter
+// ("stopped", "sleeping", "running").
 std::string state_word(char state) {
-    switch (state) {
-        case 'R': return "busy";
-        case 'S': return "sleeping";
-        case 'D': return "waiting on I/O";
-        case 'T':
-        case 't': return "stopped";
-        case 'Z':
-        case 0: return "exited";
-        default: return std::string(1, state);
-    }
+    const std::string text = process_state_text(state);
+    return text.substr(0, text.find(" ("));
 }
 
 std::string reason(double silence, double stall_s, int64_t update, const std::optional<ProcessState>& process,

@@ -6,6 +6,8 @@
 #include "tandem/assets.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
+#include "tandem/overwrite_guard.h"
+#include "tandem/strict_json.h"
 
 #include <iostream>
 #include <optional>
@@ -24,6 +26,29 @@ std::string one_line(std::string s) {
 }
 
 }  // namespace
+
+void refuse_protected_out(const std::string& option, const std::string& path, bool force) {
+    if (force || path.empty()) return;
+    if (const std::string what = protected_file_reason(path); !what.empty())
+        throw CLI::ValidationError(option + " " + path, "refusing to overwrite " + what + " (give --force to replace it)");
+}
+
+void require_out_folder(const std::string& option, const std::string& path, bool replaces_files, bool force) {
+    std::error_code ec;
+    if (fs::exists(path, ec) && !fs::is_directory(path, ec)) {
+        const std::string what = protected_file_reason(path);
+        throw CLI::ValidationError(option + " " + path, "is a file" + (what.empty() ? std::string() : " (" + what + ")") +
+                                                            ", not a folder; nothing was written");
+    }
+    if (!replaces_files || force) return;
+    if (const fs::path run = enclosing_run_folder(path); !run.empty())
+        throw CLI::ValidationError(option + " " + path, "is inside the run folder " + run.string() +
+                                                            ", whose files it would replace (give --force to replace them)");
+}
+
+CLI::Option* add_force_flag(CLI::App* cmd, bool& force) {
+    return cmd->add_flag("--force", force, "replace an existing --out file even when it is a run's file, an HDF5 file or a catalog");
+}
 
 fs::path tokenizer_folder(const std::string& flag) {
     if (!flag.empty()) return flag;
@@ -66,9 +91,9 @@ int process_jsonl(bool keep_going, const std::function<ordered_json(const ordere
         } catch (const LineError& e) {
             error = e;
         } catch (const ordered_json::parse_error& e) {
-            error = LineError{"(line)", std::string("not valid JSON: ") + e.what()};
+            error = LineError{"(line)", "not valid JSON: " + json_error_text(e)};
         } catch (const ordered_json::exception& e) {
-            error = LineError{"(line)", e.what()};
+            error = LineError{"(line)", json_error_text(e)};
         } catch (const Error& e) {
             error = LineError{"(value)", e.what()};
         }

@@ -3,6 +3,7 @@
 // assets), a corpus folder (--corpus: the folder or a run folder holding corpus/) and the max_len it
 // was built with; JSON Lines from stdin, one output line per input line (tokens encode, template
 // render).
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -16,6 +17,17 @@ std::filesystem::path tokenizer_folder(const std::string& flag);
 std::filesystem::path corpus_folder(const std::filesystem::path& given);
 // The max_len the corpus was built with (accounting.json), else docs/spec.md's 512.
 size_t corpus_max_len(const std::filesystem::path& corpus);
+
+// Outputs never replace a run (docs/cli.md "Outputs"). A file --out that names a run folder's
+// file, an HDF5 file or a catalog is refused unless --force: a usage error (exit 2) naming the path
+// and what it is, before anything is computed or written.
+void refuse_protected_out(const std::string& option, const std::string& path, bool force);
+// A folder --out (new folders are made inside it: run, envelope, faults): an existing file there is
+// a usage error; corpus build, whose folder's files it replaces, also refuses a run folder's
+// (`replaces_files`) unless --force.
+void require_out_folder(const std::string& option, const std::string& path, bool replaces_files = false, bool force = false);
+// The --force flag of a command with a file --out.
+CLI::Option* add_force_flag(CLI::App* cmd, bool& force);
 
 // A per-line failure: names the field at fault.
 struct LineError {

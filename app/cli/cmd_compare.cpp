@@ -5,6 +5,8 @@
 //   view shows. Exit 0 when the verdict passes, 3 when it does not, 2 for a leg compared with itself.
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "tandem/atomic_file.h"
 #include "tandem/compare/compare.h"
 #include "tandem/compare/report.h"
@@ -20,6 +22,7 @@ struct CompareArgs {
     std::string format = "text";
     std::string out;
     std::string catalog = "tandem.db";
+    bool force = false;
 };
 }  // namespace
 
@@ -31,11 +34,13 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     cmd->add_option("a", args->a, "RUN_A:LEG (a run folder or run.h5, a colon, a leg name)")->required();
     cmd->add_option("b", args->b, "RUN_B:LEG")->required();
     cmd->add_option("--format", args->format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
-    cmd->add_option("--out", args->out, "write to this file instead of stdout");
+    cmd->add_option("--out", args->out, "write to this file instead of stdout (never over a run's file unless --force)");
     cmd->add_option("--catalog", args->catalog,
                     "SQLite catalog whose seed envelope judges the pair when the run files hold none (read only when it exists)")
         ->capture_default_str();
+    add_force_flag(cmd, args->force);
     cmd->callback([args, &exit_code] {
+        refuse_protected_out("--out", args->out, args->force);
         const auto format = experiments::parse_report_format(args->format);
         const auto a = experiments::parse_run_leg(args->a), b = experiments::parse_run_leg(args->b);
         if (experiments::same_run_leg(a, b))

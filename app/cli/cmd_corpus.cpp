@@ -45,16 +45,19 @@ void add_corpus_commands(CLI::App& app, int& exit_code) {
         uint64_t seed = 1234;
         size_t max_len = 512;
         double heldout = 0.15;
+        bool force = false;
     };
     auto b = std::make_shared<BuildArgs>();
     build->add_option("--sources", b->sources, "folder holding pubmedqa/, medmcqa/, medqa_usmle/ (default: the shared corpora)");
     build->add_option("--out", b->out, "output folder (records.jsonl, accounting.json/.txt, split.json, not_converted.jsonl)")->required();
+    add_force_flag(build, b->force);
     build->add_option("--seed", b->seed, "split seed")->capture_default_str();
     build->add_option("--max-len", b->max_len, "truncation length for the build-time supervision check (0 = none)")->capture_default_str();
     build->add_option("--heldout-fraction", b->heldout, "fraction of records held out")->capture_default_str()->check(CLI::Range(0.0, 1.0));
     build->add_option("--tokenizer", b->tokenizer, "tokenizer folder (default: the shared Qwen3 tokenizer)");
     build->add_option("--template", b->template_name, "template for the supervision check: qwen3|chatml")->capture_default_str();
     build->callback([b, &exit_code] {
+        require_out_folder("--out", b->out, /*replaces_files=*/true, b->force);
         const fs::path sources = b->sources.empty() ? corpora_dir(require_asset_root()) : fs::path(b->sources);
         const td::Tokenizer tok = td::Tokenizer::load(tokenizer_folder(b->tokenizer));
         td::CorpusOptions opt;
@@ -75,16 +78,19 @@ void add_corpus_commands(CLI::App& app, int& exit_code) {
     struct PlanArgs {
         std::string corpus, out;
         td::PlanOptions options;
+        bool force = false;
     };
     auto p = std::make_shared<PlanArgs>();
     plan->add_option("--corpus", p->corpus, "corpus folder (or a run folder holding corpus/)")->required();
-    plan->add_option("--out", p->out, "plan file to write")->required();
+    plan->add_option("--out", p->out, "plan file to write (never over a run's file unless --force)")->required();
+    add_force_flag(plan, p->force);
     plan->add_option("--seed", p->options.seed, "plan seed")->capture_default_str();
     plan->add_option("--micro-batch", p->options.micro_batch, "sequences per micro-batch")->capture_default_str();
     plan->add_option("--accumulation", p->options.accumulation, "micro-batches per update")->capture_default_str();
     plan->add_option("--epochs", p->options.epochs, "epochs")->capture_default_str();
     plan->add_option("--bucket-updates", p->options.bucket_updates, "updates' worth of records per length bucket")->capture_default_str();
     plan->callback([p, &exit_code] {
+        refuse_protected_out("--out", p->out, p->force);
         const fs::path corpus = corpus_folder(p->corpus);
         const auto records = td::read_records(corpus / "records.jsonl");
         const td::Split split = td::read_split(corpus / "split.json");

@@ -3,6 +3,8 @@
 // share (experiments' default_vary).
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "tandem/studies/envelope_run.h"
 
 #include <cstdio>
@@ -45,6 +47,7 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
     envelope->add_option("--threads", env->threads, "CPU threads for all runs together (0: all cores)");
     envelope->add_option("--parallel", env->parallel, "runs at once (0: threads / legs per run)");
     envelope->callback([env, &exit_code] {
+        require_out_folder("--out", env->out);  // new folders go inside it
         experiments::EnvelopeOptions o;
         o.experiment = env->experiment;
         o.seeds = env->seeds;

@@ -2,6 +2,8 @@
 // the fault matrix — one clean reference leg, one clean engine leg and one faulty engine leg per fault.
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "tandem/spec/faults.h"
 #include "tandem/studies/faults_run.h"
 #include "tandem/compare/report.h"
@@ -57,6 +59,7 @@ void add_faults_command(CLI::App& app, int& exit_code) {
     cmd->add_flag("--no-probe", a->no_probe, "skip the bandwidth probes");
     cmd->add_flag("--list", a->list, "print the fault catalogue and exit");
     cmd->callback([a, faults, &exit_code] {
+        require_out_folder("--out", a->out);  // new folders go inside it
         const auto fmt = experiments::parse_report_format(a->format);
         if (a->list) {
             experiments::Table tb{"catalogue", "Fault catalogue (docs/faults.md)",

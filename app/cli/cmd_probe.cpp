@@ -4,7 +4,10 @@
 // is written, so bad input leaves every existing file as it was.
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "tandem/error.h"
+#include "tandem/overwrite_guard.h"
 #include "tandem/store/catalog.h"
 #include "tandem/store/host_info.h"
 #include "tandem/store/probe.h"
@@ -43,13 +46,36 @@ std::string device_form_error(const std::string& value) {
 // Checks that `path` can take the run file without modifying anything that exists: an existing
 // file must be HDF5; and since the writer publishes by renaming a sibling over the target, the
 // folder must let us create a file (tried with a uniquely named probe file, then removed).
-void check_run_file_target(const fs::path& path) {
+// A probe file (what `tandem probe` wrote: /host and /probes only) is added to; any other existing
+// HDF5 file — a run's run.h5 above all — is refused unless --force (docs/cli.md "Outputs").
+void check_run_file_target(const fs::path& path, bool force) {
     const std::string name = path.string();
     std::error_code ec;
     if (fs::exists(path, ec)) {
         if (!fs::is_regular_file(path, ec)) throw Error(name + ": --out is not a regular file");
         H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-        if (H5Fis_hdf5(name.c_str()) <= 0) throw Error(name + ": --out exists and is not an HDF5 file (left untouched)");
+        if (H5Fis_hdf5(name.c_str()) <= 0) {
+            refuse_protected_out("--out", name, force);  // a catalog, a run folder's file: exit 2
+            throw Error(name + ": --out exists and is not an HDF5 file (left untouched)");
+        }
+        bool probe_file = enclosing_run_folder(path).empty();
+        if (probe_file) {
+            const hid_t f = H5Fopen(name.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+            if (f < 0) throw Error(name + ": --out is an HDF5 file that cannot be opened (left untouched)");
+            H5G_info_t info{};
+            probe_file = H5Gget_info(f, &info) >= 0;
+            for (hsize_t i = 0; probe_file && i < info.nlinks; ++i) {
+                char link[64] = {};
+                if (H5Lget_name_by_idx(f, ".", H5_INDEX_NAME, H5_ITER_INC, i, link, sizeof link, H5P_DEFAULT) < 0) probe_file = false;
+                else probe_file = std::string(link) == "host" || std::string(link) == "probes";
+            }
+            H5Fclose(f);
+        }
+        if (!probe_file && !force)
+            throw CLI::ValidationError("--out " + name, "refusing to add probes to " +
+                                                            (enclosing_run_folder(path).empty() ? std::string("an HDF5 file that is not a probe file")
+                                                                                                : protected_file_reason(path)) +
+                                                            " (give --force to write into it)");
     }
     const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
     if (!fs::is_directory(parent, ec)) throw Error(name + ": cannot write --out, folder " + parent.string() + " does not exist");
@@ -88,6 +114,7 @@ void add_probe_command(CLI::App& app, int& exit_code) {
         std::string device = "all";
         std::string out = "probes.h5";
         std::string catalog = "tandem.db";
+        bool force = false;
     };
     auto options = std::make_shared<Options>();
     cmd->add_option("--device", options->device, "cpu, cuda:N or all (every device found)")
@@ -97,11 +124,12 @@ void add_probe_command(CLI::App& app, int& exit_code) {
         ->capture_default_str();
     cmd->add_option("--catalog", options->catalog, "SQLite catalog to add one row per probed device to")
         ->capture_default_str();
+    add_force_flag(cmd, options->force);
     cmd->callback([options, &exit_code] {
         // 1. Validate everything, open the catalog. Nothing else is touched yet.
         const std::vector<std::string> devices = ex::resolve_probe_devices(options->device);
         const fs::path out = fs::absolute(options->out);
-        check_run_file_target(out);
+        check_run_file_target(out, options->force);
         ex::Catalog catalog(options->catalog);
 
         // 2. Measure.

@@ -2,6 +2,8 @@
 // distances and its verdict (docs/report.md).
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "tandem/atomic_file.h"
 #include "tandem/compare/report.h"
 
@@ -18,6 +20,7 @@ struct ReportArgs {
     std::string format = "text";
     std::string out;
     std::string catalog = "tandem.db";
+    bool force = false;
 };
 
 }  // namespace
@@ -28,11 +31,13 @@ void add_report_command(CLI::App& app, int& exit_code) {
                                                 "(exit 3 unless equivalent or within the seed envelope)");
     report->add_option("run", rep->run, "run folder or run.h5")->required();
     report->add_option("--format", rep->format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
-    report->add_option("--out", rep->out, "write to this file instead of stdout");
+    report->add_option("--out", rep->out, "write to this file instead of stdout (never over a run's file unless --force)");
+    add_force_flag(report, rep->force);
     report->add_option("--catalog", rep->catalog,
                        "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists)")
         ->capture_default_str();
     report->callback([rep, &exit_code] {
+        refuse_protected_out("--out", rep->out, rep->force);  // before anything is read or written
         auto fmt = experiments::parse_report_format(rep->format);
         std::string title;
         experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->catalog);

@@ -2,6 +2,8 @@
 // the runner (tandem/runner/runner.h) with live progress lines and the report at the end.
 #include "commands.h"
 
+#include "cli_inputs.h"
+
 #include "run_progress.h"
 #include "tandem/join.h"
 #include "tandem/compare/report.h"
@@ -61,6 +63,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
     run->add_flag("--quiet", run_args->quiet, "no progress lines");
     run->callback([run_args, &exit_code] {
         const RunArgs& a = *run_args;
+        require_out_folder("--out", a.out);  // new folders go inside it
         if (a.experiment.empty() == a.resume.empty())
             throw CLI::ValidationError("run", "give an experiment file or --resume RUN_DIR (not both)");
         experiments::RunnerOptions o;

@@ -10,6 +10,8 @@
 #include "tandem/data/text_json.h"
 #include "tandem/error.h"
 
+#include "tandem/strict_json.h"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -59,6 +61,10 @@ std::vector<data::Message> parse_messages(const ordered_json& in) {
                 msg.tool_calls.push_back(std::move(tc));
             }
         }
+        // A message without content renders as an empty turn, silently; only an assistant's tool
+        // calls may stand without it (OpenAI's format gives them content null).
+        if ((content == m.end() || content->is_null()) && !(msg.role == "assistant" && !msg.tool_calls.empty()))
+            throw LineError{where + ".content", "missing (a string; null only for an assistant message with tool_calls)"};
         messages.push_back(std::move(msg));
     }
     if (messages.empty()) throw LineError{"messages", "is empty"};
@@ -102,7 +108,7 @@ void add_template_commands(CLI::App& app, int& exit_code) {
                 auto c = nlohmann::json::parse(read_file(config));
                 if (c.contains("chat_template") && c["chat_template"].is_string()) source = c["chat_template"].get<std::string>();
             } catch (const nlohmann::json::exception& e) {
-                throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
+                throw Error(config.string() + ": not valid JSON (" + json_error_text(e) + ")");
             }
             if (source.find("<think>") == std::string::npos || source.find("last_query_index") == std::string::npos)
                 throw Error(config.string() + ": chat_template is not Qwen3's template, which is the one tandem renders natively");

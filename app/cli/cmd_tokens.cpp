@@ -221,7 +221,7 @@ td::TokenSequence reference_sequence(const td::Record& r, const fs::path& tokeni
     try {
         j = json::parse(out);
     } catch (const json::exception& e) {
-        throw Error("reference python output for record " + r.id + " is not JSON: " + e.what());
+        throw Error("reference python output for record " + r.id + " is not JSON: " + tandem::json_error_text(e));
     }
     td::TokenSequence s;
     s.label = "reference (HF " + template_name + ")";

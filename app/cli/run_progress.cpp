@@ -27,7 +27,10 @@ std::string progress_line(const experiments::LegProgress& p) {
     std::snprintf(b, sizeof b, "%-12s %-9s %5lld/%-5lld loss %-8s eval %-14s %7.0f tok/s  ETA %-7s %s", p.name.c_str(),
                   p.device.c_str(), static_cast<long long>(p.updates_done), static_cast<long long>(p.updates_total), loss, ev,
                   p.tokens_per_s, p.eta_s ? human_seconds(*p.eta_s).c_str() : "?", experiments::leg_status_name(p.status));
-    return b;
+    std::string line = b;
+    if (p.stalled_s)  // the leg watchdog (docs/gate.md "Stalled legs")
+        line += ", stalled " + human_seconds(*p.stalled_s) + " without an event" + (p.process.empty() ? "" : " (process " + p.process + ")");
+    return line;
 }
 
 }  // namespace

@@ -82,11 +82,16 @@ json parse_json_strict(std::string_view text, const std::string& source) {
                     (literal.empty() ? std::string("it") : printable(literal)) + " does not fit a double)");
     } catch (const json::exception& e) {
         const std::string near = path_of(stack);
-        std::string what = e.what();
-        if (auto p = what.find("] "); p != std::string::npos && what.rfind("[json.exception.", 0) == 0) what = what.substr(p + 2);
+        const std::string what = json_error_text(e);
         throw Error(source + ": not valid JSON" + (near.empty() ? "" : " (near field " + printable(near) + ")") + ": " +
                     printable(what));
     }
+}
+
+std::string json_error_text(const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos && what.rfind("[json.exception.", 0) == 0) what = what.substr(p + 2);
+    return what;
 }
 
 }  // namespace tandem

@@ -237,7 +237,7 @@ def run_option_cases():
                   files=exp, expect_rc=2))
     c.append(Case("run: neither experiment nor --resume", ["run"], expect="--resume", expect_rc=2))
     c.append(Case("run: --out is a file", run_args(out="{dir}/x.json"),
-                  expect="{dir}/x.json", files=exp))
+                  expect="{dir}/x.json", files=exp, expect_rc=2))
     c.append(Case("run: --out below a file", run_args(out="{dir}/x.json/runs"),
                   expect="{dir}/x.json", files=exp))
     c.append(Case("run: --catalog is not a database", run_args(catalog="{dir}/notes.txt"),
@@ -481,7 +481,7 @@ def corpus_cases():
          Case("corpus build: --sources is a file", ["corpus", "build", "--sources", "{dir}/f", "--out", "{dir}/o",
                                                     "--tokenizer", "{tok}"], expect="{dir}/f", files={"f": "x"}),
          Case("corpus build: --out is a file", ["corpus", "build", "--out", "{dir}/f", "--tokenizer", "{tok}"],
-              expect="{dir}/f", files={"f": "x"})]
+              expect="{dir}/f", files={"f": "x"}, expect_rc=2)]
 
     def corpora_with(rel, content):
         def setup(d):
@@ -616,9 +616,114 @@ def probe_catalog_cases():
             Case("leg engine: --run does not exist", ["leg", "engine", "--run", "{dir}/none", "--leg", "engine"], expect="{dir}/none")]
 
 
+# ---- outputs never replace a run (docs/cli.md "Outputs") -----------------------------------------
+# Every --out that names a run folder's file, an HDF5 file or a catalog is refused with exit 2
+# unless --force, and the file is byte-identical afterwards (sha256 before and after: the oracle).
+
+def _sha(path):
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _protected_setup(d):
+    """{dir}/r: a copy of the fixture run folder; {dir}/c.db a real SQLite catalog (sqlite3);
+    {dir}/other.h5 a real HDF5 file (h5py); {dir}/link.h5 a symlink to r/run.h5. Their digests go
+    to {dir}/digests.json for the check."""
+    import h5py
+    import sqlite3
+
+    shutil.copytree(F.PLACEHOLDERS["{fixture}"], os.path.join(d, "r"), symlinks=True)
+    with sqlite3.connect(os.path.join(d, "c.db")) as db:
+        db.execute("CREATE TABLE t (x)")
+    with h5py.File(os.path.join(d, "other.h5"), "w") as f:
+        f["x"] = [1, 2, 3]
+    os.symlink(os.path.join(d, "r", "run.h5"), os.path.join(d, "link.h5"))
+    files = ["r/run.h5", "r/legs.json", "r/experiment.json", "r/legs/engine/events.jsonl", "c.db", "other.h5"]
+    with open(os.path.join(d, "digests.json"), "w") as f:
+        json.dump({p: _sha(os.path.join(d, p)) for p in files}, f)
+
+
+def _unchanged(result):
+    digests = json.load(open(os.path.join(result.case_dir, "digests.json")))
+    changed = [p for p, h in digests.items() if _sha(os.path.join(result.case_dir, p)) != h]
+    return f"changed: {changed}" if changed else None
+
+
+def out_guard_cases():
+    c = []
+    targets = (("run.h5 of a run", "{dir}/r/run.h5", "run.h5 of the run folder"),
+               ("legs.json of a run", "{dir}/r/legs.json", "legs.json of the run folder"),
+               ("a leg's events of a run", "{dir}/r/legs/engine/events.jsonl", "events.jsonl of the run folder"),
+               ("a symlink to run.h5", "{dir}/link.h5", "of the run folder"),
+               ("an HDF5 file", "{dir}/other.h5", "an HDF5 file"),
+               ("a catalog", "{dir}/c.db", "an SQLite database"))
+    commands = (("report", ["report", "{fixture}"]),
+                ("compare", ["compare", "{fixture}:engine", "{fixture}:engine"]),
+                ("corpus plan", ["corpus", "plan", "--corpus", "{fixture}"]))
+    for cmd_label, argv in commands:
+        for label, path, expect in targets:
+            c.append(Case(f"{cmd_label}: --out is {label}", argv + ["--out", path], expect_rc=2, expect=expect,
+                          setup=_protected_setup, check=_unchanged))
+    c += [Case("probe: --out is run.h5 of a run", ["probe", "--device", "cpu", "--out", "{dir}/r/run.h5", "--catalog", "{dir}/p.db"],
+               expect_rc=2, expect="run.h5 of the run folder", setup=_protected_setup, check=_unchanged),
+          Case("probe: --out is an HDF5 file that is not a probe file", ["probe", "--device", "cpu", "--out", "{dir}/other.h5",
+               "--catalog", "{dir}/p.db"], expect_rc=2, expect="not a probe file", setup=_protected_setup, check=_unchanged),
+          Case("probe: --out is a catalog", ["probe", "--device", "cpu", "--out", "{dir}/c.db", "--catalog", "{dir}/p.db"],
+               expect_rc=2, expect="an SQLite database", setup=_protected_setup, check=_unchanged),
+          Case("corpus build: --out is a run folder", ["corpus", "build", "--out", "{dir}/r", "--tokenizer", "{tok}"],
+               expect_rc=2, expect="inside the run folder", setup=_protected_setup, check=_unchanged),
+          Case("corpus build: --out is a run's corpus folder", ["corpus", "build", "--out", "{dir}/r/corpus", "--tokenizer", "{tok}"],
+               expect_rc=2, expect="inside the run folder", setup=_protected_setup, check=_unchanged),
+          Case("envelope: --out is run.h5", ["envelope", "{dir}/x.json", "--out", "{dir}/r/run.h5"], expect_rc=2,
+               expect="not a folder", setup=_protected_setup, check=_unchanged, files={"x.json": json.dumps(GOOD)}),
+          Case("faults: --out is run.h5", ["faults", "--out", "{dir}/r/run.h5"], expect_rc=2,
+               expect="not a folder", setup=_protected_setup, check=_unchanged),
+          Case("run: --out is run.h5 of a run", run_args(out="{dir}/r/run.h5"), expect_rc=2, expect="not a folder",
+               setup=_protected_setup, check=_unchanged, files={"x.json": json.dumps(GOOD)})]
+    return c
+
+
+# ---- the environment and odd experiment files (issue 27) -----------------------------------------
+
+def environment_cases():
+    good = json.dumps(GOOD)
+    bad_lr = json.dumps(dict(GOOD, optimizer=dict(GOOD["optimizer"], lr=None)))
+    ren = ["template", "render", "--tokenizer", "{tok}"]
+    enc = ["tokens", "encode", "--tokenizer", "{tok}"]
+    return [
+        Case("run: experiment file is a FIFO", run_args("{dir}/fifo.json"), expect="fifo.json: not a regular file",
+             setup=lambda d: os.mkfifo(os.path.join(d, "fifo.json")), timeout=60),
+        Case("run: experiment file is /dev/zero", run_args("/dev/zero"), expect="/dev/zero: not a regular file", timeout=60),
+        Case("run: experiment file is /dev/null", run_args("/dev/null"), expect="/dev/null: not a regular file"),
+        Case("run: experiment file is a symlink loop", run_args("{dir}/loop1"), expect="loop1: cannot read the experiment file",
+             setup=lambda d: (os.symlink("loop2", os.path.join(d, "loop1")), os.symlink("loop1", os.path.join(d, "loop2")))),
+        Case("run: experiment file a dangling symlink", run_args("{dir}/dangling.json"), expect="dangling.json: no such experiment file",
+             setup=lambda d: os.symlink("nowhere.json", os.path.join(d, "dangling.json"))),
+        Case("run: a path with spaces and non-ASCII", run_args("{dir}/my runs/résumé ü.json"),
+             expect="my runs/résumé ü.json: field optimizer.lr", files={"my runs/résumé ü.json": bad_lr}),
+        Case("run: HOME unset", run_args(), expect="x.json: field optimizer.lr", files={"x.json": bad_lr}, env={"HOME": ""}),
+        Case("run: a misspelt leg name", run_args(legs="engin"), expect="'engin': not a leg the experiment defines",
+             files={"x.json": good}),
+        Case("template render: a user message without content", ren, expect="messages[0].content",
+             stdin=b'{"messages": [{"role": "user"}]}\n'),
+        Case("template render: a system message with content null", ren, expect="messages[0].content",
+             stdin=b'{"messages": [{"role": "system", "content": null}, {"role": "user", "content": "x"}]}\n'),
+        Case("template render: the second message without content", ren, expect="messages[1].content",
+             stdin=b'{"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]}\n'),
+        Case("template render: not JSON names no library", ren, expect="line 1: field '(line)': not valid JSON: parse error",
+             stdin=b'{"messages": x}\n'),
+        Case("tokens encode: not JSON names no library", enc, expect="line 1: field '(line)': not valid JSON: parse error",
+             stdin=b'{"text": x}\n'),
+        Case("tokens encode: a JSON string line", enc, expect="line 1", stdin=b'"text"\n'),
+    ]
+
+
 def all_cases():
     return (experiment_cases() + run_option_cases() + resume_cases() + report_cases() + stdin_cases() +
-            tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases())
+            tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases() + out_guard_cases() +
+            environment_cases())
 
 
 def prepare_fixture(root):

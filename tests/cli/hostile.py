@@ -56,6 +56,7 @@ class Result:
     kind: str = ""      # clear | internal | crash | silent | unclear
     problem: str = ""
     seconds: float = 0.0
+    case_dir: str = ""  # the case's folder (a check may compare files in it; removed after the case)
 
 
 # Placeholders a suite adds (e.g. "{fixture}": a run folder it prepared once).
@@ -82,13 +83,18 @@ def classify(case, rc, out, err, case_dir):
         return "silent", "exit 0"
     if "Traceback (most recent call last)" in text:
         return "unclear", "a Python traceback reached the user"
+    # A library's own words are not a message for a user (issue 27): nlohmann's "[json.exception.*]",
+    # HDF5's error stack ("H5E..."), a bare exception's what().
+    for leak in ("json.exception", "Traceback", "what()", "H5E"):
+        if leak in text:
+            return "unclear", f"library text {leak!r} reached the user"
     if rc != case.expect_rc:
         return "unclear", f"exit {rc}, expected {case.expect_rc}"
     fragment = substitute(case.expect, case_dir)
     if not any(fragment in line for line in text.splitlines()):
         return "unclear", f"no output line contains {fragment!r}"
     if case.check:
-        problem = case.check(Result(case, rc, out, err))
+        problem = case.check(Result(case, rc, out, err, case_dir=case_dir))
         if problem:
             return "unclear", problem
     return "clear", ""
@@ -116,7 +122,7 @@ def run_case(case, keep=False):
             r = Result(case, -1, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace"))
             r.kind, r.problem = "crash", f"timed out after {case.timeout} s"
             return r
-        r = Result(case, rc, out, err, seconds=time.monotonic() - t0)
+        r = Result(case, rc, out, err, seconds=time.monotonic() - t0, case_dir=case_dir)
         r.kind, r.problem = classify(case, rc, out, err, case_dir)
         return r
     finally:

@@ -58,6 +58,22 @@ def h5_series(folder):
     return out
 
 
+def steps_seen(folder, leg):
+    """The last update in the leg's events.jsonl (-1 when none yet)."""
+    path = os.path.join(folder, "legs", leg, "events.jsonl") if folder else ""
+    if not path or not os.path.exists(path):
+        return -1
+    n = -1
+    for line in open(path):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") == "step":
+            n = max(n, e["update"])
+    return n
+
+
 def read_progress_until(proc, marker, timeout):
     """Reads the process's (text, line-buffered) stdout until a line contains `marker`; True when seen."""
     deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runner"))
-from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, verdict_of  # noqa: E402
+from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, steps_seen, verdict_of  # noqa: E402
 
 
 def folder_of(tmp):
@@ -24,21 +24,6 @@ def run(tmp, spec, *extra, timeout=900):
     cmd = [TANDEM, "run", spec, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs"),
            "--catalog", os.path.join(tmp, "tandem.db"), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def steps_seen(folder, leg):
-    path = os.path.join(folder, "legs", leg, "events.jsonl")
-    if not os.path.exists(path):
-        return -1
-    n = -1
-    for line in open(path):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("event") == "step":
-            n = max(n, e["update"])
-    return n
 
 
 def test_a_command_leg_runs_like_a_built_in_one(tmp_path):

@@ -18,4 +18,8 @@ namespace tandem {
 //   "<source>: not valid JSON (near field model.config): <parser message>"
 nlohmann::json parse_json_strict(std::string_view text, const std::string& source);
 
+// nlohmann's exception text without its "[json.exception.parse_error.101] " prefix (a library's
+// bookkeeping, not a user's message): every place that shows a JSON error goes through this.
+std::string json_error_text(const nlohmann::json::exception& e);
+
 }  // namespace tandem

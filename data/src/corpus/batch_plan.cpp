@@ -1,5 +1,6 @@
 // The length-bucketed batch plan (algorithm in batch_plan.h and docs/data-corpus.md).
 #include "tandem/data/batch_plan.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
@@ -159,7 +160,7 @@ BatchPlan read_plan(const std::filesystem::path& path) {
     try {
         j = nlohmann::json::parse(read_file(path));
     } catch (const nlohmann::json::exception& e) {
-        throw Error(path.string() + ": malformed JSON: " + e.what());
+        throw Error(path.string() + ": malformed JSON: " + tandem::json_error_text(e));
     }
     return plan_from_json(j, path.string());
 }

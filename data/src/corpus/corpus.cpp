@@ -1,5 +1,6 @@
 // Corpus build: converters -> dedup -> supervision check -> accounting -> split (corpus.h).
 #include "tandem/data/corpus.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/atomic_file.h"
 #include "tandem/data/corpus_sources.h"
@@ -224,7 +225,7 @@ std::vector<Record> read_records(const fs::path& path) {
         try {
             j = json::parse(line);
         } catch (const json::exception& e) {
-            throw Error(where + ": malformed JSON: " + e.what());
+            throw Error(where + ": malformed JSON: " + tandem::json_error_text(e));
         }
         Record r = record_from_json(j, where);
         if (r.index != records.size())
@@ -239,7 +240,7 @@ Split read_split(const fs::path& path) {
     try {
         j = json::parse(read_file(path));
     } catch (const json::exception& e) {
-        throw Error(path.string() + ": malformed JSON: " + e.what());
+        throw Error(path.string() + ": malformed JSON: " + tandem::json_error_text(e));
     }
     const std::string where = path.string();
     if (!j.is_object()) throw Error(where + ": expected a JSON object");

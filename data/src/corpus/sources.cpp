@@ -1,6 +1,7 @@
 // Converters from PubMedQA, MedMCQA and MedQA-USMLE rows to chat messages (docs/spec.md §Corpus). The layouts,
 // file names and fields are documented in docs/data-corpus.md; keep the two in step.
 #include "tandem/data/corpus_sources.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
@@ -58,7 +59,7 @@ void for_each_json_line(const fs::path& path, const std::string& file_label, Fn&
         try {
             row = ordered_json::parse(line);
         } catch (const nlohmann::json::parse_error& e) {
-            throw Error(file_label + ": " + line_where(line_no) + ": malformed JSON: " + e.what());
+            throw Error(file_label + ": " + line_where(line_no) + ": malformed JSON: " + tandem::json_error_text(e));
         }
         if (!row.is_object())
             throw Error(file_label + ": " + line_where(line_no) + ": expected a JSON object, got " + row.type_name());
@@ -356,7 +357,7 @@ std::vector<SourceRow> read_pubmedqa(const fs::path& sources) {
         try {
             all = ordered_json::parse(read_file(path));
         } catch (const nlohmann::json::parse_error& e) {
-            throw Error(file + ": malformed JSON: " + e.what());
+            throw Error(file + ": malformed JSON: " + tandem::json_error_text(e));
         }
         if (!all.is_object()) throw Error(file + ": expected one JSON object keyed by PubMed id, got " + std::string(all.type_name()));
         size_t n = 0;

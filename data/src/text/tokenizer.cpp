@@ -9,6 +9,8 @@
 #include "tandem/error.h"
 #include "unicode.h"
 
+#include "tandem/strict_json.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -464,7 +466,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
             auto it = c.find("chat_template");
             if (it != c.end() && it->is_string()) tok.impl_->chat_template = it->get<std::string>();
         } catch (const nlohmann::json::exception& e) {
-            throw Error(config.string() + ": not valid JSON (" + e.what() + ")");
+            throw Error(config.string() + ": not valid JSON (" + json_error_text(e) + ")");
         }
     }
     return tok;

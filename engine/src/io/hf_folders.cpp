@@ -1,5 +1,6 @@
 // HF checkpoint folders, peft adapter folders, tensor names and parameter counts (io.h).
 #include "tandem/engine/io.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
@@ -22,7 +23,7 @@ json read_json_file(const fs::path& path) {
     try {
         return json::parse(text);
     } catch (const json::exception& e) {
-        throw Error(path.string() + ": not valid JSON (" + e.what() + ")");
+        throw Error(path.string() + ": not valid JSON (" + tandem::json_error_text(e) + ")");
     }
 }
 

@@ -1,5 +1,6 @@
 // safetensors read/write; see safetensors.h for the validation rules.
 #include "tandem/engine/safetensors.h"
+#include "tandem/strict_json.h"
 
 #include "file_util.h"
 #include "tandem/error.h"
@@ -68,7 +69,7 @@ json parse_header_json(std::string_view text, const std::string& source) {
     try {
         j = json::parse(text.begin(), text.end(), cb);
     } catch (const json::exception& e) {
-        bad(source, std::string("header is not valid JSON (") + e.what() + ")");
+        bad(source, "header is not valid JSON (" + tandem::json_error_text(e) + ")");
     }
     if (!duplicate.empty()) bad(source, "duplicate key '" + duplicate + "' in the header");
     return j;

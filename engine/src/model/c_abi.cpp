@@ -1,6 +1,7 @@
 // The C ABI (tandem_engine.h) over the C++ Trainer and the engine I/O library. Every entry point
 // catches everything: no exception crosses into C. Errors become a status plus a per-thread message.
 #include "tandem_engine.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/atomic_file.h"
 #include "tandem/engine/checkpoint.h"
@@ -100,7 +101,7 @@ eng::Qwen3Config config_from_arg(const std::string& s) {
         try {
             j = json::parse(text);
         } catch (const json::exception& e) {
-            throw tandem::Error(s + ": not valid JSON (" + e.what() + ")");
+            throw tandem::Error(s + ": not valid JSON (" + tandem::json_error_text(e) + ")");
         }
         return eng::Qwen3Config::from_json(j, s);
     }
@@ -362,7 +363,7 @@ tandem_status tandem_trainer_save_checkpoint(const tandem_trainer* trainer, cons
             try {
                 caller = json::parse(caller_state_json);
             } catch (const json::exception& e) {
-                fail(TANDEM_ERROR_INVALID_ARGUMENT, std::string("caller_state_json is not valid JSON: ") + e.what());
+                fail(TANDEM_ERROR_INVALID_ARGUMENT, "caller_state_json is not valid JSON: " + tandem::json_error_text(e));
             }
         }
         const eng::TrainerState st = trainer->trainer.state();

@@ -131,6 +131,37 @@ ProcessIdentity identify_process(pid_t pid) {
     return p;
 }
 
+ProcessState process_state(pid_t pid) {
+    ProcessState st;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');  // as identify_process: comm may hold spaces
+    if (close == std::string::npos || close + 2 >= text.size()) return st;
+    std::istringstream rest(text.substr(close + 2));
+    std::string field;
+    unsigned long long ticks = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+        if (i == 3) st.state = field.empty() ? 0 : field[0];
+        if (i == 14 || i == 15) ticks += std::strtoull(field.c_str(), nullptr, 10);  // utime, stime
+    }
+    const long hz = sysconf(_SC_CLK_TCK);
+    st.cpu_s = static_cast<double>(ticks) / static_cast<double>(hz > 0 ? hz : 100);
+    return st;
+}
+
+std::string process_state_text(char state) {
+    switch (state) {
+        case 'R': return "running (R state)";
+        case 'S': return "sleeping (S state)";
+        case 'D': return "waiting on I/O (D state)";
+        case 'T': return "stopped (T state: SIGSTOP or job control; SIGCONT continues it)";
+        case 't': return "stopped by a debugger (t state)";
+        case 'Z': return "exited, not yet reaped (Z state)";
+        case 0: return "gone";
+        default: return std::string("in state ") + state;
+    }
+}
+
 bool still_running(const ProcessIdentity& p) {
     if (p.pid <= 0 || p.start_ticks == 0) return false;
     return identify_process(p.pid).start_ticks == p.start_ticks;

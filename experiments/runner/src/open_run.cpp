@@ -1,5 +1,6 @@
 // Step 1 of `tandem run` (run_steps.h): a new run folder prepared, or an interrupted one reopened.
 #include "run_steps.h"
+#include "tandem/strict_json.h"
 
 #include "executors/executor.h"
 #include "tandem/runner/leg_process.h"
@@ -188,7 +189,7 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
         for (size_t i = 0; i < threads.size(); ++i)
             if (threads[i] <= 0) threads[i] = fallback[i];
     } catch (const json::exception& e) {
-        throw Error(legs_file.string() + ": not a valid legs file (" + e.what() + ")");
+        throw Error(legs_file.string() + ": not a valid legs file (" + tandem::json_error_text(e) + ")");
     }
     if (!fs::exists(run.folder / "prepare.json")) {
         say("the run's preparation was interrupted: preparing " + run.folder.string() + " again");

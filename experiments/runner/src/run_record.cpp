@@ -231,7 +231,7 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
     HostInfo host = collect_host_info();
     hostname_ = host.hostname;
     total_updates_ = prepared.total_updates;
-    if (auto existing = catalog_.run(prepared.run_id)) run_ = *existing;
+    if (auto existing = catalog_.get().run(prepared.run_id)) run_ = *existing;
     run_.id = prepared.run_id;
     run_.experiment = spec.name;
     run_.spec_sha256 = spec.sha256();
@@ -249,10 +249,10 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
         for (const auto& l : legs) faulty.emplace_back(l.plan->name, faults_text(l.plan->faults));
         run_.faults = fault_banner(faulty);
     }
-    catalog_.upsert_run(run_);
+    catalog_.get().upsert_run(run_);
 
     tracked_.clear();
-    envelopes_ = find_envelopes(catalog_, spec.sha256_without_seeds());
+    envelopes_ = find_envelopes(catalog_.get(), spec.sha256_without_seeds());
     if (envelopes_.empty() && resumed && fs::exists(run_file_)) {
         for (auto& e : read_envelopes(RunFileReader(run_file_)))
             if (e.key == spec.sha256_without_seeds()) envelopes_.push_back(std::move(e));
@@ -296,14 +296,15 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
         }
         w.commit();
     }
-    for (const auto& l : legs) catalog_.upsert_leg(leg_record(l));
+    for (const auto& l : legs) upsert_leg_row(leg_record(l));
     flush();  // checks already in the traces (resume)
 }
 
 void RunRecorder::record_probe(const ProbeResult& p) {
     writer().write_probe(p);
     writer().commit();
-    catalog_.add_probe(p, run_file_.string(), hostname_);
+    probes_.push_back(p);
+    catalog_.get().add_probe(p, run_file_.string(), hostname_);
 }
 
 void RunRecorder::flush() {
@@ -400,12 +401,30 @@ LegRecord RunRecorder::leg_record(const LegState& l) const {
     if (t.peak_device_bytes >= 0) r.peak_device_bytes = t.peak_device_bytes;
     if (t.peak_host_bytes >= 0) r.peak_host_bytes = t.peak_host_bytes;
     if (!l.note.empty() && (l.status == "paused" || l.status == "stopped")) r.error = l.note;
+    else if (!l.stall.empty() && l.status == "running") r.error = l.stall;
     else if (t.error) r.error = *t.error;
     else if (l.status == "failed") r.error = "exit status " + std::to_string(l.exit_status);
     return r;
 }
 
-void RunRecorder::update_leg(const LegState& l) { catalog_.upsert_leg(leg_record(l)); }
+void RunRecorder::update_leg(const LegState& l) { upsert_leg_row(leg_record(l)); }
+
+void RunRecorder::upsert_leg_row(const LegRecord& row) {
+    Catalog& c = catalog_.get();  // first: a re-created catalog gets the run's row before this leg's
+    leg_rows_[row.name] = row;
+    c.upsert_leg(row);
+}
+
+void RunRecorder::on_catalog_warning(std::function<void(const std::string&)> warn) {
+    catalog_.on_recreated(
+        [this](Catalog& c) {
+            if (run_.id.empty()) return;  // not registered yet: register_run writes everything
+            c.upsert_run(run_);
+            for (const auto& [name, row] : leg_rows_) c.upsert_leg(row);
+            for (const auto& p : probes_) c.add_probe(p, run_file_.string(), hostname_);
+        },
+        std::move(warn));
+}
 
 Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected,
                                           const std::string& against) {
@@ -440,12 +459,12 @@ void RunRecorder::finish(const std::string& run_status, const std::string& verdi
     run_.status = run_status;
     run_.finished_at = utc_timestamp_now();
     run_.note = verdict;
-    catalog_.upsert_run(run_);
+    catalog_.get().upsert_run(run_);
 }
 
 void RunRecorder::fail(const std::string& reason, const std::vector<LegState>& legs) noexcept {
     try {
-        for (const auto& l : legs) catalog_.upsert_leg(leg_record(l));
+        for (const auto& l : legs) upsert_leg_row(leg_record(l));
     } catch (...) {
     }
     try {
@@ -453,7 +472,7 @@ void RunRecorder::fail(const std::string& reason, const std::vector<LegState>& l
         run_.status = "failed";
         run_.finished_at = utc_timestamp_now();
         run_.note = "failed: " + reason;
-        catalog_.upsert_run(run_);
+        catalog_.get().upsert_run(run_);
     } catch (...) {
     }
 }

@@ -8,6 +8,7 @@
 #include "tandem/runner/leg_process.h"
 #include "tandem/runner/run_record.h"
 #include "tandem/runner/runner.h"
+#include "watchdog.h"
 
 #include <chrono>
 #include <csignal>
@@ -55,6 +56,7 @@ struct LiveLeg {
     double wall_this_attempt = 0;
     int64_t attempt_first_update = -1;  // first update this attempt reported (the gate's timing history)
     std::vector<GateFlag> flags;
+    LegWatchdog watchdog;               // no event for its stall time: a `stall` flag (watchdog.h)
 };
 
 // What the progress display and the catalog see of it.

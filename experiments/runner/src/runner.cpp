@@ -4,6 +4,7 @@
 // (leg_process.h); everything they say goes to their events.jsonl first, then into the trace, run.h5
 // and the catalog (run_record.h). See docs/run-folder.md "Interruptions".
 #include "tandem/runner/runner.h"
+#include "tandem/strict_json.h"
 
 #include "run_steps.h"
 #include "executors/executor.h"
@@ -73,6 +74,10 @@ LegProgress progress_of(const LiveLeg& l, int64_t total) {
     p.tokens_per_s = std::max(0.0, timing_of(t).tokens_per_s);
     if (l.steps_this_attempt > 0 && l.status == LegStatus::Running)
         p.eta_s = l.wall_this_attempt / static_cast<double>(l.steps_this_attempt) * static_cast<double>(total - p.updates_done);
+    if (l.status == LegStatus::Running && l.watchdog.stalled()) {
+        p.stalled_s = l.watchdog.silent_s(Clock::now());
+        p.process = l.watchdog.process_word();
+    }
     return p;
 }
 
@@ -89,6 +94,7 @@ LegState state_of(const LiveLeg& l) {
     s.last_line = l.journal ? l.journal->last_event_line() : std::string();
     s.flags = &l.flags;
     s.note = l.stop_reason;
+    if (l.status == LegStatus::Running && l.watchdog.stalled()) s.stall = l.watchdog.flag_text();
     return s;
 }
 
@@ -242,9 +248,14 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
                 run.folder.string() + " " + l.plan.name + "`");
         else
             say("leg " + l.plan.name + " " + leg_status_name(l.status) + " (exit status " + std::to_string(l.exit_status) + ")" +
-                (l.trace.error ? ": " + *l.trace.error : "") + "; log: " + (leg_folder(run, l.plan.name) / "stderr.log").string());
+                (l.trace.error ? ": " + *l.trace.error : "") + "; log: " + (leg_folder(run, l.plan.name) / "stderr.log").string() +
+                (l.status == LegStatus::Failed ? "; `tandem run --resume " + run.folder.string() + "` retries it from its last checkpoint"
+                                               : std::string()));
     }
     say("run folder: " + run.folder.string());
+    if (interrupted)  // docs/run-folder.md "Interruptions": every leg continues from its last checkpoint
+        say("interrupted: continue the run with `tandem run --resume " + run.folder.string() + "`");
+    if (!rec.catalog_notice().empty()) say(rec.catalog_notice());  // the run's last line (catalog_continuity.h)
     return out;
 }
 
@@ -286,7 +297,7 @@ std::string request_leg_action(const fs::path& run_dir, const std::string& leg, 
     try {
         for (const auto& e : json::parse(read_file(run_dir / "legs.json"))) known = known || e.at("name") == leg;
     } catch (const json::exception& e) {
-        throw Error((run_dir / "legs.json").string() + ": not a valid legs file (" + e.what() + ")");
+        throw Error((run_dir / "legs.json").string() + ": not a valid legs file (" + tandem::json_error_text(e) + ")");
     }
     if (!known) throw Error(run_dir.string() + ": the run has no leg '" + leg + "'");
     const fs::path dir = run_dir / "legs" / leg;
@@ -357,6 +368,7 @@ RunOutcome run_experiment(const RunnerOptions& opt) {
         if (!used) say("note: the experiment overrides settings of leg '" + leg + "', which this run does not have");
     }
     RunRecorder rec(run.folder / "run.h5", opt.catalog);
+    rec.on_catalog_warning(say);
     try {
         register_run(run, rec);
         attach_work(run, rec, opt.probe ? run_probes(run, rec, say) : std::vector<ProbeResult>{}, say);

@@ -121,12 +121,14 @@ void launch(LiveLeg& l, const Run& run) {
     l.stop_requested = false;
     l.status_after_stop.reset();
     l.stop_reason.clear();
+    l.watchdog.start(Clock::now(), l.plan.executor == "local");
     l.resume = true;  // a later launch of this leg (after a pause or a crash) continues
 }
 
 // One line of the leg's stdout: journaled first (the record of truth), then applied.
 void on_event_line(LiveLeg& l, std::string_view line) {
     l.journal->append_event(line);
+    l.watchdog.on_event(Clock::now(), l.attempt_first_update >= 0);
     EventKind kind = apply_event_line(l.trace, line);
     if (kind == EventKind::Step) {
         if (l.attempt_first_update < 0) l.attempt_first_update = l.trace.steps.back().update;
@@ -251,6 +253,7 @@ public:
             take_requests();
             poll_legs();
             check_gate();
+            check_stalls();
             reap_ended_legs(total);
             const auto now = Clock::now();
             if (now - last_flush > std::chrono::seconds(1)) {
@@ -369,13 +372,48 @@ private:
                 if (l.plan.name == f.leg) raise(l, f);
     }
 
-    // Records a flag and acts on it (pause / stop act on a running leg only).
-    void raise(LiveLeg& l, const GateFlag& f) {
+    // The leg watchdog (watchdog.h): a running leg silent for its stall time is flagged; a stop
+    // ends it as failed (stalled), so that `tandem run --resume` continues it from its last checkpoint.
+    void check_stalls() {
+        const auto now = Clock::now();
+        for (auto& l : run_.legs) {
+            if (l.status != LegStatus::Running || !l.handle) continue;
+            if (auto ended = l.watchdog.take_ended_stall()) {
+                const std::string line = "leg " + l.plan.name + ": events again after " +
+                                         std::to_string(static_cast<long long>(std::lround(*ended))) + " s of silence";
+                l.journal->log("[tandem run] " + utc_timestamp_now() + " " + line);
+                say_(line);
+                rec_.update_leg(state_of(l));
+            }
+            if (l.stop_requested) continue;
+            auto f = l.watchdog.check(run_.spec.gate, l.plan.name, l.trace, l.attempt_first_update, now,
+                                      l.handle->process(), l.handle->describe());
+            if (!f) continue;
+            record_flag(l, *f);
+            if (f->action == GateAction::Pause) act_on(l, LegAction::Pause, "gate: " + f->message);
+            if (f->action == GateAction::Stop) {
+                l.status_after_stop = LegStatus::Failed;
+                l.stop_reason = l.watchdog.stop_reason();
+                stop_leg(l, false);
+                say_("leg " + l.plan.name + ": stopping it (stalled); `tandem run --resume " + run_.folder.string() +
+                     "` continues it from its last checkpoint");
+            }
+            rec_.update_leg(state_of(l));
+        }
+    }
+
+    // A flag in the leg's log, on screen, in its list and (at the next flush) in run.h5.
+    void record_flag(LiveLeg& l, const GateFlag& f) {
         l.journal->log("[tandem run] gate: " + f.message + " -> " + gate_action_name(f.action));
         if (opt_.on_flag) opt_.on_flag(f);
         else say_("gate: " + f.message + " (" + gate_action_name(f.action) + ")");
         l.flags.push_back(f);
         rec_.set_flags(l.plan.name, l.flags);
+    }
+
+    // Records a flag and acts on it (pause / stop act on a running leg only).
+    void raise(LiveLeg& l, const GateFlag& f) {
+        record_flag(l, f);
         if (l.status != LegStatus::Running) return;
         if (f.action == GateAction::Pause && !l.stop_requested) act_on(l, LegAction::Pause, "gate: " + f.message);
         if (f.action == GateAction::Stop && !l.stop_requested) act_on(l, LegAction::Stop, "gate: " + f.message);

@@ -521,7 +521,13 @@ ExperimentSpec load_experiment(const std::filesystem::path& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec))
         throw Error(path.string() + ": is a folder, not an experiment file (e.g. experiments/clinical-tiny.json)");
-    if (!std::filesystem::exists(path, ec)) throw Error(path.string() + ": no such experiment file");
+    const auto st = std::filesystem::status(path, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)  // a symlink loop, a folder we may not enter
+        throw Error(path.string() + ": cannot read the experiment file (" + ec.message() + ")");
+    if (!std::filesystem::exists(st)) throw Error(path.string() + ": no such experiment file");
+    // A FIFO would block until someone writes it, a device (/dev/zero) never ends: only a file.
+    if (!std::filesystem::is_regular_file(st))
+        throw Error(path.string() + ": not a regular file (a FIFO, a device or a socket); give an experiment file");
     return parse_experiment_text(read_file(path), path.string());
 }
 

@@ -1,5 +1,6 @@
 // The fault matrix as plain values and JSON (fault_matrix.h).
 #include "tandem/spec/fault_matrix.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/error.h"
 
@@ -147,7 +148,7 @@ FaultMatrix fault_matrix_from_json(const json& j) {
         m.size_search = j.value("size_search", false);
         return m;
     } catch (const json::exception& e) {
-        throw Error(std::string("fault matrix: not a valid /faults/matrix record (") + e.what() + ")");
+        throw Error("fault matrix: not a valid /faults/matrix record (" + tandem::json_error_text(e) + ")");
     }
 }
 

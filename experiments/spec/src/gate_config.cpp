@@ -49,6 +49,12 @@ const std::vector<Setting>& settings() {
         {"envelope", &C::envelope, false},
         {"envelope_band_sigma", &C::envelope_band_sigma, false},
         {"paired_bound", &C::paired_bound, false},
+        {"stall", &C::stall, false},
+        {"stall_seconds", &C::stall_seconds, false},
+        {"stall_factor", &C::stall_factor, false},
+        {"stall_floor_s", &C::stall_floor_s, false},
+        {"stall_startup_s", &C::stall_startup_s, false},
+        {"stall_stop_factor", &C::stall_stop_factor, false},
     };
     return s;
 }
@@ -89,6 +95,8 @@ GateConfig GateConfig::from_json(const json& j, const std::string& source) {
         else if (auto d = std::get_if<double GateConfig::*>(&setting->member)) c.*(*d) = positive(v, source, field);
         else c.*std::get<int64_t GateConfig::*>(setting->member) = count(v, source, field);
     }
+    if (c.stall_stop_factor < 1)  // the stop comes after the warning, never before it
+        throw Error(source + ": field gate.stall_stop_factor: must be at least 1 (the stop follows the warning)");
     return c;
 }
 

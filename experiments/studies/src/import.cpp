@@ -1,6 +1,7 @@
 // Imported legs (docs/legs.md, "Imported runs"): TensorBoard, CSV and protocol-event sources turned
 // into a LegTrace and written into a run file as one more leg.
 #include "tandem/studies/import.h"
+#include "tandem/strict_json.h"
 
 #include "tandem/compare/timing.h"
 
@@ -212,7 +213,7 @@ ImportedTrace trace_from_tensorboard(const fs::path& dir_or_file, const SeriesMa
     try {
         j = json::parse(out);
     } catch (const json::exception& e) {
-        throw Error("reading TensorBoard events in " + dir_or_file.string() + ": the reader's output is not JSON (" + e.what() + ")");
+        throw Error("reading TensorBoard events in " + dir_or_file.string() + ": the reader's output is not JSON (" + tandem::json_error_text(e) + ")");
     }
     ScalarSeries s;
     for (const auto& [tag, points] : j.at("scalars").items())

@@ -6,6 +6,7 @@
 // files, asks squeue / scontrol / sacct for the job's state and cancels with scancel. A Slurm leg
 // outlives a killed runner; the next `tandem run --resume` finds it again from legs/<leg>/process.json
 // and the size events.jsonl had when the job was submitted.
+#include "tandem/runner/leg_process.h"
 #include "tandem/runner/runner.h"
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +67,9 @@ public:
     virtual nlohmann::json record() const = 0;
     // "pid 123", "Slurm job 45": for the leg's log.
     virtual std::string describe() const = 0;
+    // The process's state and CPU time now (the leg watchdog); nullopt where the runner cannot see
+    // the process (a Slurm job on another node).
+    virtual std::optional<ProcessState> process() const { return std::nullopt; }
 };
 
 class LegExecutor {

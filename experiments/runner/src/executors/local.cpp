@@ -72,7 +72,16 @@ public:
     }
 
     void stop(bool force) override {
-        if (!exit_) signal_group(proc_.pid, force ? SIGKILL : SIGTERM);
+        if (exit_) return;
+        signal_group(proc_.pid, force ? SIGKILL : SIGTERM);
+        // A stopped (SIGSTOPped) leg keeps a SIGTERM pending until it continues: continue it, so
+        // it ends now instead of after the grace period's SIGKILL.
+        if (!force) signal_group(proc_.pid, SIGCONT);
+    }
+
+    std::optional<ProcessState> process() const override {
+        if (exit_) return ProcessState{};
+        return process_state(proc_.pid);
     }
 
     json record() const override {

@@ -44,6 +44,17 @@ struct ProcessIdentity {
 ProcessIdentity identify_process(pid_t pid);  // start_ticks 0 when the process does not exist
 bool still_running(const ProcessIdentity& p);
 
+// What /proc/<pid>/stat says of a process now (the leg watchdog names a stopped leg as such):
+// its state letter — R running, S sleeping, D waiting on I/O, T stopped (SIGSTOP, job control),
+// t stopped by a debugger, Z exited — and the CPU time it used (user + system). state 0: gone.
+struct ProcessState {
+    char state = 0;
+    double cpu_s = 0;
+};
+ProcessState process_state(pid_t pid);
+// "stopped (T state: SIGSTOP or job control; SIGCONT continues it)", "sleeping (S state)", ...
+std::string process_state_text(char state);
+
 // An exclusive advisory lock on a file (created when absent), held until release or process exit.
 class FileLock {
 public:

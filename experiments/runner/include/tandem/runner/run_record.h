@@ -2,6 +2,7 @@
 // What the runner keeps of a run: each leg's journal (events.jsonl, the record of truth, and
 // stderr.log), run.h5 (rebuilt from the journals whenever they disagree) and the catalog row.
 // docs/run-folder.md "Interruptions" describes the guarantees.
+#include "tandem/runner/catalog_continuity.h"
 #include "tandem/runner/leg_process.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/compare.h"
@@ -13,6 +14,7 @@
 #include "tandem/runner/runner.h"
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -75,6 +77,7 @@ struct LegState {
     std::string last_line;       // the leg's last event line (kept for a leg that does not finish)
     const std::vector<GateFlag>* flags = nullptr;  // the gate's flags so far
     std::string note;            // why the leg was paused or stopped, when it was
+    std::string stall;           // the watchdog's stall flag while a running leg is silent (the catalog's error)
 };
 
 // legs/<leg>/request: an action asked of the running runner (tandem leg stop|pause|resume).
@@ -119,6 +122,11 @@ public:
     // After a fatal error: the catalog's run row failed with the reason, leg rows updated. Best effort
     // (the failure may be a full disk that the catalog shares); never throws.
     void fail(const std::string& reason, const std::vector<LegState>& legs) noexcept;
+    // Where the warning goes when the catalog is found deleted or replaced mid-run (the run's rows
+    // are then written into the re-created file: tandem/runner/catalog_continuity.h), and that
+    // warning again for the run's last line ("" when the catalog stayed put).
+    void on_catalog_warning(std::function<void(const std::string&)> warn);
+    const std::string& catalog_notice() const { return catalog_.notice(); }
 
 private:
     struct Tracked {
@@ -132,6 +140,7 @@ private:
         bool flags_dirty = false;
     };
     LegRecord leg_record(const LegState& leg) const;
+    void upsert_leg_row(const LegRecord& row);
     RunFileWriter& writer();
 
     std::filesystem::path run_file_;
@@ -141,7 +150,9 @@ private:
         double peak_flops_per_s = -1;
     };
     std::map<std::string, Work> work_;  // set_work
-    Catalog catalog_;
+    ContinuousCatalog catalog_;
+    std::map<std::string, LegRecord> leg_rows_;  // the last row written per leg (re-registered with the run)
+    std::vector<ProbeResult> probes_;            // this run's probes (likewise)
     std::string hostname_;
     RunRecord run_;
     int64_t total_updates_ = 0;

@@ -73,6 +73,8 @@ struct LegProgress {
     int64_t heldout_update = -1;
     double tokens_per_s = 0;                     // supervised tokens over summed update wall time
     std::optional<double> eta_s;                 // from this attempt's mean update time
+    std::optional<double> stalled_s;             // flagged by the leg watchdog: seconds without an event
+    std::string process;                         // its process then: "stopped", "sleeping", "busy" ("" unknown)
 };
 
 struct RunnerOptions {

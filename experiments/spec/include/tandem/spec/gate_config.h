@@ -28,6 +28,19 @@ struct GateConfig {
     GateAction envelope = GateAction::Warn;
     double envelope_band_sigma = kEnvelopeBandSigma;  // the band: [min - sigma std, max + sigma std] (+ the bound)
     GateAction paired_bound = GateAction::Warn;
+    // The leg watchdog (docs/gate.md "Stalled legs"): no event from a running leg for its stall time
+    // raises a `stall` flag. warn: flagged, and stopped (failed: stalled) after stall_stop_factor ×
+    // the stall time; pause / stop: act at the stall time. The stall time is stall_seconds when set,
+    // else max(stall_floor_s, stall_factor × the leg's own pace: the median update wall time of this
+    // attempt, or its longest silence between events since its first update when longer — an
+    // evaluation, a checkpoint); before the attempt's first update it is stall_startup_s (loading a
+    // model, the initial evaluation).
+    GateAction stall = GateAction::Warn;
+    double stall_seconds = 0;       // 0: derived as above (a value in the file must be positive)
+    double stall_factor = 10.0;
+    double stall_floor_s = 60.0;
+    double stall_startup_s = 600.0;
+    double stall_stop_factor = 3.0;
 
     // Parses the experiment's `gate` object (docs/gate.md); `source` names the file in errors.
     static GateConfig from_json(const nlohmann::json& j, const std::string& source);

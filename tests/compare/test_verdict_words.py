@@ -80,8 +80,13 @@ def test_the_cli_and_the_workbench_take_the_words_from_the_code():
     for cmd in ("cmd_report.cpp", "cmd_compare.cpp"):
         text = read(os.path.join(SOURCE, "app", "cli", cmd))
         assert "equivalent or within the seed envelope" in text, cmd
-    # The workbench decides green/red by experiments' verdict_line_passes, never by words of its own.
+    # The workbench decides green/red by experiments' verdict_word, whose class is verdict_line_passes
+    # over verdict_words(), never by words of its own.
     views = "".join(read(p) for p in files() if os.sep + "views" + os.sep in p)
-    assert "verdict_line_passes" in views
+    assert "verdict_word(" in views
+    overview = read(os.path.join(SOURCE, "experiments", "compare", "src", "run_overview.cpp"))
+    body = overview[overview.index("VerdictWord verdict_word("):]
+    body = body[: body.index("\n}\n")]
+    assert "verdict_line_passes(" in body and "verdict_words()" in body, body
     for w in ("equivalent", "within the seed envelope"):
         assert not re.search(r'rfind\("' + w, views), w

@@ -123,10 +123,10 @@ def test_report_exports(both):
     tex = subprocess.run([TANDEM, "report", folder, "--format", "tex"], capture_output=True, text=True).stdout
     body = "\n".join(line for line in tex.splitlines() if not line.startswith("%"))
     assert body.count("\\begin{tabular}") == body.count("\\end{tabular}")
-    # 9 tables with the distances and the evaluation observables (docs/observables.md) tables; a wide
-    # table is split into several tabulars
-    assert body.count("\\caption{") == 9
-    assert body.count("\\begin{tabular}") >= 9
+    # 10 tables with the distances, the per-update series (docs/thresholds.md) and the evaluation
+    # observables (docs/observables.md) tables; a wide table is split into several tabulars
+    assert body.count("\\caption{") == 10
+    assert body.count("\\begin{tabular}") >= 10
     assert "_" not in body.replace("\\_", "")  # every underscore escaped
 
 
@@ -146,7 +146,8 @@ def test_chatml_engine_is_flagged_at_l3_and_l1(tmp_path):
         assert attrs["l2_pass"] == 1  # same weights: only the template differs
     r = subprocess.run([TANDEM, "report", folder], capture_output=True, text=True)
     assert r.returncode == 3
-    assert "L3 engine~reference: record" in r.stdout
+    assert "\ndifferent: L1 engine~reference: " in r.stdout  # a detected difference, not "not comparable"
+    assert "L3 engine~reference: token records (update 0): 64 of 64 differ, first record " in r.stdout
 
 
 def wait_for_event(path, pred, timeout):

@@ -92,7 +92,7 @@ def test_tensorboard_events_from_summarywriter_reproduce_exactly(run, tmp_path):
     # not judged, and excluded from the run's verdict (docs/thresholds.md "Imported legs").
     assert rep.returncode == 0, rep.stdout
     rows = [line for line in rep.stdout.splitlines() if line.startswith("  engine vs hf-trainer ")]
-    assert len(rows) == 6, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
+    assert len(rows) == 7, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances, per-update series
     assert sum(line.rstrip().endswith("n/a (imported)") for line in rows) == 3, rows
     assert rows[3].split()[3:5] == ["held-out", "CE"] and rows[3].rstrip().endswith(" not judged"), rows
     assert rows[5].split()[3] == "no" and rows[5].rstrip().endswith(" not judged"), rows
@@ -161,7 +161,9 @@ def test_events_of_a_leg_import_as_that_leg_and_are_judged(run, tmp_path):
     assert r.returncode == 0, r.stderr
     rep = tandem("report", folder)
     rows = [line for line in rep.stdout.splitlines() if line.startswith("  engine vs engine-again ")]
-    assert len(rows) == 6, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
+    assert len(rows) == 7, rows  # L1, L2, L3, L4 held-out CE, L4 training loss, distances, per-update series
+    # The per-update series of a leg and its own events: the lr on the schedule, nothing beyond a bound.
+    assert rows[6].split()[3] == "none" and rows[6].count(" 0x bound (0)") == 2 and "beyond" not in rows[6], rows[6]
     assert all(line.rstrip().endswith(" pass") for line in rows[:3]), rows
     assert rows[3].rstrip().endswith(" equivalent") and rows[5].rstrip().endswith(" equivalent"), rows
     # The run's verdict is this pair's (the imported TensorBoard/CSV legs are named as not judged).

@@ -81,25 +81,17 @@ TEST(FaultCatalogue, AtLeastTwentyNamedDocumentedFaults) {
 TEST(FaultCatalogue, EveryFaultSetsItsOwnSwitchAndNoFaultSetsNone) {
     EXPECT_FALSE(leg_faults({}).any());
     // each fault alone turns the leg faulty, and two different faults never give the same switches
-    std::set<std::string> seen;
+    // (compared whole by FaultConfig's and DataFaults' defaulted ==, so a new switch is compared too)
+    std::vector<std::pair<std::string, LegFaults>> seen;
     for (const auto& f : fault_catalogue()) {
         const LegFaults lf = leg_faults({FaultSwitch{f.name, f.size ? std::optional(f.size->default_value) : std::nullopt}});
         EXPECT_TRUE(lf.any()) << f.name;
         const bool data = f.category == "data/template";
         EXPECT_EQ(lf.data.any(), data) << f.name << ": data faults live in the data path, the others in the engine";
         EXPECT_EQ(lf.engine.any(), !data) << f.name;
-        const auto& e = lf.engine;
-        const auto& d = lf.data;
-        char key[512];
-        std::snprintf(key, sizeof key, "%g %g %d %d %d %d %d %d %d %d %d %d %d %d %lld %g %d %d %g | %d %lld %d %d %d",
-                      e.rms_norm_eps_factor, e.rope_theta_divisor, int(e.rope_pairing), int(e.skip_qk_norm),
-                      int(e.kv_heads), e.truncated_mantissa_bits, int(e.k_proj_uses_v_adapter), int(e.lora_scaling),
-                      int(e.lora_b_grad), int(e.label_shift), int(e.mean_of_micro_batch_means), int(e.clipping),
-                      int(e.adamw_no_bias_correction), int(e.adamw_eps_inside_sqrt), (long long)e.warmup_offset,
-                      e.eval_dropout, int(e.eval_without_adapter), int(e.same_mask_every_micro_batch),
-                      e.slow_after_eval, int(d.chatml), (long long)d.boundary_shift, int(d.im_end_unsupervised),
-                      int(d.truncate_left), int(d.think_dropped));
-        EXPECT_TRUE(seen.insert(key).second) << f.name << " sets the same switches as another fault";
+        for (const auto& [other, o] : seen)
+            EXPECT_FALSE(o.engine == lf.engine && o.data == lf.data) << f.name << " sets the same switches as " << other;
+        seen.emplace_back(f.name, lf);
     }
     // sizes reach the switch
     EXPECT_EQ(leg_faults({parse_fault_switch("rope-theta=7", "t")}).engine.rope_theta_divisor, 7);

@@ -22,8 +22,9 @@ EXPECTED = {
     "qk-norm-skipped": {"L1", "L4"},
     "template-chatml": {"L1", "L3", "L4"},
     "boundary-late": {"L1", "L3", "L4"},
-    # L2 at once; its effect on held-out CE (~2e-6 relative) is below the error-model bound since k = 2
-    "bf16-truncation": {"L2"},
+    # L2 at once; its effect on held-out CE (~2e-6 relative) is below that bound, but the pre-clip grad
+    # norm at update 0 is beyond its own (the per-update series judge): L4 too
+    "bf16-truncation": {"L2", "L4"},
     "lora-b-grad-transposed": {"L4"},
     "eval-without-adapter": {"L4"},
     "adamw-no-bias-correction": {"L4"},
@@ -232,7 +233,7 @@ def test_matrix_run_is_marked_and_catalogued(matrix):
     folder, db = matrix["folder"], matrix["db"]
     out = matrix["stdout"]
     assert out.startswith("# FAULT INJECTED: fault-rope-theta: rope-theta=100; "), out[:300]
-    assert "fault,size,L1,L2,L3,L4,gate,expected" in out
+    assert "fault,size,L1,L2,L3,L4,gate,note,expected" in out
     attrs = h5_attrs(folder, "faults")
     assert attrs["reference_leg"] == "reference" and attrs["clean_leg"] == "engine"
     assert attrs["caught"] == len(EXPECTED)

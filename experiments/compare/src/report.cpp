@@ -378,19 +378,46 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
 
 namespace {
 
-// Why the run got its verdict: what is incomplete first (it makes the levels moot), then the failed
-// checks, the pairs whose L4 verdict does not pass (docs/thresholds.md "The verdict") and where a
-// failing pair was localised. Empty when the verdict line alone says it.
+// Why the run got its verdict: what is incomplete first (it makes the levels moot), then one line per
+// pair that does not pass — `different: ` with its failed levels (L1-L3, "L1 a~b: ..."; several joined
+// by "; "), or the pair's L4 verdict and reason (docs/thresholds.md "The verdict") — each ending with
+// where the pair was localised; a localisation of no listed pair stands alone. Empty when the verdict
+// line alone says it.
 std::vector<std::string> verdict_reasons(const Comparison& c) {
     std::vector<std::string> reasons;
     for (const auto& x : c.incomplete) reasons.push_back("incomplete: " + x);
-    for (const auto& x : c.failures) reasons.push_back(x);
-    if (c.incomplete.empty() && c.failures.empty())
-        for (const auto& e : c.l4)
-            if (!verdict_passes(e.verdict))
-                reasons.push_back(std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
-                                  pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
-    for (const auto& l : c.localisations) reasons.push_back("localised: " + l.summary());
+    std::vector<std::string> pairs;            // in order of first mention
+    std::map<std::string, std::string> lines;  // pair "a~b" -> its line
+    for (const auto& x : c.failures) {         // "L1 a~b: what"
+        const size_t sp = x.find(' '), colon = x.find(": ");
+        const std::string pair = sp != std::string::npos && colon != std::string::npos && sp < colon ? x.substr(sp + 1, colon - sp - 1) : x;
+        if (!lines.count(pair)) {
+            pairs.push_back(pair);
+            lines[pair] = "different: " + x;
+        } else {
+            lines[pair] += "; " + x;
+        }
+    }
+    if (c.incomplete.empty())
+        for (const auto& e : c.l4) {
+            const std::string pair = e.leg_a + "~" + e.leg_b;
+            if (verdict_passes(e.verdict) || lines.count(pair)) continue;
+            pairs.push_back(pair);
+            lines[pair] = std::string(Comparison::counts_for_run(e) ? "" : "not judged (an imported leg): ") +
+                          pair_verdict_name(e.verdict) + ": " + e.verdict_reason;
+        }
+    for (const auto& l : c.localisations) {
+        std::string* line = nullptr;
+        for (const auto& pair : {l.leg_a + "~" + l.leg_b, l.leg_b + "~" + l.leg_a})
+            if (lines.count(pair)) line = &lines[pair];
+        if (!line) {
+            pairs.push_back("localised " + l.leg_a + "~" + l.leg_b);
+            lines[pairs.back()] = "localised: " + l.summary();
+        } else if (line->find("; localised: ") == std::string::npos) {
+            *line += "; localised: " + l.summary();
+        }
+    }
+    for (const auto& pair : pairs) reasons.push_back(lines[pair]);
     if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
     return reasons;
 }

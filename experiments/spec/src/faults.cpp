@@ -109,7 +109,7 @@ const std::vector<FaultInfo>& fault_catalogue() {
          [](LegFaults& f, double) { f.engine.kv_heads = engine::KvHeadMapping::Modulo; }},
         {"bf16-truncation", "loading/config",
          "the low N mantissa bits of one base tensor (layer 0 q_proj) are zeroed at load (16: F32->BF16 by truncation)",
-         {"L2"}, FaultSize{"mantissa bits", 16, 1, true, false}, "",
+         {"L2", "L4"}, FaultSize{"mantissa bits", 16, 1, true, false}, "",
          [](LegFaults& f, double size) { f.engine.truncated_mantissa_bits = static_cast<int>(size); }},
         // ---- adapter
         {"adapter-wrong-projection", "adapter",

@@ -51,12 +51,14 @@ def rows(report, a, b):
 @pytest.mark.parametrize("leg", ["loop", "hf", "trl"])
 def test_example_agrees_with_the_reference_at_every_level(run, leg):
     folder, report = run
-    l1, l2, l3, l4_eval, l4_loss, distances = rows(report, leg, "reference")
+    l1, l2, l3, l4_eval, l4_loss, distances, series = rows(report, leg, "reference")
     assert l1.rstrip().endswith(" pass") and l2.rstrip().endswith(" pass") and l3.rstrip().endswith(" pass"), report.stdout
     # Paired (tandem's shared masks, the shared plan): L4 is gated by the float32 error-model bound.
     assert "held-out CE" in l4_eval and l4_eval.rstrip().endswith(" equivalent"), l4_eval
     assert "training loss" in l4_loss and l4_loss.rstrip().endswith(" -"), l4_loss
     assert distances.split()[3] == "yes" and distances.rstrip().endswith(" equivalent"), distances
+    # the per-update series: the lr on the schedule, no training loss or grad norm beyond its bound
+    assert series.split()[3] == "none" and "beyond" not in series, series
     with h5(folder) as f:
         a, r = check_json(f, leg, "l1"), check_json(f, "reference", "l1")
         assert a["tokens"] == r["tokens"] and abs(a["heldout_ce"] - r["heldout_ce"]) / r["heldout_ce"] <= 1e-5
@@ -82,7 +84,7 @@ def test_the_trainers_own_eval_loss_is_flagged_at_l1(run):
     assert len(verdict) == 1 and verdict[0].startswith("different: L1 engine~hf-default-eval: initial held-out CE (update 0) "
                                                        "differs by ") \
         and "x the threshold 1e-05" in verdict[0] and verdict[0].endswith(" (+4 more)"), verdict
-    l1, l2, l3, _, _, distances = rows(report, "hf-default-eval", "reference")
+    l1, l2, l3, _, _, distances, _ = rows(report, "hf-default-eval", "reference")
     assert l1.rstrip().endswith(" FAIL") and l2.rstrip().endswith(" pass") and l3.rstrip().endswith(" pass")
     assert distances.rstrip().endswith(" different")
     assert "L1 hf-default-eval~reference: initial held-out CE (update 0) differs by" in report.stdout

@@ -70,7 +70,9 @@ def test_every_pair_passes_in_the_report(run):
         for b in legs[i + 1:]:
             rows = [line for line in p.stdout.splitlines()
                     if line.startswith(f"  {a} vs {b} ") or line.startswith(f"  {b} vs {a} ")]
-            assert len(rows) == 6, (a, b, rows)  # L1, L2, L3, L4 held-out CE, L4 training loss, distances
+            assert len(rows) == 7, (a, b, rows)  # L1, L2, L3, L4 held-out CE, L4 training loss, distances, series
+            # the per-update series: both lr on the schedule, no training loss or grad norm beyond its bound
+            assert rows[6].split()[3] == "none" and "beyond" not in rows[6], rows[6]
             assert all(line.rstrip().endswith(" pass") for line in rows[:3]), rows
             assert rows[3].rstrip().endswith(" equivalent") and rows[5].rstrip().endswith(" equivalent"), rows
     r = subprocess.run([TANDEM, "report", folder], capture_output=True, text=True)

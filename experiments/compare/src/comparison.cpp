@@ -166,7 +166,17 @@ std::string Comparison::verdict() const {
     };
     if (!completeness_judged) return "incomplete: completeness not judged";
     if (!incomplete.empty()) return "incomplete: " + first_of(incomplete);
-    if (!failures.empty()) return std::string(pair_verdict_name(PairVerdict::Different)) + ": " + first_of(failures);
+    if (!failures.empty()) {
+        // The first failure ("L1 a~b: what") with where its pair was localised, when it was.
+        const std::string& f = failures.front();
+        const size_t sp = f.find(' '), colon = f.find(": ");
+        const std::string pair = sp < colon && colon != std::string::npos ? f.substr(sp + 1, colon - sp - 1) : "";
+        std::string localised;
+        for (const auto& l : localisations)
+            if (pair == l.leg_a + "~" + l.leg_b || pair == l.leg_b + "~" + l.leg_a) localised = "; localised: " + l.summary();
+        return std::string(pair_verdict_name(PairVerdict::Different)) + ": " + f + localised +
+               (failures.size() > 1 ? " (+" + std::to_string(failures.size() - 1) + " more)" : "");
+    }
     if (legs.size() < 2) return "complete; one leg, nothing to cross-check";
     if (l4.empty()) return "incomplete: no pair of legs compared";
     const auto unjudged = unjudged_imported();

@@ -418,7 +418,7 @@ std::vector<std::string> verdict_reasons(const Comparison& c) {
         }
     }
     for (const auto& pair : pairs) reasons.push_back(lines[pair]);
-    if (reasons.size() == 1) reasons.clear();  // the verdict line already says it
+    if (reasons.size() == 1 && reasons[0] == c.verdict()) reasons.clear();  // the verdict line already says it all
     return reasons;
 }
 

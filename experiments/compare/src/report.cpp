@@ -418,7 +418,8 @@ std::vector<std::string> verdict_reasons(const Comparison& c) {
         }
     }
     for (const auto& pair : pairs) reasons.push_back(lines[pair]);
-    if (reasons.size() == 1 && reasons[0] == c.verdict()) reasons.clear();  // the verdict line already says it all
+    // One line is the verdict line already, unless it joins several failures (the verdict line names the first)
+    if (reasons.size() == 1 && c.failures.size() <= 1) reasons.clear();
     return reasons;
 }
 

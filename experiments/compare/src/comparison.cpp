@@ -169,8 +169,7 @@ std::string Comparison::verdict() const {
     if (!failures.empty()) {
         // The first failure ("L1 a~b: what") with where its pair was localised, when it was.
         const std::string& f = failures.front();
-        const size_t sp = f.find(' '), colon = f.find(": ");
-        const std::string pair = sp < colon && colon != std::string::npos ? f.substr(sp + 1, colon - sp - 1) : "";
+        const std::string pair = failure_pair(f);
         std::string localised;
         for (const auto& l : localisations)
             if (pair == l.leg_a + "~" + l.leg_b || pair == l.leg_b + "~" + l.leg_a) localised = "; localised: " + l.summary();
@@ -204,6 +203,11 @@ std::string Comparison::verdict() const {
     for (const auto& e : l4) others += counts_for_run(e) && &e != worst && severity(e.verdict) == severity(worst->verdict);
     return std::string(pair_verdict_name(worst->verdict)) + ": " + worst->verdict_reason +
            (others ? " (+" + std::to_string(others) + " more pair" + (others > 1 ? "s" : "") + ")" : "") + not_judged;
+}
+
+std::string failure_pair(const std::string& failure) {
+    const size_t sp = failure.find(' '), colon = failure.find(": ");
+    return sp < colon && colon != std::string::npos ? failure.substr(sp + 1, colon - sp - 1) : "";
 }
 
 bool verdict_line_passes(const std::string& v) {

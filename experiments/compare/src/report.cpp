@@ -389,8 +389,8 @@ std::vector<std::string> verdict_reasons(const Comparison& c) {
     std::vector<std::string> pairs;            // in order of first mention
     std::map<std::string, std::string> lines;  // pair "a~b" -> its line
     for (const auto& x : c.failures) {         // "L1 a~b: what"
-        const size_t sp = x.find(' '), colon = x.find(": ");
-        const std::string pair = sp != std::string::npos && colon != std::string::npos && sp < colon ? x.substr(sp + 1, colon - sp - 1) : x;
+        const std::string named = failure_pair(x);
+        const std::string pair = named.empty() ? x : named;
         if (!lines.count(pair)) {
             pairs.push_back(pair);
             lines[pair] = "different: " + x;

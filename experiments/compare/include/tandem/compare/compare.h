@@ -282,6 +282,8 @@ void add_localisations(Comparison& c, const std::function<std::vector<Fingerprin
 // Whether a verdict line (Comparison::verdict()) passes: equivalent, within the seed envelope, or one
 // complete leg — what the workbench colours green and exit code 0 means.
 bool verdict_line_passes(const std::string& verdict);
+// The pair "a~b" a failed-level line ("L1 a~b: what") names; "" when it names none.
+std::string failure_pair(const std::string& failure);
 
 
 // ---- legs of different runs (`tandem compare RUN_A:LEG RUN_B:LEG`, the workbench's diff view) -----

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 using namespace tandem::experiments;
 
@@ -449,7 +450,9 @@ TEST(Series, UnpairedLegsWithASharedPlanAreJudgedPerUpdateByTheEnvelope) {
     const L4Entry& e = in.l4[0];
     ASSERT_TRUE(e.loss_envelope.available && e.grad_envelope.available);
     EXPECT_EQ(e.verdict, PairVerdict::WithinEnvelope) << e.verdict_reason;
-    EXPECT_NEAR(e.envelope.alpha, 0.05 / 3, 1e-15);  // Bonferroni over held-out CE, loss and grad norm
+    EXPECT_NEAR(e.envelope.alpha, 0.05 / 2 / 3, 1e-15);  // half of alpha, Bonferroni over held-out CE, loss and grad norm
+    EXPECT_NEAR(e.loss_envelope.band_alpha, 0.05 / 2, 1e-15);  // the other half: the bands, one family
+    EXPECT_EQ(e.loss_envelope.band_family, e.grad_envelope.band_family);
     EXPECT_NE(e.verdict_reason.find("; training loss |z| "), std::string::npos) << e.verdict_reason;
     // Mean of the series over every update against the members' means: two-sided prediction t-test.
     double ss = 0;
@@ -571,4 +574,60 @@ TEST(Gate, RowsRecordedBeforeTheGateExistedAreNotFlaggedAgain) {
     EXPECT_EQ(f[0].kind, "non-finite");
     EXPECT_EQ(f[0].update, 1);
     EXPECT_EQ(g.check_pairs(traces).size(), 1u);
+}
+
+// The calibrated per-update band (docs/thresholds.md section 3, "band per update"): Student's t
+// quantile against textbook values, the factor c sqrt(1 + 1/N) of a Sidak family, and a simulation
+// with a fixed seed as the oracle of the false-alarm rate: a clean leg and N envelope members drawn
+// from one normal per update, M updates judged, must leave a band in about alpha of the trials (the
+// old band, [min - 2 std, max + 2 std] per update, left it in 23 % of them at N 5, M 6).
+TEST(Envelope, StudentTQuantileMatchesTextbookValues) {
+    EXPECT_NEAR(student_t_isf(0.025, 4), 2.776445, 1e-6);    // t_{0.975, 4}
+    EXPECT_NEAR(student_t_isf(0.005, 4), 4.604095, 1e-6);    // t_{0.995, 4}
+    EXPECT_NEAR(student_t_isf(0.0005, 4), 8.610302, 1e-6);   // t_{0.9995, 4}
+    EXPECT_NEAR(student_t_isf(0.05, 7), 1.894579, 1e-6);     // t_{0.95, 7}
+    EXPECT_NEAR(student_t_isf(0.975, 4), -2.776445, 1e-6);
+    EXPECT_TRUE(std::isnan(student_t_isf(0.0, 4)));
+}
+
+TEST(Envelope, TheBandFactorIsTheSidakPredictionQuantile) {
+    // One check at 0.05, N 5: t_{0.975, 4} sqrt(1 + 1/5).
+    EXPECT_NEAR(prediction_band_factor(5, 0.05, 1), 2.776445 * std::sqrt(1.2), 1e-5);
+    // M 100 checks at 0.1: each at 1 - 0.9^(1/100) = 0.0010530; t_{1 - 0.0005265, 4} by its tail.
+    const double f = prediction_band_factor(5, 0.1, 100);
+    EXPECT_NEAR(2 * student_t_sf(f / std::sqrt(1.2), 4), 1 - std::pow(0.9, 0.01), 1e-9);
+    EXPECT_GT(f, prediction_band_factor(5, 0.1, 10));  // more checks, a wider band
+    EXPECT_LT(prediction_band_factor(20, 0.1, 100), f);  // more members, a narrower one
+}
+
+TEST(Envelope, ACleanLegLeavesTheBandsInAlphaOfSimulatedTrials) {
+    constexpr int kMembers = 5, kSteps = 6, kTrials = 4000;
+    std::mt19937_64 rng(20261202);
+    std::normal_distribution<double> noise(0.0, 0.01);
+    ErrorModel exact;
+    exact.k = 0;  // no rounding floor: the seed spread alone
+    auto draw = [&]() {
+        std::vector<StepRow> s;
+        for (int64_t u = 0; u < kSteps; ++u) s.push_back({u, 2.0 + noise(rng), 3.0 + noise(rng), 1e-4, 100, 0.5});
+        return s;
+    };
+    int outside = 0, outside_family = 0;
+    for (int t = 0; t < kTrials; ++t) {
+        std::vector<EnvelopeMember> members;
+        for (int i = 0; i < kMembers; ++i) members.push_back(member("m" + std::to_string(i), {{0, 2.0}, {2, 2.0}}, draw()));
+        SeedEnvelope env = compute_envelope(members);
+        env.implementation = "reference";
+        const std::vector<StepRow> leg = draw();
+        EnvelopeDistance loss = envelope_series_distance("engine", leg, "loss", env, exact);
+        EnvelopeDistance grad = envelope_series_distance("engine", leg, "grad_norm", env, exact);
+        ASSERT_TRUE(loss.available);
+        EXPECT_EQ(loss.band_family, kSteps);  // alone: its own 6 checks at kEnvelopeAlpha
+        outside += !loss.outside_band.empty();
+        judge_bands({&loss, &grad}, 0.025);  // a pair's family: both series, 12 checks, half of 0.05
+        EXPECT_EQ(loss.band_family, 2 * kSteps);
+        outside_family += !loss.outside_band.empty() || !grad.outside_band.empty();
+    }
+    // binomial sd at 0.05 over 4000 trials: 0.0034; at 0.025: 0.0025 (4 sd either side)
+    EXPECT_NEAR(static_cast<double>(outside) / kTrials, kEnvelopeAlpha, 0.014);
+    EXPECT_NEAR(static_cast<double>(outside_family) / kTrials, 0.025, 0.010);
 }

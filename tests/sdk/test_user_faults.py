@@ -403,9 +403,6 @@ def test_unpaired_bugs_are_outside_the_seed_envelope_or_different(unpaired, bug)
     assert v.startswith("outside the seed envelope: ") or (v.startswith("different: ") and " L4 lr of " in v), r
 
 
-@pytest.mark.xfail(strict=True, reason="open defect (measured 2026-12-02 on main): one of the 5 clean unpaired members "
-                   "is judged `outside the seed envelope` (exit 3) — the unpaired per-update judge raises a false alarm; "
-                   "CPU runs are deterministic, so this fails until the judge is fixed")
 def test_the_clean_unpaired_trainer_raises_no_false_alarm_on_5_seeds(unpaired):
     clean = [v for v in unpaired["rows"].values() if v["bug"] == "clean"]
     assert len(clean) == ENVELOPE_MEMBERS

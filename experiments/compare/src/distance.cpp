@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -175,6 +176,64 @@ double student_t_sf(double t, double df) {
     return t >= 0 ? tail : 1.0 - tail;
 }
 
+double student_t_isf(double q, double df) {
+    if (!(q > 0 && q < 1) || !(df > 0)) return std::nan("");
+    if (q == 0.5) return 0.0;
+    if (q > 0.5) return -student_t_isf(1.0 - q, df);
+    double lo = 0.0, hi = 1.0;
+    while (student_t_sf(hi, df) > q) hi *= 2.0;  // sf falls from 0.5 to 0: bracket, then halve
+    for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (student_t_sf(mid, df) > q ? lo : hi) = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+double prediction_band_factor(int64_t members, double family_alpha, int64_t checks) {
+    if (members < 2 || checks < 1 || !(family_alpha > 0 && family_alpha < 1)) return std::nan("");
+    const double n = static_cast<double>(members);
+    // Sidak: 1 - (1 - alpha)^(1/M), as -expm1(log1p(-alpha) / M) to keep its digits at large M
+    const double alpha_u = -std::expm1(std::log1p(-family_alpha) / static_cast<double>(checks));
+    return student_t_isf(alpha_u / 2.0, n - 1.0) * std::sqrt(1.0 + 1.0 / n);
+}
+
+namespace {
+bool outside_check(const BandCheck& c, double factor) {
+    if (!std::isfinite(c.value)) return true;
+    const double half = (c.std > 0 ? factor * c.std : 0.0) + c.floor;
+    return std::fabs(c.value - c.mean) > half;
+}
+}  // namespace
+
+void judge_bands(const std::vector<EnvelopeDistance*>& family, double family_alpha) {
+    int64_t checks = 0;
+    for (const auto* d : family)
+        if (d && d->available)
+            for (const auto& c : d->band_checks) checks += c.std > 0;
+    std::map<int64_t, double> factor_at;  // by the point's member count
+    for (auto* d : family) {
+        if (!d || !d->available) continue;
+        d->outside_band.clear();
+        d->band_alpha = family_alpha;
+        d->band_family = checks;
+        d->band_factor = prediction_band_factor(d->members, family_alpha, std::max<int64_t>(checks, 1));
+        d->worst_band_z = std::nan("");
+        d->worst_band_update = -1;
+        for (const auto& c : d->band_checks) {
+            auto it = factor_at.find(c.n);
+            if (it == factor_at.end()) it = factor_at.emplace(c.n, prediction_band_factor(c.n, family_alpha, std::max<int64_t>(checks, 1))).first;
+            if (outside_check(c, it->second)) d->outside_band.push_back(c.update);
+            if (c.std > 0 && c.n > 0) {
+                const double t = std::fabs(c.value - c.mean) / c.std;  // in std units, as band_factor
+                if (d->worst_band_update < 0 || !(t <= d->worst_band_z)) {
+                    d->worst_band_z = t;
+                    d->worst_band_update = c.update;
+                }
+            }
+        }
+    }
+}
+
 std::vector<DistancePoint> envelope_z_points(const std::vector<EvalRow>& evals, const SeedEnvelope& env, const ErrorModel& model) {
     std::vector<DistancePoint> out;
     for (const EvalRow& e : evals) {
@@ -233,9 +292,10 @@ EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<Eva
     for (const EvalRow& e : evals) {
         const EnvelopePoint* p = env.at("heldout_ce", e.update);
         if (!p || p->n < 2) continue;
-        const Band band = envelope_band(*p, kEnvelopeBandSigma, model.bound(e.update));
-        if (!std::isfinite(e.heldout_ce) || e.heldout_ce < band.low || e.heldout_ce > band.high) d.outside_band.push_back(e.update);
+        d.band_checks.push_back({e.update, p->n, e.heldout_ce, p->mean, std::isfinite(p->std) ? p->std : 0.0,
+                                 model.bound(e.update) * std::fabs(p->mean)});
     }
+    judge_bands({&d}, kEnvelopeAlpha);  // alone; compare_l4 judges a pair's series as one family
     d.points = envelope_z_points(evals, env, model);
     for (const auto& q : d.points)
         if (std::isfinite(q.distance) && (d.max_abs_z_update < 0 || std::fabs(q.distance) > d.max_abs_z)) {
@@ -259,8 +319,7 @@ EnvelopeDistance envelope_series_distance(const std::string& leg, const std::vec
         const EnvelopePoint* p = env.at(series, s.update);
         if (!p || p->n < 2) continue;
         const double x = value_of(s);
-        const Band band = envelope_band(*p, kEnvelopeBandSigma, model.bound(s.update));
-        if (!std::isfinite(x) || x < band.low || x > band.high) d.outside_band.push_back(s.update);
+        d.band_checks.push_back({s.update, p->n, x, p->mean, std::isfinite(p->std) ? p->std : 0.0, model.bound(s.update) * std::fabs(p->mean)});
         if (!(p->std > model.bound(s.update) * std::fabs(p->mean))) continue;  // no spread above rounding: no z
         DistancePoint q;
         q.update = s.update;
@@ -275,6 +334,7 @@ EnvelopeDistance envelope_series_distance(const std::string& leg, const std::vec
         }
         d.points.push_back(q);
     }
+    judge_bands({&d}, kEnvelopeAlpha);  // alone; compare_l4 judges a pair's series as one family
     return d;
 }
 

@@ -176,7 +176,11 @@ std::string outside_text(const std::string& series, const EnvelopeDistance& e) {
              " < " + g3(e.alpha) + ")";
     if (!e.outside_band.empty())
         o += std::string(e.test_rejects() ? ";" : "") + " outside the band at update " + std::to_string(e.outside_band.front()) +
-             (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "");
+             (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "") +
+             // the prediction statistic against the family's factor (docs/thresholds.md section 3, "band per update")
+             (e.worst_band_z > e.band_factor ? ", largest |z| " + g3(e.worst_band_z) + " at update " + std::to_string(e.worst_band_update) +
+                                                   " > " + g3(e.band_factor) + " (" + std::to_string(e.band_family) + " updates judged)"
+                                             : "");
     return o;
 }
 
@@ -358,9 +362,11 @@ L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, con
     judge_series(l4, a, b, ctx, env, judged, ref_first);
     if (env) {
         l4.envelope = envelope_distance(judged.name, judged.trace.evals, *env, ctx.error_model);
-        // Bonferroni over the series this pair is tested on (Thresholds::envelope_alpha)
+        // Thresholds::envelope_alpha: half to the mean tests (Bonferroni over the series tested), half to
+        // the per-update bands of every series, one family (Sidak over its checks; docs/thresholds.md section 3)
         const int tests = 1 + l4.loss_envelope.available + l4.grad_envelope.available;
-        for (auto* d : {&l4.envelope, &l4.loss_envelope, &l4.grad_envelope}) d->alpha = ctx.thresholds.envelope_alpha / tests;
+        for (auto* d : {&l4.envelope, &l4.loss_envelope, &l4.grad_envelope}) d->alpha = ctx.thresholds.envelope_alpha / 2.0 / tests;
+        judge_bands({&l4.envelope, &l4.loss_envelope, &l4.grad_envelope}, ctx.thresholds.envelope_alpha / 2.0);
     }
     judge_pair(l4, level_failures,
                "no seed envelope of this experiment (key " + ctx.key.substr(0, 12) + "): build one with `tandem envelope EXPERIMENT" +

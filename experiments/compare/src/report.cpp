@@ -260,9 +260,10 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         }
         tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
                            c.error_model.describe());
-        tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band [min - 2 std, max + 2 std] "
-                           "widened by the bound; two-sided prediction t-test of the leg's mean held-out CE after update 0 against the "
-                           "members' (alpha " + fmt(t.envelope_alpha, "%.2g") + " over the series tested, Bonferroni)");
+        tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band mean +- c sqrt(1 + 1/N) std "
+                           "widened by the bound (c: Student's t, N - 1 dof, at alpha " + fmt(t.envelope_alpha / 2, "%.2g") +
+                           " over every update judged, Sidak); two-sided prediction t-test of the leg's mean held-out CE after update 0 "
+                           "against the members' (alpha " + fmt(t.envelope_alpha / 2, "%.2g") + " over the series tested, Bonferroni)");
         out.push_back(tb);
     }
     {

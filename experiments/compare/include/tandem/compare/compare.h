@@ -47,9 +47,11 @@ struct Thresholds {
     // The per-update series' own bounds (judge/series.h), calibrated like k.
     double loss_k = kLossErrorModelK;
     double grad_norm_k = kGradNormErrorModelK;
-    // Each two-sided test's level: 0.05 over the (up to three) series a pair is tested on, split
-    // evenly (Bonferroni), so a clean leg is flagged by some test in at most 5 % of runs.
-    double envelope_alpha = 0.05;
+    // The envelope's family-wise level for one pair (docs/thresholds.md section 3): half to the
+    // two-sided mean tests of the (up to three) series, split evenly (Bonferroni), half to the
+    // per-update bands of every series as one family (Sidak), so a clean leg is flagged by some test
+    // or band in at most 5 % of runs.
+    double envelope_alpha = kEnvelopeAlpha;
 };
 
 // A leg added by `tandem import tensorboard|csv` (implementation "imported", experiments/import.h):

@@ -10,9 +10,10 @@
 //
 // Envelope distance (any pair, given a same-stack seed envelope): the leg's held-out CE in units of
 // the envelope's spread, z(u) = (x(u) - mean(u)) / std(u), the band
-// [min - 2 std - bound |mean|, max + 2 std + bound |mean|] per evaluation, and a two-sided test
-// across evaluations: the leg's mean held-out CE after update 0 against the members' (a prediction
-// t-test with N - 1 degrees of freedom, alpha 0.05). Two-sided: a leg that trains better than its
+// mean +- (c sqrt(1 + 1/N) std + bound |mean|) per evaluation (a prediction interval, c Student's t
+// with N - 1 dof at a Sidak level over every per-update check of the pair: prediction_band_factor),
+// and a two-sided test across evaluations: the leg's mean held-out CE after update 0 against the
+// members' (a prediction t-test with N - 1 degrees of freedom; alpha: Thresholds::envelope_alpha). Two-sided: a leg that trains better than its
 // stack's seeds allow computes something else just as surely as one that trains worse. The same
 // distance judges the per-update training loss and pre-clip grad norm of an unpaired leg that shares
 // the plan (series.h).
@@ -48,6 +49,8 @@ inline constexpr double kErrorModelC = 1.03;
 // between two float32 stacks than its forward (docs/observables.md).
 inline constexpr double kLossErrorModelK = 3.0;    // 4 x 0.719 (pretrained base, S 192, update 0) = 2.88 -> 3
 inline constexpr double kGradNormErrorModelK = 28.0;  // 4 x 6.79 (pretrained base, seed 7, update 1) = 27.1 -> 28
+// The family-wise false-alarm rate of the envelope's judgement of one pair (docs/thresholds.md section 3).
+inline constexpr double kEnvelopeAlpha = 0.05;
 
 struct ErrorModel {
     double k = kErrorModelK;
@@ -90,6 +93,22 @@ Band envelope_band(const EnvelopePoint& p, double sigma, double relative_floor);
 
 // Student's t distribution: P(T > t) for `df` degrees of freedom (regularized incomplete beta).
 double student_t_sf(double t, double df);
+// Its quantile: the t with P(T > t) = q (0 < q < 1), by bisection on student_t_sf.
+double student_t_isf(double q, double df);
+
+// The calibrated per-update band of an unpaired leg (docs/thresholds.md section 3, "band per update"):
+// a new clean member's deviation from the envelope mean over the N members' sample std, divided by
+// sqrt(1 + 1/N), follows Student's t with N - 1 dof; `checks` such deviations are judged in a pair, so
+// each is held to the Sidak level 1 - (1 - alpha)^(1/checks), two-sided: the band is
+// mean +- c sqrt(1 + 1/N) std, c = student_t_isf(alpha_u / 2, N - 1). Returns c sqrt(1 + 1/N).
+double prediction_band_factor(int64_t members, double family_alpha, int64_t checks);
+// One per-update value of the leg against the envelope point of its update.
+struct BandCheck {
+    int64_t update = 0;
+    int64_t n = 0;             // the envelope's members at this point
+    double value = 0, mean = 0, std = 0;
+    double floor = 0;          // bound(u) |mean|: rounding, where the members do not spread
+};
 
 struct EnvelopeDistance {
     std::string series = "heldout_ce";    // what is judged: heldout_ce | loss | grad_norm
@@ -102,6 +121,12 @@ struct EnvelopeDistance {
     double max_abs_z = std::nan("");
     int64_t max_abs_z_update = -1;
     std::vector<int64_t> outside_band;    // evaluations where the leg left the band
+    std::vector<BandCheck> band_checks;   // every value judged by a band (outside_band: those outside)
+    double band_alpha = std::nan("");     // the family-wise alpha of the bands this distance was judged with
+    int64_t band_family = 0;              // the per-update checks that share it (with spread, std > 0)
+    double band_factor = std::nan("");    // c sqrt(1 + 1/N) of the pair's family at N = members
+    double worst_band_z = std::nan("");   // the largest |value - mean| / std over checks with spread (vs band_factor)
+    int64_t worst_band_update = -1;
     // The two-sided prediction t-test: the leg's mean of the series (held-out CE: over the
     // evaluations after update 0; loss, grad norm: over every update) against the members' means.
     double leg_mean = std::nan(""), members_mean = std::nan(""), members_std = std::nan("");
@@ -127,6 +152,10 @@ EnvelopeDistance envelope_series_distance(const std::string& leg, const std::vec
 // The two-sided prediction t-test of one value against a sample (N - 1 degrees of freedom): fills
 // d's members_mean, members_std, t, df, p; false (with d.why_unavailable) when the sample cannot.
 bool prediction_test(EnvelopeDistance& d, double value, const std::vector<double>& sample);
+// Judges the band checks of every distance of one pair as one family at `family_alpha` (Sidak over the
+// checks with spread; a check without spread is held to its floor alone): fills outside_band,
+// band_alpha, band_family, band_factor, worst_band_z.
+void judge_bands(const std::vector<EnvelopeDistance*>& family, double family_alpha);
 
 // The verdict of a pair (docs/thresholds.md "The verdict"):
 //   equivalent               paired, within the bound everywhere (every series)

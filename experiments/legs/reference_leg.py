@@ -559,6 +559,60 @@ def run_ranks(args):
         shutil.rmtree(store_dir, ignore_errors=True)
 
 
+def source_of(run_dir, path):
+    """The asset a run-folder copy came from: <run>/base/X -> <source>/X, the source read from
+    prepare.json's `base` ("assets:NAME (PATH)" or a path); any other path is returned as given."""
+    path = os.path.abspath(path)
+    base = os.path.join(os.path.abspath(run_dir), "base")
+    if not path.startswith(base + os.sep):
+        return path
+    try:
+        with open(os.path.join(run_dir, "prepare.json")) as f:
+            src = json.load(f).get("base", "")
+    except (OSError, ValueError):
+        return path
+    if src.endswith(")") and "(" in src:
+        src = src[src.rindex("(") + 1:-1]
+    return os.path.join(src, os.path.relpath(path, base)) if src else path
+
+
+def known_failure(e, run_dir):
+    """One line `FILE: what is wrong` for the Python exceptions this leg knows (docs/legs.md "Errors"),
+    naming an asset by its source, not its copy in the run folder; None for any other exception."""
+    name = type(e).__name__
+    base = os.path.join(run_dir, "base")
+    if isinstance(e, IndexError) and "index out of range" in str(e):
+        cfg = os.path.join(base, "config.json")
+        try:
+            with open(cfg) as f:
+                vocab = json.load(f).get("vocab_size")
+        except (OSError, ValueError):
+            vocab = "?"
+        return (f"{source_of(run_dir, cfg)}: vocab_size {vocab} is smaller than a token id of the tokenizer "
+                f"(an embedding lookup went past the table); vocab_size must exceed the tokenizer's largest id")
+    if name == "SafetensorError" or "safetensors" in name.lower() or "deserializing header" in str(e):
+        from safetensors import safe_open
+        try:
+            shards = base_safetensors_files(base)
+        except (OSError, ValueError):
+            shards = []
+        for shard in shards + [os.path.join(run_dir, "init", "adapter_model.safetensors")]:
+            try:
+                with safe_open(shard, framework="pt") as f:
+                    for k in f.keys():
+                        f.get_slice(k)
+            except Exception as inner:  # the damaged one
+                return f"{source_of(run_dir, shard)}: not a valid safetensors file ({str(inner).splitlines()[0]})"
+        return f"a safetensors file is damaged: {str(e).splitlines()[0]}"
+    if isinstance(e, json.JSONDecodeError):
+        return f"JSON input: line {e.lineno}, column {e.colno}: {e.msg}"
+    if isinstance(e, OSError) and e.filename:
+        return f"{source_of(run_dir, e.filename)}: {e.strerror or str(e)}"
+    if name == "OutOfMemoryError" or (isinstance(e, RuntimeError) and "out of memory" in str(e).lower()):
+        return f"out of memory: {str(e).splitlines()[0]} (fewer --threads, a smaller micro-batch or another device)"
+    return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="the run folder prepared by `tandem run`")
@@ -592,8 +646,8 @@ def main(argv=None):
     except Exception as e:  # the runner records the message; the traceback goes to stderr.log
         if type(e).__name__ == "ProcessRaisedException" and "ReportedFailure" in str(e):
             return 1  # a rank stopped at a non-finite value; rank 0 already wrote the error event
-        traceback.print_exc()
-        message = f"{type(e).__name__}: {e}"
+        traceback.print_exc()  # to the leg's stderr.log only; the runner shows the one-line message
+        message = known_failure(e, args.run) or f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         if type(e).__name__ == "ProcessRaisedException":  # a rank's exception: its last line says what
             message = [ln for ln in str(e).strip().splitlines() if ln.strip()][-1]
         emit_events("error", message=message)

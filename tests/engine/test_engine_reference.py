@@ -344,7 +344,9 @@ def test_ten_updates_match_torch(setup, dropout):
         print(f"[{dropout}] update {u}: loss ours {ours['loss']:.9f} ref {ref:.9f} rel {e:.2e}; "
               f"grad norm ours {ours['grad_norm']:.7f} ref {gn:.7f}; lr {ours['lr']:.3e} ref {lr_ref:.3e}")
         assert e <= 1e-5, f"update {u}: loss rel diff {e:.3e}"
-        assert abs(ours["lr"] - lr_ref) <= 1e-15 * max(1.0, lr_ref)
+        # lr = peak * warmup/cosine factor: a handful of double operations, and 1 + cos(pi p) cancels near the
+        # end, so the error is a few ulps of the peak lr (not of lr_ref); 64 eps * peak bounds it on any CPU.
+        assert abs(ours["lr"] - lr_ref) <= 64 * sys.float_info.epsilon * lr, (ours["lr"], lr_ref)
         assert rel(ours["grad_norm"], gn) <= 1e-4
     print(f"[{dropout}] worst per-update loss rel diff {worst:.3e}")
     # the run really trained: the held-out CE moved

@@ -328,3 +328,26 @@ def test_bad_runs_are_refused_before_a_folder_is_prepared(tmp_path, case):
     assert took < 10, took  # refused before preparation (which takes seconds and ~90 MB)
     assert folders(os.path.join(tmp, "runs")) == [], "a refused run left a folder behind"
     assert processes_naming(path) == []
+
+
+def test_the_run_probe_uses_the_buffer_size_of_tandem_probe_and_records_it(tmp_path):
+    """One buffer-size rule (docs/cli.md "probe"): a run's own CPU probe copies the same size as
+    `tandem probe --device cpu` on this machine, and run.h5 says that size in `bytes` and `method`."""
+    import h5py
+    tmp = str(tmp_path)
+    spec = small_experiment(tmp, "probed")
+    cmd = [c for c in run_cmd(tmp, spec, "--quiet") if c != "--no-probe"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    alone = os.path.join(tmp, "alone.h5")
+    q = subprocess.run([TANDEM, "probe", "--device", "cpu", "--out", alone, "--catalog", os.path.join(tmp, "p.db")],
+                       capture_output=True, text=True, timeout=600)
+    assert q.returncode == 0, q.stderr
+    with h5py.File(os.path.join(folders(os.path.join(tmp, "runs"))[0], "run.h5"), "r") as f, h5py.File(alone, "r") as g:
+        run_probe, own = f["probes/cpu"].attrs, g["probes/cpu"].attrs
+        method = run_probe["method"].decode() if isinstance(run_probe["method"], bytes) else run_probe["method"]
+        avail = int(g["host"].attrs["memory_available_bytes"])
+        if 8 * int(own["bytes"]) < avail - 2 ** 30:  # not near the MemAvailable cap: the size cannot move between the two
+            assert int(run_probe["bytes"]) == int(own["bytes"]), (method, own["method"])
+        assert int(run_probe["bytes"]) <= max(16 * 2 ** 20, avail // 8 + 2 ** 26), method
+    assert " each (max(256 MiB, 8 x LLC " in method, method

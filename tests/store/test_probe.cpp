@@ -6,15 +6,57 @@
 #include <gtest/gtest.h>
 #include <sys/sysinfo.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 namespace ex = tandem::experiments;
 
+// MemAvailable read here independently of host_info.cpp (kB in /proc/meminfo); 0 when absent.
+static std::int64_t mem_available_from_proc() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char key[64];
+    long long kb = 0;
+    std::int64_t out = 0;
+    while (std::fscanf(f, "%63s %lld kB", key, &kb) == 2)
+        if (std::string(key) == "MemAvailable:") out = kb * 1024;
+    std::fclose(f);
+    return out;
+}
+
+TEST(Probe, BufferRuleIsBeyondTheCacheAndCappedByAvailableMemory) {
+    constexpr std::int64_t MiB = 1LL << 20, GiB = 1LL << 30;
+    // Plenty of memory: max(256 MiB, 8 x LLC).
+    EXPECT_EQ(ex::cpu_probe_buffer(32 * MiB, 64 * GiB).bytes, 256 * MiB);
+    EXPECT_EQ(ex::cpu_probe_buffer(480 * MiB, 64 * GiB).bytes, 3840 * MiB);  // the 3.8 GiB of a 480 MiB LLC
+    // Little memory: each buffer at most MemAvailable / 8 (both: a quarter), named in the rule.
+    const ex::CpuProbeBuffer capped = ex::cpu_probe_buffer(480 * MiB, 8 * GiB);
+    EXPECT_EQ(capped.bytes, 1 * GiB);
+    EXPECT_NE(capped.rule.find("capped at MemAvailable"), std::string::npos) << capped.rule;
+    EXPECT_EQ(ex::cpu_probe_buffer(32 * MiB, 1 * GiB).bytes, 128 * MiB);
+    // Never below 16 MiB; unknown memory (0): no cap.
+    EXPECT_EQ(ex::cpu_probe_buffer(32 * MiB, 64 * MiB).bytes, 16 * MiB);
+    EXPECT_EQ(ex::cpu_probe_buffer(480 * MiB, 0).bytes, 3840 * MiB);
+    EXPECT_EQ(ex::cpu_probe_buffer(480 * MiB, 0).rule.find("capped"), std::string::npos);
+}
+
 TEST(Probe, CpuMemcpyIsPositiveAndPlausible) {
+    const std::int64_t avail = mem_available_from_proc();
     const ex::ProbeResult r = ex::probe_cpu();
     EXPECT_EQ(r.device, "cpu");
-    EXPECT_GE(r.bytes, 256LL << 20);
-    EXPECT_GE(r.bytes, 8 * ex::last_level_cache_bytes()) << "buffer is not well beyond the last-level cache";
+    // The default size is the rule's, and the record says which size was used.
+    EXPECT_EQ(r.bytes, ex::cpu_probe_buffer().bytes);
+    EXPECT_NE(r.method.find(ex::format_bytes(r.bytes) + " each"), std::string::npos) << r.method;
+    const std::int64_t want = std::max<std::int64_t>(256LL << 20, 8 * ex::last_level_cache_bytes());
+    if (avail / 8 >= want) {
+        EXPECT_GE(r.bytes, want / 4096 * 4096) << "buffer is not well beyond the last-level cache";
+    } else {
+        // Two buffers take at most a quarter of the memory available (MemAvailable moves a little in between).
+        EXPECT_LE(2 * r.bytes, avail / 4 + (64LL << 20)) << r.method;
+        EXPECT_NE(r.method.find("capped at MemAvailable"), std::string::npos) << r.method;
+    }
     EXPECT_EQ(r.repeats, 10);
     ASSERT_EQ(r.directions.size(), 1u);
     const auto& d = r.directions[0];

@@ -222,7 +222,9 @@ def test_probe_cpu_writes_h5_and_catalog_that_agree(tmp_path):
         gbps = a["gbps_memcpy"]
         assert 0.5 <= gbps <= 500, gbps
         assert a["bytes_counted_memcpy"] == 2 * a["bytes"]
-        assert a["bytes"] >= 256 * 2 ** 20
+        # max(256 MiB, 8 x LLC), or each buffer capped at MemAvailable / 8 (docs/cli.md "probe"), as method says
+        method = a["method"].decode() if isinstance(a["method"], bytes) else a["method"]
+        assert a["bytes"] >= 256 * 2 ** 20 or "capped at MemAvailable" in method, method
         copy_bytes = int(a["bytes"])
         assert gbps == pytest.approx(a["bytes_counted_memcpy"] / a["best_s_memcpy"] / 1e9, rel=1e-12)
         assert a["best_s_memcpy"] <= a["median_s_memcpy"]

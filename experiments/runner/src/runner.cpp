@@ -165,8 +165,7 @@ std::vector<ProbeResult> run_probes(const Run& run, RunRecorder& rec, const std:
         ProbeResult p;
         try {
             if (d == "cpu") {
-                CpuProbeOptions co;
-                co.bytes = 64LL << 20;
+                CpuProbeOptions co;  // the buffer size of `tandem probe` (cpu_probe_buffer), fewer repeats
                 co.repeats = 5;
                 p = probe_cpu(co);
                 probe_cpu_sgemm(p, cpu_threads);

@@ -35,10 +35,31 @@ ProbeDirection make_direction(const std::string& name, std::int64_t bytes_counte
 
 }  // namespace
 
+CpuProbeBuffer cpu_probe_buffer(std::int64_t llc_bytes, std::int64_t memory_available_bytes) {
+    constexpr std::int64_t kMin = 256LL << 20, kFloor = 16LL << 20;
+    CpuProbeBuffer b;
+    const std::int64_t want = std::max<std::int64_t>(kMin, 8 * llc_bytes);
+    b.bytes = want;
+    b.rule = "max(256 MiB, 8 x LLC " + format_bytes(llc_bytes) + ")";
+    if (memory_available_bytes > 0) {
+        const std::int64_t cap = std::max<std::int64_t>(kFloor, memory_available_bytes / 8);
+        if (cap < want) {
+            b.bytes = cap;
+            b.rule += " capped at MemAvailable " + format_bytes(memory_available_bytes) + " / 8";
+        }
+    }
+    b.bytes = b.bytes / 4096 * 4096;  // whole pages
+    return b;
+}
+
+CpuProbeBuffer cpu_probe_buffer() {
+    return cpu_probe_buffer(last_level_cache_bytes(), collect_host_info().memory_available_bytes);
+}
+
 ProbeResult probe_cpu(const CpuProbeOptions& options) {
     if (options.repeats <= 0 || options.warmup < 0) throw Error("CPU probe: repeats must be positive");
-    const std::int64_t llc = last_level_cache_bytes();
-    const std::int64_t bytes = options.bytes > 0 ? options.bytes : std::max<std::int64_t>(256LL << 20, 8 * llc);
+    const CpuProbeBuffer rule = options.bytes > 0 ? CpuProbeBuffer{options.bytes, "explicit size"} : cpu_probe_buffer();
+    const std::int64_t bytes = rule.bytes;
     const auto size = static_cast<std::size_t>(bytes);
     const std::size_t alloc_size = (size + 4095) / 4096 * 4096;
     std::unique_ptr<void, FreeDeleter> src(std::aligned_alloc(4096, alloc_size));
@@ -68,8 +89,8 @@ ProbeResult probe_cpu(const CpuProbeOptions& options) {
     r.bytes = bytes;
     r.repeats = options.repeats;
     r.warmup = options.warmup;
-    r.method = "std::memcpy between two page-aligned, pre-touched buffers of max(256 MiB, 8 x LLC); "
-               "steady_clock per copy; best of repeats after warm-up; read+write bytes counted (2 x size)";
+    r.method = "std::memcpy between two page-aligned, pre-touched buffers of " + format_bytes(bytes) + " each (" +
+               rule.rule + "); steady_clock per copy; best of repeats after warm-up; read+write bytes counted (2 x size)";
     r.directions.push_back(make_direction("memcpy", 2 * bytes, seconds.front(), median_of_sorted(seconds)));
     r.timestamp = utc_timestamp_now();
     return r;

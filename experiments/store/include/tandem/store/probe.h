@@ -14,8 +14,19 @@
 
 namespace tandem::experiments {
 
+// The one buffer-size rule of the CPU memcpy probe, for `tandem probe` and the run's own probe alike:
+// max(256 MiB, 8 × last-level cache) per buffer, well beyond the cache, capped so the two buffers
+// together take at most a quarter of MemAvailable (each ≤ MemAvailable / 8; unknown memory: no cap),
+// never below 16 MiB. `rule` says in words which bound chose `bytes`; it goes into ProbeResult::method.
+struct CpuProbeBuffer {
+    std::int64_t bytes = 0;
+    std::string rule;
+};
+CpuProbeBuffer cpu_probe_buffer(std::int64_t llc_bytes, std::int64_t memory_available_bytes);
+CpuProbeBuffer cpu_probe_buffer();  // this machine: last_level_cache_bytes() and MemAvailable now
+
 struct CpuProbeOptions {
-    std::int64_t bytes = 0;   // 0: max(256 MiB, 8 × last-level cache)
+    std::int64_t bytes = 0;   // 0: cpu_probe_buffer()
     int warmup = 2;
     int repeats = 10;
 };

@@ -5,6 +5,7 @@
 #include "tandem/data/supervision.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/engine/config.h"
+#include "tandem/engine/io.h"
 #include "tandem/error.h"
 #include "tandem/store/host_info.h"
 #include "tandem/runner/prepare.h"
@@ -122,6 +123,15 @@ ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan
         const std::string named = "experiment field model.";  // base_folder_of names the field already
         throw Error(source + ": " + (what.rfind(named, 0) == 0 ? what.substr(std::string("experiment ").size())
                                                                : "field model." + std::string(spec.model_base.empty() ? "config" : "base") + ": " + what));
+    }
+    // A given base's safetensors headers are parsed, not only hashed (docs/run-folder.md): a truncated or
+    // damaged file is named by its source path here, not by its link in the run folder when a leg loads it.
+    if (!spec.model_base.empty()) {
+        try {
+            engine::read_hf_checkpoint_entries(base_folder_of(spec, assets));
+        } catch (const Error& err) {
+            throw Error(source + ": field model.base: " + err.what());
+        }
     }
     // The embedding must hold every id the tokenizer emits (docs/experiment-format.md "model"); an asset
     // folder that cannot be found or read is left to prepare_run, which names it.

@@ -720,10 +720,140 @@ def environment_cases():
     ]
 
 
+# ---- validation before a run folder (docs/decisions.md "Validation before a run folder") ------------
+
+def _no_run_folder(result):
+    """The refusal came before any run folder was made (or the half-made one was removed)."""
+    runs = os.path.join(result.case_dir, "runs")
+    left = os.listdir(runs) if os.path.isdir(runs) else []
+    return f"run folder(s) left behind: {left}" if left else None
+
+
+def _spec(**edits):
+    """GOOD with several dotted fields set (spec_with sets one)."""
+    spec = copy.deepcopy(GOOD)
+    for path, value in edits.items():
+        *parents, leaf = path.split(".")
+        node = spec
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is DELETE:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return spec
+
+
+def _write_json(name, spec):
+    def setup(d):
+        with open(os.path.join(d, name), "w") as f:
+            json.dump(spec(d) if callable(spec) else spec, f)
+    return setup
+
+
+def _base_with_truncated_weights(keep):
+    """{dir}/base: the shipped pretrained base with model.safetensors cut to `keep` bytes (or a fraction)."""
+    def setup(d):
+        src = os.path.join(F.SHARED, "assets", "qwen3-tiny-clinical")
+        dst = os.path.join(d, "base")
+        os.makedirs(dst)
+        shutil.copy(os.path.join(src, "config.json"), dst)
+        st = os.path.join(src, "model.safetensors")
+        n = keep if isinstance(keep, int) else int(os.path.getsize(st) * keep)
+        with open(st, "rb") as f, open(os.path.join(dst, "model.safetensors"), "wb") as g:
+            g.write(f.read(n))
+        spec = _spec(**{"model.config": DELETE, "model.base": dst})
+        with open(os.path.join(d, "x.json"), "w") as f:
+            json.dump(spec, f)
+    return setup
+
+
+def validation_cases():
+    V = lambda name, expect, spec, **kw: Case(f"validation: {name}", run_args(), expect=expect,  # noqa: E731
+                                             setup=_write_json("x.json", spec), check=_no_run_folder, **kw)
+    return [
+        # The run file stores the resolved spec as one HDF5 attribute (at most 60000 bytes).
+        V("a 100 MB description", "x.json: field description: the experiment is", lambda d: _spec(description="x" * (100 << 20)),
+          timeout=300),
+        V("a 70 kB description", "x.json: field description: the experiment is", _spec(description="d" * 70000)),
+        V("sequence.max_len 2", "field sequence.max_len: 2 is shorter than the shortest possible supervised record",
+          _spec(**{"sequence.max_len": 2})),
+        V("sequence.max_len 8", "field sequence.max_len: 8 is shorter than the shortest possible supervised record",
+          _spec(**{"sequence.max_len": 8})),
+        V("model.config.vocab_size 100", "field model.config.vocab_size: 100 is below the tokenizer's",
+          _spec(**{"model.config": {"vocab_size": 100}})),
+        V("model.config.vocab_size 151000", "field model.config.vocab_size: 151000 is below the tokenizer's",
+          _spec(**{"model.config": {"vocab_size": 151000}})),
+        Case("validation: a base whose model.safetensors is cut to 1000 bytes", run_args(),
+             expect="field model.base: {dir}/base/model.safetensors: malformed safetensors file",
+             setup=_base_with_truncated_weights(1000), check=_no_run_folder),
+        Case("validation: a base whose model.safetensors is cut in half", run_args(),
+             expect="field model.base: {dir}/base/model.safetensors", setup=_base_with_truncated_weights(0.5),
+             check=_no_run_folder),
+        V("observe.updates past batch.max_updates", "x.json: field observe.updates: update 50 is beyond the plan",
+          _spec(observe={"updates": [0, 50]})),
+        V("observe.updates at batch.max_updates", "x.json: field observe.updates: update 2 is beyond the plan",
+          _spec(observe={"updates": [2]})),
+        V("observe.updates past the plan's updates", "field observe.updates: update 40 is beyond the plan",
+          _spec(**{"batch.max_updates": 0, "observe": {"updates": [40]}})),
+        V("overrides for a misspelt leg", "x.json: field overrides.engin: 'engin' is not a leg",
+          _spec(overrides={"engin": {"template": "chatml"}})),
+        V("overrides for a leg kind misspelt in case", "x.json: field overrides.Reference",
+          _spec(overrides={"Reference": {"plan": "native"}})),
+        V("batch.accumulation 100 on 12 records", "field batch.accumulation: 100 micro-batches per update",
+          _spec(**{"batch.accumulation": 100})),
+        V("batch.accumulation 6 x micro_batch 2 on 12 records", "field batch.accumulation: 6 micro-batches per update",
+          _spec(**{"batch.accumulation": 6, "batch.micro_batch": 2})),
+    ]
+
+
+def _import_case(label, text, expect):
+    def setup(d):
+        shutil.copytree(F.PLACEHOLDERS["{fixture}"], os.path.join(d, "run"), symlinks=True)
+    return Case(f"import csv: {label}", ["import", "csv", "{dir}/l.csv", "--into", "{dir}/run", "--as", "imp",
+                                         "--catalog", "{dir}/c.db"], expect=expect, files={"l.csv": text}, setup=setup)
+
+
+def import_cases():
+    return [
+        _import_case("a nan loss", "step,loss\n1,2.5\n2,nan\n3,2.4\n", "l.csv: line 3: column loss: 'nan' is not a finite number"),
+        _import_case("an inf loss", "step,loss\n1,2.5\n2,inf\n", "l.csv: line 3: column loss: 'inf' is not a finite number"),
+        _import_case("a -inf eval loss", "step,loss,eval_loss\n1,2.5,\n2,2.4,-inf\n",
+                     "l.csv: line 3: column eval_loss: '-inf' is not a finite number"),
+        _import_case("a NaN grad norm", "step,loss,grad_norm\n1,2.5,NaN\n", "l.csv: line 2: column grad_norm: 'NaN' is not a finite number"),
+        _import_case("a repeated step", "step,loss\n1,2.5\n2,2.4\n2,2.3\n", "l.csv: line 4: column loss: step 2 repeats the step"),
+        _import_case("a descending step", "step,loss\n1,2.5\n3,2.4\n2,2.3\n", "l.csv: line 4: column loss: step 2 comes after step 3"),
+    ]
+
+
+# ---- more of the environment: a read-only current folder, command legs that misbehave -------------
+
+def _command_leg(script):
+    return _spec(legs={"mine": {"implementation": "command", "command": ["/bin/sh", "-c", script]}})
+
+
+def environment_more_cases():
+    ro = lambda d: (os.makedirs(os.path.join(d, "ro")), os.chmod(os.path.join(d, "ro"), 0o555))  # noqa: E731
+    bad_lr = json.dumps(_spec(**{"optimizer.lr": None}))
+    return [
+        Case("run: read-only current folder, default --out", ["run", "{dir}/x.json", "--legs", "engine", "--no-probe", "--quiet",
+                                                              "--catalog", "{dir}/c.db", "--assets", "{shared}"],
+             expect="x.json: field optimizer.lr", files={"x.json": bad_lr}, setup=ro, cwd="ro"),
+        Case("run: a non-ASCII --out folder that is a file", run_args(out="{dir}/sortie é"), expect="sortie é: is a file, not a folder", expect_rc=2,
+             files={"x.json": json.dumps(GOOD), "sortie é": "not a folder"}),
+        Case("run: experiment path with a tab and emoji", run_args("{dir}/exp\t\U0001F600.json"), expect="exp\t\U0001F600.json: field optimizer.lr",
+             files={"exp\t\U0001F600.json": bad_lr}),
+        Case("run: a command leg that prints garbage", run_args(legs="mine"), expect="leg mine failed", expect_rc=1,
+             files={"x.json": json.dumps(_command_leg("echo 'garbage {not json'; head -c 300 /dev/urandom; echo; exit 0"))}),
+        Case("run: a command leg that exits early", run_args(legs="mine"), expect="leg mine failed", expect_rc=1,
+             files={"x.json": json.dumps(_command_leg("exit 7"))}),
+    ]
+
+
 def all_cases():
     return (experiment_cases() + run_option_cases() + resume_cases() + report_cases() + stdin_cases() +
             tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases() + out_guard_cases() +
-            environment_cases())
+            environment_cases() + validation_cases() + import_cases() + environment_more_cases())
 
 
 def prepare_fixture(root):

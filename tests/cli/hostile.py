@@ -45,6 +45,7 @@ class Case:
     check: Optional[Callable] = None  # check(result) -> None or a problem (e.g. "--keep-going stopped")
     timeout: float = 180
     env: dict = dataclasses.field(default_factory=dict)
+    cwd: str = ""                    # the working folder, relative to the case folder (default: the case folder)
 
 
 @dataclasses.dataclass
@@ -116,7 +117,7 @@ def run_case(case, keep=False):
         t0 = time.monotonic()
         try:
             p = subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True,
-                               cwd=case_dir, timeout=case.timeout, env=env)
+                               cwd=os.path.join(case_dir, case.cwd), timeout=case.timeout, env=env)
             rc, out, err = p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
         except subprocess.TimeoutExpired as e:
             r = Result(case, -1, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace"))
@@ -127,6 +128,9 @@ def run_case(case, keep=False):
         return r
     finally:
         if not keep:
+            for root, dirs, _ in os.walk(case_dir):  # a case may leave read-only folders
+                for x in dirs:
+                    os.chmod(os.path.join(root, x), 0o755)
             shutil.rmtree(case_dir, ignore_errors=True)
 
 

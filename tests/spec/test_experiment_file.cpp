@@ -85,6 +85,28 @@ TEST(ExperimentFile, OverridesApplyPerLeg) {
     EXPECT_EQ(s.leg_setting("reference", "template"), "qwen3");
 }
 
+// Checks that need only the experiment run when it is read, before any run folder (docs/decisions.md
+// "Validation before a run folder").
+TEST(ExperimentFile, LimitsTheRunImposesAreCheckedWhenRead) {
+    json j = minimal();
+    j["overrides"] = {{"engin", {{"template", "chatml"}}}};
+    EXPECT_EQ(error_of(j).rfind("experiments/x.json: field overrides.engin: 'engin' is not a leg the experiment defines nor a leg kind (", 0), 0u)
+        << error_of(j);
+    j["legs"] = {{"engin", {{"implementation", "engine"}}}};
+    EXPECT_EQ(error_of(j), "");  // a leg the experiment defines may have overrides
+    j = minimal();
+    j["batch"] = {{"max_updates", 3}};
+    j["observe"] = {{"updates", {0, 3}}};
+    EXPECT_EQ(error_of(j), "experiments/x.json: field observe.updates: update 3 is beyond the plan (batch.max_updates 3: updates 0-2)");
+    j["observe"] = {{"updates", {2}}};
+    EXPECT_EQ(error_of(j), "");
+    j = minimal();
+    j["description"] = std::string(kMaxSpecJsonBytes, 'd');
+    EXPECT_EQ(error_of(j).rfind("experiments/x.json: field description: the experiment is ", 0), 0u) << error_of(j);
+    j["description"] = std::string(kMaxSpecJsonBytes - 2000, 'd');
+    EXPECT_EQ(error_of(j), "");
+}
+
 namespace {
 std::string text_error_of(const std::string& text) {
     try {

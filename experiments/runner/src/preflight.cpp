@@ -1,7 +1,11 @@
 // Validation and the size estimate before a run folder is prepared.
 #include "preflight.h"
 
+#include "tandem/assets.h"
+#include "tandem/data/supervision.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/engine/config.h"
+#include "tandem/engine/io.h"
 #include "tandem/error.h"
 #include "tandem/store/host_info.h"
 #include "tandem/runner/prepare.h"
@@ -111,13 +115,51 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
 ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan>& legs, const fs::path& out_dir,
                            const std::optional<fs::path>& assets, int max_concurrent) {
     const std::string source = "experiment '" + spec.name + "'";
+    engine::Qwen3Config config;
     try {
-        model_config_of(spec, assets);
+        config = model_config_of(spec, assets);
     } catch (const Error& err) {
         const std::string what = err.what();
         const std::string named = "experiment field model.";  // base_folder_of names the field already
         throw Error(source + ": " + (what.rfind(named, 0) == 0 ? what.substr(std::string("experiment ").size())
                                                                : "field model." + std::string(spec.model_base.empty() ? "config" : "base") + ": " + what));
+    }
+    // A given base's safetensors headers are parsed, not only hashed (docs/run-folder.md): a truncated or
+    // damaged file is named by its source path here, not by its link in the run folder when a leg loads it.
+    if (!spec.model_base.empty()) {
+        try {
+            engine::read_hf_checkpoint_entries(base_folder_of(spec, assets));
+        } catch (const Error& err) {
+            throw Error(source + ": field model.base: " + err.what());
+        }
+    }
+    // The embedding must hold every id the tokenizer emits (docs/experiment-format.md "model"); an asset
+    // folder that cannot be found or read is left to prepare_run, which names it.
+    std::optional<data::Tokenizer> tokenizer;
+    try {
+        tokenizer = data::Tokenizer::load(tokenizer_dir(require_asset_root(assets)));
+    } catch (const Error&) {
+    }
+    if (tokenizer && config.vocab_size < static_cast<int64_t>(tokenizer->vocab_size()))
+        throw Error(source + ": field model.config.vocab_size: " + std::to_string(config.vocab_size) +
+                    " is below the tokenizer's " + std::to_string(tokenizer->vocab_size()) + " ids (largest id " +
+                    std::to_string(tokenizer->vocab_size() - 1) + "); give at least " +
+                    std::to_string(tokenizer->vocab_size()));
+    // The shortest possible supervised record (docs/corpus.md): a one-token question and answer. Its prompt
+    // must leave room for one supervised token, or no record of any corpus trains anything.
+    if (tokenizer && spec.max_len > 0) {
+        size_t boundary = 0;
+        try {
+            boundary = data::tokenize_record(*tokenizer, data::TemplateKind::Qwen3,
+                                             {{"user", "x", std::nullopt, {}}, {"assistant", "x", std::nullopt, {}}}, 0)
+                           .boundary;
+        } catch (const std::exception&) {
+        }
+        if (boundary > 0 && static_cast<size_t>(spec.max_len) <= boundary)
+            throw Error(source + ": field sequence.max_len: " + std::to_string(spec.max_len) +
+                        " is shorter than the shortest possible supervised record (the chat template's prompt alone takes " +
+                        std::to_string(boundary) + " tokens, so no answer token fits); give at least " +
+                        std::to_string(boundary + 1));
     }
     ResourceEstimate e = estimate_resources(spec, legs, out_dir, assets, max_concurrent);
     const std::string sizes = "model, lora.rank " + std::to_string(spec.lora_rank) + ", batch.micro_batch " +

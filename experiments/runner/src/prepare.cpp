@@ -125,7 +125,16 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
             ++per_source[src];
         }
     }
-    if (selected.empty()) throw Error("corpus: the experiment's selection (corpus.sources) holds no record");
+    if (selected.empty()) {
+        // Rows dropped because no answer token fits are sequence.max_len's doing, not the sources'.
+        size_t too_short = 0;
+        for (const auto& n : build.not_converted)
+            if (n.reason.rfind("no supervised token within max_len", 0) == 0) ++too_short;
+        if (too_short > 0)
+            throw Error("field sequence.max_len: " + std::to_string(spec.max_len) + " leaves no supervised token in any record (" +
+                        std::to_string(too_short) + " rows dropped for it; see the corpus accounting); give a larger sequence.max_len");
+        throw Error("corpus: the experiment's selection (corpus.sources) holds no record");
+    }
     build.split = data::split_records(selected, spec.seeds.split, spec.heldout_fraction);
     for (size_t i : build.split.train) selected[i].split = "train";
     for (size_t i : build.split.heldout) selected[i].split = "heldout";
@@ -152,6 +161,22 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
     if (spec.max_updates > 0 && plan.updates.size() > static_cast<size_t>(spec.max_updates))
         plan.updates.resize(static_cast<size_t>(spec.max_updates));
     if (plan.updates.empty()) throw Error("batch plan: no update (train split empty?)");
+    // An update accumulates batch.accumulation micro-batches; an epoch holding fewer would make every update
+    // smaller than the experiment says (docs/decisions.md "accumulation larger than the records"): refused.
+    const size_t train = build.split.train.size();
+    const size_t per_epoch = (train + static_cast<size_t>(spec.micro_batch) - 1) / static_cast<size_t>(spec.micro_batch);
+    if (static_cast<size_t>(spec.accumulation) > per_epoch)
+        throw Error("field batch.accumulation: " + std::to_string(spec.accumulation) +
+                    " micro-batches per update, but the train split holds " + std::to_string(train) +
+                    " records (batch.micro_batch " + std::to_string(spec.micro_batch) + ": " + std::to_string(per_epoch) +
+                    " micro-batches an epoch), so the plan would make " + std::to_string(plan.updates.size()) +
+                    " update(s) of at most " + std::to_string(per_epoch) + " micro-batches; give at most " +
+                    std::to_string(per_epoch) + " or more records (corpus.max_records_per_source)");
+    // Observed updates are 0-based plan indices (docs/observables.md).
+    if (!spec.observe_updates.empty() && static_cast<size_t>(spec.observe_updates.back()) >= plan.updates.size())
+        throw Error("field observe.updates: update " + std::to_string(spec.observe_updates.back()) +
+                    " is beyond the plan (" + std::to_string(plan.updates.size()) + " updates: 0-" +
+                    std::to_string(plan.updates.size() - 1) + ")");
     data::write_plan(plan, run.folder / "plan.json");
     say(opt, "plan: " + std::to_string(plan.updates.size()) + " updates");
 

@@ -424,6 +424,30 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     if (top.has("faults")) s.faults = faults_from_json(top.raw("faults"), source + ": field faults");
     top.str("$schema", std::string());  // allowed, ignored
     top.reject_unknown();
+    // An override names a leg the experiment defines or a leg kind (docs/experiment-format.md): a misspelt
+    // name would otherwise be ignored without a word.
+    for (const auto& [leg, fields] : s.overrides) {
+        if (s.leg_definition(leg) || find_leg_kind(leg)) continue;
+        std::string known;
+        for (const auto& d : s.legs) known += (known.empty() ? "" : ", ") + d.name;
+        for (const auto& k : leg_kind_names()) known += (known.empty() ? "" : ", ") + k;
+        throw Error(source + ": field overrides." + leg + ": '" + leg + "' is not a leg the experiment defines nor a leg kind (" +
+                    known + ")");
+    }
+    // Observed updates are 0-based indices into the plan (docs/observables.md); the plan holds at most
+    // batch.max_updates updates, so a later index would never be fingerprinted.
+    if (s.max_updates > 0 && !s.observe_updates.empty() && s.observe_updates.back() >= s.max_updates)
+        throw Error(source + ": field observe.updates: update " + std::to_string(s.observe_updates.back()) +
+                    " is beyond the plan (batch.max_updates " + std::to_string(s.max_updates) + ": updates 0-" +
+                    std::to_string(s.max_updates - 1) + ")");
+    // The resolved spec is stored as one attribute of the run file's /experiment group, which holds
+    // at most kMaxSpecJsonBytes (docs/hdf5-layout.md): refused here, before any run folder exists.
+    if (const size_t n = s.to_json().dump().size(); n > kMaxSpecJsonBytes) {
+        const bool description = s.description.size() * 2 > n;
+        throw Error(source + ": " + (description ? "field description: " : "") + "the experiment is " + std::to_string(n) +
+                    " bytes as JSON, more than the " + std::to_string(kMaxSpecJsonBytes) +
+                    " the run file stores (one HDF5 attribute); shorten " + (description ? "the description" : "it"));
+    }
     return s;
 }
 

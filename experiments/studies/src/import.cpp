@@ -264,12 +264,34 @@ ImportedTrace trace_from_csv(const fs::path& file, const SeriesMapping& m) {
                                     "' is not a number");
                 continue;
             }
-            s[header[c]].emplace_back(step, v);
+            // A compared series (docs/decisions.md "Imported series: non-finite values and repeated steps") holds
+            // finite values at increasing steps: a nan/inf would enter the statistics, and of two values at
+            // one step, or steps going back, no rule can say which row is the run's.
+            const std::string& name = header[c];
+            const bool compared = (!name.empty() && (name == m.loss || name == m.eval_loss || name == m.grad_norm || name == m.lr)) ||
+                                  [&] {
+                                      for (const auto* names : {&kLossNames, &kEvalNames, &kGradNames, &kLrNames})
+                                          if (std::find(names->begin(), names->end(), name) != names->end()) return true;
+                                      return false;
+                                  }();
+            if (compared) {
+                if (!std::isfinite(v))
+                    throw Error(source + ": line " + std::to_string(line) + ": column " + name + ": '" + row[c] +
+                                "' is not a finite number (an imported series holds finite values only; leave the cell empty "
+                                "for a step without a value)");
+                auto& points = s[name];
+                if (!points.empty() && step <= points.back().first)
+                    throw Error(source + ": line " + std::to_string(line) + ": column " + name + ": step " + std::to_string(step) +
+                                (step == points.back().first ? " repeats the step of an earlier row" : " comes after step " +
+                                                                                                        std::to_string(points.back().first)) +
+                                " (a compared series' steps must increase down the file, one value per step)");
+            }
+            s[name].emplace_back(step, v);
         }
     }
     for (auto& [_, points] : s) {
         std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-        std::vector<std::pair<int64_t, double>> last;  // a step given twice keeps its last value
+        std::vector<std::pair<int64_t, double>> last;  // other columns: a step given twice keeps its last value
         for (const auto& p : points) {
             if (!last.empty() && last.back().first == p.first) last.back() = p;
             else last.push_back(p);

@@ -33,6 +33,10 @@ struct SlurmOptions {
     static SlurmOptions from_json(const nlohmann::json& j, const std::string& source, const std::string& field);
 };
 
+// The resolved spec is one attribute of the run file's /experiment group (docs/hdf5-layout.md), whose
+// size HDF5 limits (64 KiB object header messages); parse_experiment refuses a larger spec.
+inline constexpr size_t kMaxSpecJsonBytes = 60000;
+
 struct ExperimentSpec {
     std::string name;
     std::string description;

@@ -24,10 +24,10 @@ RunSnapshot snapshot() {
         LegTrajectory leg;
         leg.leg = l == 0 ? "engine" : "reference";
         for (int u = 0; u < 200; ++u) {
-            leg.grad_norm.push_back({double(u), 1.0 + 0.5 * std::sin(u * 0.1) + 0.01 * l});
-            leg.train_loss.push_back({double(u), 3.0 - 0.005 * u});
+            leg.series(Metric::GradNorm).push_back({double(u), 1.0 + 0.5 * std::sin(u * 0.1) + 0.01 * l});
+            leg.series(Metric::TrainLoss).push_back({double(u), 3.0 - 0.005 * u});
         }
-        for (int u = 0; u <= 200; u += 20) leg.heldout_ce.push_back({double(u), 3.2 - 0.005 * u + 0.001 * l});
+        for (int u = 0; u <= 200; u += 20) leg.series(Metric::HeldoutCe).push_back({double(u), 3.2 - 0.005 * u + 0.001 * l});
         s.legs.push_back(leg);
     }
     return s;

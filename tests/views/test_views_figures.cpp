@@ -33,14 +33,14 @@ RunSnapshot snapshot(int runs_like_legs = 2) {
         leg.leg = l == 0 ? "engine" : l == 1 ? "reference" : "leg" + std::to_string(l);
         double tokens = 0, wall = 0;
         for (int u = 0; u < 300; ++u) {
-            leg.grad_norm.push_back({double(u), 1.0 + 0.5 * std::sin(u * 0.1) + 0.01 * l});
-            leg.train_loss.push_back({double(u), 3.0 - 0.004 * u + 0.05 * std::sin(u * 0.7)});
+            leg.series(Metric::GradNorm).push_back({double(u), 1.0 + 0.5 * std::sin(u * 0.1) + 0.01 * l});
+            leg.series(Metric::TrainLoss).push_back({double(u), 3.0 - 0.004 * u + 0.05 * std::sin(u * 0.7)});
             leg.tokens_seen.push_back({double(u), tokens});
             leg.wall_time.push_back({double(u), wall});
             tokens += 4000;
             wall += 1.7;
         }
-        for (int u = 0; u <= 300; u += 30) leg.heldout_ce.push_back({double(u), 7.2 - 0.0007 * u + 0.0004 * l});
+        for (int u = 0; u <= 300; u += 30) leg.series(Metric::HeldoutCe).push_back({double(u), 7.2 - 0.0007 * u + 0.0004 * l});
         s.legs.push_back(leg);
     }
     ResidualTrajectory r{"engine", "reference", Metric::HeldoutCe, {}};

@@ -136,7 +136,7 @@ private Q_SLOTS:
         TrajectoryView view;
         // The reference sits 0.5 above the engine: hiding it must shrink the y range.
         auto run = make_run(dir, "legend-run");
-        for (auto& p : run.legs[1].grad_norm) p.value += 0.5;
+        for (auto& p : run.legs[1].series(Metric::GradNorm)) p.value += 0.5;
         show_run(view, run);
         auto* legend = view.legend();
         QList<QListWidgetItem*> items = legend->findItems(QStringLiteral("reference"), Qt::MatchExactly);
@@ -225,7 +225,7 @@ private Q_SLOTS:
         QVERIFY(series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine (smoothed)")));
         QVERIFY(!series_named(view.panel_view(TrajectoryView::HeldoutPanel), QStringLiteral("engine (smoothed)")));
         const auto smoothed = series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine (smoothed)"));
-        const auto expected = smoothed_for_display(view.snapshot().legs[0].train_loss, 0.6);
+        const auto expected = smoothed_for_display(view.snapshot().legs[0].series(Metric::TrainLoss), 0.6);
         for (int u = 0; u < 40; ++u) QCOMPARE(smoothed->at(u).y(), expected[std::size_t(u)].value);
         // Asked for: evaluations too.
         QTest::mouseClick(view.findChild<QCheckBox*>(QStringLiteral("smooth_all")), Qt::LeftButton);
@@ -239,10 +239,10 @@ private Q_SLOTS:
         auto run = make_run(dir, "zoom-run");
         // Two nearly equal training losses at updates 20 and 21 (a 1e-9 step): zoomed onto them the
         // axis must not become float noise.
-        run.legs[0].train_loss[20].value = 2.5;
-        run.legs[0].train_loss[21].value = 2.5 + 1e-9;
-        run.legs[1].train_loss[20].value = 2.5;
-        run.legs[1].train_loss[21].value = 2.5 + 1e-9;
+        run.legs[0].series(Metric::TrainLoss)[20].value = 2.5;
+        run.legs[0].series(Metric::TrainLoss)[21].value = 2.5 + 1e-9;
+        run.legs[1].series(Metric::TrainLoss)[20].value = 2.5;
+        run.legs[1].series(Metric::TrainLoss)[21].value = 2.5 + 1e-9;
         show_run(view, run);
         auto* panel = view.panel_view(TrajectoryView::TrainLossPanel);
         // A rubber band from update 20.2 to 20.8 (mouse press, move, release on the chart).
@@ -257,7 +257,7 @@ private Q_SLOTS:
         const auto [lo, hi] = view.panel_chart(TrajectoryView::TrainLossPanel).y_range();
         double full_lo = 1e9, full_hi = -1e9;
         for (const auto& leg : view.snapshot().legs)
-            for (const auto& p : leg.train_loss) full_lo = std::min(full_lo, p.value), full_hi = std::max(full_hi, p.value);
+            for (const auto& p : leg.series(Metric::TrainLoss)) full_lo = std::min(full_lo, p.value), full_hi = std::max(full_hi, p.value);
         QVERIFY2(hi - lo >= 0.01 * (full_hi - full_lo), qPrintable(QStringLiteral("%1 .. %2").arg(lo, 0, 'g', 12).arg(hi, 0, 'g', 12)));
         QVERIFY(lo <= 2.5 && hi >= 2.5 + 1e-9);
         QVERIFY(view.panel_chart(TrajectoryView::TrainLossPanel).y_ticks().size() >= 3);

@@ -436,13 +436,13 @@ private Q_SLOTS:
         auto first = reader.read(file);
         QVERIFY(first.reset);
         apply_delta(followed, first);
-        QCOMPARE(followed.legs[0].train_loss.size(), std::size_t(10));
+        QCOMPARE(followed.legs[0].series(Metric::TrainLoss).size(), std::size_t(10));
         const auto read_before = reader.rows_read();
         write(10, 5, false);
         auto second = reader.read(file);
         QVERIFY(!second.reset);
-        QCOMPARE(second.added.legs[0].train_loss.size(), std::size_t(5));  // only the new rows
-        QCOMPARE(second.added.legs[0].train_loss.front().update, 10.0);
+        QCOMPARE(second.added.legs[0].series(Metric::TrainLoss).size(), std::size_t(5));  // only the new rows
+        QCOMPARE(second.added.legs[0].series(Metric::TrainLoss).front().update, 10.0);
         // Per leg: the 5 new steps and 1 new evaluation, plus the one row of overlap of each table.
         QCOMPARE(reader.rows_read() - read_before, std::size_t(2 * (5 + 1 + 1 + 1)));
         apply_delta(followed, second);
@@ -461,7 +461,7 @@ private Q_SLOTS:
         write(0, 7, true);
         auto third = reader.read(file);
         QVERIFY(third.reset);
-        QCOMPARE(third.added.legs[0].train_loss.size(), std::size_t(7));
+        QCOMPARE(third.added.legs[0].series(Metric::TrainLoss).size(), std::size_t(7));
     }
 
     void a_dropped_run_folder_is_opened_and_remembered() {

@@ -1,5 +1,7 @@
 #include "tandem/compare/metrics.h"
 
+#include "tandem/compare/compare.h"
+
 #include <algorithm>
 
 namespace tandem::experiments {
@@ -9,11 +11,16 @@ const std::vector<MetricInfo>& metric_table() {
     // norm is the pre-clip global L2 norm; tokens/s is supervised tokens / wall seconds of one
     // update (update_tokens_per_second), not a run.h5 column of its own.
     static const std::vector<MetricInfo> table{
-        {Metric::HeldoutCe, "held-out CE", "held-out CE", "nats", "heldout_ce", "eval/loss", true, false, true},
-        {Metric::TrainLoss, "training loss", "train loss", "nats", "loss", "train/loss", false, true, true},
-        {Metric::GradNorm, "grad norm", "grad norm", "", "grad_norm", "train/grad_norm", false, true, true},
-        {Metric::LearningRate, "learning rate", "lr", "", "lr", "train/learning_rate", false, false, false},
-        {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", "train/tokens_per_second", false, true, false},
+        {Metric::HeldoutCe, "held-out CE", "held-out CE", "nats", "heldout_ce", "eval/loss", true, false, true, nullptr,
+         [](const EvalRow& r) { return r.heldout_ce; }},
+        {Metric::TrainLoss, "training loss", "train loss", "nats", "loss", "train/loss", false, true, true,
+         [](const StepRow& r) { return r.loss; }},
+        {Metric::GradNorm, "grad norm", "grad norm", "", "grad_norm", "train/grad_norm", false, true, true,
+         [](const StepRow& r) { return r.grad_norm; }},
+        {Metric::LearningRate, "learning rate", "lr", "", "lr", "train/learning_rate", false, false, false,
+         [](const StepRow& r) { return r.lr; }},
+        {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", "train/tokens_per_second", false, true, false,
+         update_tokens_per_second},
     };
     return table;
 }

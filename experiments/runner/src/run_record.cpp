@@ -7,6 +7,7 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/store/host_info.h"
+#include "tandem/store/row_bits.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/version.h"
 
@@ -37,16 +38,8 @@ std::string utc_stamp() {
     return buf;
 }
 
-bool same_bits(const StepRow& a, const StepRow& b) {
-    auto eq = [](double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; };
-    return a.update == b.update && eq(a.loss, b.loss) && eq(a.grad_norm, b.grad_norm) && eq(a.lr, b.lr) &&
-           a.tokens == b.tokens && eq(a.wall_s, b.wall_s) && eq(a.cpu_s, b.cpu_s);
-}
-bool same_bits(const EvalRow& a, const EvalRow& b) {
-    return a.update == b.update && std::memcmp(&a.heldout_ce, &b.heldout_ce, sizeof(double)) == 0;
-}
-
-// Brings `held` (what the file holds) to `want` (the trace): appends when `want` extends `held`,
+// Brings `held` (what the file holds) to `want` (the trace), row by row through the row type's field
+// list (`same_bits`, tandem/store/row_bits.h): appends when `want` extends `held`,
 // rewrites otherwise. Returns false when nothing changed.
 template <class Row, class Append, class Replace>
 bool sync_series(std::vector<Row>& held, const std::vector<Row>& want, Append append, Replace replace) {

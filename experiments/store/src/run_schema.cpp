@@ -1,6 +1,8 @@
 // The run file's schema (run_schema.h): the row types' field lists, paths, name rules, attributes.
 #include "run_schema.h"
 
+#include "tandem/store/row_bits.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -46,6 +48,25 @@ Handle compound_type(bool file, size_t memory_size, const std::vector<Field>& fi
     return type;
 }
 
+size_t field_bytes(const Field& f) {
+    switch (f.kind) {
+        case Field::Int: return sizeof(std::int64_t);
+        case Field::Real: return sizeof(double);
+        case Field::Text: return f.count;
+        case Field::Ints: return f.count * sizeof(std::int64_t);
+        case Field::Reals: return f.count * sizeof(double);
+    }
+    return 0;
+}
+
+bool same_fields(const void* a, const void* b, const std::vector<Field>& fields) {
+    const auto* pa = static_cast<const unsigned char*>(a);
+    const auto* pb = static_cast<const unsigned char*>(b);
+    for (const Field& f : fields)
+        if (std::memcmp(pa + f.offset, pb + f.offset, field_bytes(f)) != 0) return false;
+    return true;
+}
+
 // The field lists. INT/REAL: one value; TEXT: a fixed-size string; INTS/REALS: an array.
 #define INT(Row, m) Field{#m, offsetof(Row, m), Field::Int}
 #define REAL(Row, m) Field{#m, offsetof(Row, m), Field::Real}
@@ -53,15 +74,19 @@ Handle compound_type(bool file, size_t memory_size, const std::vector<Field>& fi
 #define INTS(Row, m, n) Field{#m, offsetof(Row, m), Field::Ints, n}
 #define REALS(Row, m, n) Field{#m, offsetof(Row, m), Field::Reals, n}
 
-Handle step_type(bool file) {
-    return compound_type(file, sizeof(StepRow), {INT(StepRow, update), REAL(StepRow, loss), REAL(StepRow, grad_norm),
-                                                 REAL(StepRow, lr), INT(StepRow, tokens), REAL(StepRow, wall_s),
-                                                 REAL(StepRow, cpu_s)});
+const std::vector<Field>& step_fields() {
+    static const std::vector<Field> fields{INT(StepRow, update), REAL(StepRow, loss), REAL(StepRow, grad_norm),
+                                           REAL(StepRow, lr),     INT(StepRow, tokens), REAL(StepRow, wall_s),
+                                           REAL(StepRow, cpu_s)};
+    return fields;
+}
+const std::vector<Field>& eval_fields() {
+    static const std::vector<Field> fields{INT(EvalRow, update), REAL(EvalRow, heldout_ce)};
+    return fields;
 }
 
-Handle eval_type(bool file) {
-    return compound_type(file, sizeof(EvalRow), {INT(EvalRow, update), REAL(EvalRow, heldout_ce)});
-}
+Handle step_type(bool file) { return compound_type(file, sizeof(StepRow), step_fields()); }
+Handle eval_type(bool file) { return compound_type(file, sizeof(EvalRow), eval_fields()); }
 
 Handle paired_type(bool file) {
     return compound_type(file, sizeof(PairedPoint),
@@ -203,6 +228,13 @@ bool is_lock_conflict(const std::string& detail) {
 }
 
 }  // namespace tandem::experiments::schema
+
+namespace tandem::experiments {
+
+bool same_bits(const StepRow& a, const StepRow& b) { return schema::same_fields(&a, &b, schema::step_fields()); }
+bool same_bits(const EvalRow& a, const EvalRow& b) { return schema::same_fields(&a, &b, schema::eval_fields()); }
+
+}  // namespace tandem::experiments
 
 namespace tandem::experiments {
 

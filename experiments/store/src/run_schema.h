@@ -39,6 +39,10 @@ struct Field {
 // The compound type of the row with these fields: `file` for the file's (packed, little-endian),
 // else the memory type (native, at the fields' offsets in a struct of `memory_size` bytes).
 Handle compound_type(bool file, size_t memory_size, const std::vector<Field>& fields);
+// The bytes a field takes in memory, and whether two rows of a type hold the same bytes in every field
+// (padding between fields is not compared).
+size_t field_bytes(const Field& f);
+bool same_fields(const void* a, const void* b, const std::vector<Field>& fields);
 
 // The rows observations are stored as (strings as fixed-size fields, h5py reads them as bytes).
 struct FingerprintPod {
@@ -64,6 +68,8 @@ struct LocalisedPod {
     double rel_diff, norm_rel_diff, bound, ratio;
 };
 
+const std::vector<Field>& step_fields();  // StepRow's field list
+const std::vector<Field>& eval_fields();  // EvalRow's field list
 Handle step_type(bool file);       // StepRow: /legs/<leg>/steps
 Handle eval_type(bool file);       // EvalRow: /legs/<leg>/eval
 Handle paired_type(bool file);     // PairedPoint: /comparisons/<a>~<b>/<series>

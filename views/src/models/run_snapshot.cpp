@@ -14,22 +14,17 @@ const Series* LegTrajectory::clock(XAxis axis) const {
 }
 
 const Series& LegTrajectory::series(Metric metric) const {
-    switch (metric) {
-    case Metric::HeldoutCe: return heldout_ce;
-    case Metric::GradNorm: return grad_norm;
-    case Metric::TrainLoss: return train_loss;
-    case Metric::LearningRate: return learning_rate;
-    case Metric::Throughput: return tokens_per_s;
-    }
-    return heldout_ce;
+    static const Series none;
+    const auto it = metrics.find(metric);
+    return it == metrics.end() ? none : it->second;
 }
 
-Series& LegTrajectory::series(Metric metric) { return const_cast<Series&>(static_cast<const LegTrajectory&>(*this).series(metric)); }
+Series& LegTrajectory::series(Metric metric) { return metrics[metric]; }
 
 std::size_t RunSnapshot::point_count() const {
     std::size_t n = 0;
     for (const auto& leg : legs)
-        for (Metric m : kAllMetrics) n += leg.series(m).size();
+        for (const auto& [metric, series] : leg.metrics) n += series.size();
     for (const auto& r : residuals) n += r.percent.size();
     return n;
 }

@@ -116,8 +116,8 @@ bool IncrementalRunReader::Delta::empty() const {
     for (const auto& z : added.z_scores)
         if (!z.z.empty()) return false;
     for (const auto& leg : added.legs)
-        for (Metric m : kAllMetrics)
-            if (!leg.series(m).empty()) return false;
+        for (const auto& [metric, series] : leg.metrics)
+            if (!series.empty()) return false;
     for (const auto& r : added.residuals)
         if (!r.percent.empty()) return false;
     return true;
@@ -208,14 +208,13 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
             leg.implementation = state.implementation;
             leg.device = attr_text(attributes, "device");
             leg.status = attr_text(attributes, "status");
-            for (const auto& row : steps) {
-                const auto u = static_cast<double>(row.update);
-                leg.train_loss.push_back({u, row.loss});
-                leg.grad_norm.push_back({u, row.grad_norm});
-                leg.learning_rate.push_back({u, row.lr});
-                leg.tokens_per_s.push_back({u, ex::update_tokens_per_second(row)});
+            for (const auto& m : ex::metric_table()) {
+                auto& series = leg.series(m.metric);
+                if (m.of_eval)
+                    for (const auto& row : evals) series.push_back({static_cast<double>(row.update), m.of_eval(row)});
+                if (m.of_step)
+                    for (const auto& row : steps) series.push_back({static_cast<double>(row.update), m.of_step(row)});
             }
-            for (const auto& row : evals) leg.heldout_ce.push_back({static_cast<double>(row.update), row.heldout_ce});
             for (const auto& c : ex::update_clock(steps, state.clock)) {
                 leg.tokens_seen.push_back({static_cast<double>(c.update), c.tokens_seen});
                 leg.wall_time.push_back({static_cast<double>(c.update), c.wall_s});
@@ -322,9 +321,8 @@ void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) 
         it->device = leg.device;
         it->status = leg.status;
         it->implementation = leg.implementation;
-        for (Metric m : kAllMetrics) {
-            auto& series = it->series(m);
-            const auto& added = leg.series(m);
+        for (const auto& [metric, added] : leg.metrics) {
+            auto& series = it->series(metric);
             series.insert(series.end(), added.begin(), added.end());
         }
         it->tokens_seen.insert(it->tokens_seen.end(), leg.tokens_seen.begin(), leg.tokens_seen.end());

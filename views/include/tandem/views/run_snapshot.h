@@ -5,6 +5,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <map>
 #include <memory>
 
 #include <cstdint>
@@ -26,20 +27,16 @@ using Series = std::vector<SeriesPoint>;  // sorted by update
 using Metric = experiments::Metric;
 using XAxis = experiments::XAxis;
 const char* metric_label(Metric metric);  // "held-out CE", ... (metric_info(metric).label)
-// Every metric, in the order of the trajectory panels.
-inline constexpr Metric kAllMetrics[] = {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm, Metric::LearningRate,
-                                         Metric::Throughput};
 
 struct LegTrajectory {
     std::string leg;
     std::string device;
     std::string status;  // "running", "done", "failed", ... as recorded
     std::string implementation;  // "engine", "reference", ... (the run file's leg attribute)
-    Series heldout_ce;
-    Series grad_norm;
-    Series train_loss;
-    Series learning_rate;   // the lr each update used
-    Series tokens_per_s;    // supervised tokens / wall seconds of each update (experiments' update_tokens_per_second)
+    // The leg's trajectory of each metric of experiments' metric table (held-out CE per evaluation;
+    // training loss, grad norm, the lr each update used, tokens/s per update), filled through the
+    // table's of_step / of_eval. A metric the leg has no points of reads as an empty series.
+    std::map<Metric, Series> metrics;
     // The leg's clock (experiments' update_clock): tokens seen and training wall seconds before each
     // update boundary, as (update, value) — what the x axis shows when it counts tokens or time.
     Series tokens_seen;

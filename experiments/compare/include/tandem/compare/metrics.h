@@ -30,6 +30,10 @@ struct MetricInfo {
     bool per_evaluation;      // recorded at evaluations (a handful of points), else at every update
     bool smoothed;            // display smoothing applies by default (noisy per-update training series)
     bool shown;               // the panel is shown when a run opens
+    // The metric's value in one row of the leg's table: of_eval for a per-evaluation metric, else
+    // of_step. The workbench's run source fills every series through these, naming no metric.
+    double (*of_step)(const StepRow& row) = nullptr;
+    double (*of_eval)(const EvalRow& row) = nullptr;
 };
 
 // Every metric, in panel order.

@@ -54,8 +54,8 @@ def run_args(experiment="{dir}/x.json", *extra, **options):
     return argv + list(extra)
 
 
-def spec_with(path, value):
-    spec = copy.deepcopy(GOOD)
+def _set_field(spec, path, value):
+    """Set (or, with DELETE, remove) one dotted field of spec in place."""
     *parents, leaf = path.split(".")
     node = spec
     for p in parents:
@@ -64,6 +64,11 @@ def spec_with(path, value):
         del node[leaf]
     else:
         node[leaf] = value
+
+
+def spec_with(path, value):
+    spec = copy.deepcopy(GOOD)
+    _set_field(spec, path, value)
     return spec
 
 
@@ -733,14 +738,7 @@ def _spec(**edits):
     """GOOD with several dotted fields set (spec_with sets one)."""
     spec = copy.deepcopy(GOOD)
     for path, value in edits.items():
-        *parents, leaf = path.split(".")
-        node = spec
-        for p in parents:
-            node = node.setdefault(p, {})
-        if value is DELETE:
-            del node[leaf]
-        else:
-            node[leaf] = value
+        _set_field(spec, path, value)
     return spec
 
 

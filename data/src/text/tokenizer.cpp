@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -135,28 +136,35 @@ private:
     size_t mask_ = 15, count_ = 0;
 };
 
+// word -> its merged pieces, looked up by string_view: no key string built per lookup.
+struct StringViewHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using WordMap = std::unordered_map<std::string, std::vector<WordPiece>, StringViewHash, std::equal_to<>>;
+
 // The merged pieces of the words a tokenizer has seen, shared by the threads that encode with it
 // (HuggingFace's BPE keeps one cache per tokenizer too). Threads look in their own copy first
 // (no lock) and in this one on a miss, so a word is merged once per tokenizer, not once per thread.
 class SharedWordCache {
 public:
     bool find(std::string_view word, std::vector<WordPiece>& out) const {
-        std::lock_guard<std::mutex> lock(m_);
-        auto it = words_.find(std::string(word));
+        std::shared_lock<std::shared_mutex> lock(m_);  // readers in parallel: most misses of a thread's cache hit here
+        auto it = words_.find(word);
         if (it == words_.end()) return false;
         out = it->second;
         return true;
     }
     void insert(std::string_view word, const std::vector<WordPiece>& pieces) {
-        std::lock_guard<std::mutex> lock(m_);
+        std::unique_lock<std::shared_mutex> lock(m_);
         if (words_.size() >= kMaxWords) return;  // a bounded cache: beyond it, threads keep their own
         words_.emplace(std::string(word), pieces);
     }
 
 private:
     static constexpr size_t kMaxWords = 1 << 20;
-    mutable std::mutex m_;
-    std::unordered_map<std::string, std::vector<WordPiece>> words_;
+    mutable std::shared_mutex m_;
+    WordMap words_;
 };
 
 }  // namespace
@@ -241,13 +249,9 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<WordPiece>& ou
 
 // Words repeat a lot (" the", " patient"): a per-thread cache of each word's merged pieces.
 const std::vector<WordPiece>& Tokenizer::Impl::cached_word(std::string_view word) const {
-    struct Hash {  // lookups by string_view: no key string built per word
-        using is_transparent = void;
-        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-    };
     struct Cache {
         uint64_t owner = 0;
-        std::unordered_map<std::string, std::vector<WordPiece>, Hash, std::equal_to<>> words;
+        WordMap words;
     };
     thread_local Cache cache;
     thread_local std::vector<WordPiece> uncached;

@@ -766,6 +766,42 @@ def _base_with_truncated_weights(keep):
     return setup
 
 
+_TOKENIZER_FILES = {"tokenizer_json": "tokenizer.json", "tokenizer_config": "tokenizer_config.json"}
+
+
+def _asset_tokenizer_case(label, expect, **files):
+    """A run on an asset folder whose tokenizer is damaged: the message names the asset's file (its copy in
+    the run folder would leave with the folder) and no run folder is made."""
+    def setup(d):
+        _write_json("x.json", GOOD)(d)
+        root = F.asset_root_with(d, **{k: v for k, v in files.items() if v is not None})
+        for arg, content in files.items():  # None: the file is missing
+            if content is None:
+                os.remove(os.path.join(root, "assets", "qwen3-tokenizer", _TOKENIZER_FILES[arg]))
+
+    def check(result):
+        errors = [line for line in (result.stdout + result.stderr).splitlines() if "error:" in line]
+        if any(os.path.join(result.case_dir, "runs") + "/" in line for line in errors):
+            return "the message names the run folder's copy, not the asset"
+        return _no_run_folder(result)
+    return Case(f"validation: asset tokenizer {label}", run_args(assets="{dir}/assets-root"), expect=expect, setup=setup, check=check)
+
+
+def asset_tokenizer_cases():
+    tok = os.path.join("{dir}", "assets-root", "assets", "qwen3-tokenizer")
+    tok_json = F.read_bytes(os.path.join(F.TOKENIZER_DIR, "tokenizer.json"))
+    cfg_json = F.read_bytes(os.path.join(F.TOKENIZER_DIR, "tokenizer_config.json"))
+    return [
+        _asset_tokenizer_case("tokenizer.json truncated", tok + "/tokenizer.json: not valid JSON", tokenizer_json=tok_json[:5000]),
+        _asset_tokenizer_case("tokenizer.json empty", tok + "/tokenizer.json", tokenizer_json=b""),
+        _asset_tokenizer_case("tokenizer.json missing", "assets-root (from --assets) has no assets/qwen3-tokenizer/tokenizer.json",
+                              tokenizer_json=None),
+        _asset_tokenizer_case("tokenizer_config.json truncated", tok + "/tokenizer_config.json: not valid JSON",
+                              tokenizer_config=cfg_json[:100]),
+        _asset_tokenizer_case("tokenizer_config.json missing", tok + "/tokenizer_config.json: missing", tokenizer_config=None),
+    ]
+
+
 def validation_cases():
     V = lambda name, expect, spec, **kw: Case(f"validation: {name}", run_args(), expect=expect,  # noqa: E731
                                              setup=_write_json("x.json", spec), check=_no_run_folder, **kw)
@@ -851,7 +887,7 @@ def environment_more_cases():
 def all_cases():
     return (experiment_cases() + run_option_cases() + resume_cases() + report_cases() + stdin_cases() +
             tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases() + out_guard_cases() +
-            environment_cases() + validation_cases() + import_cases() + environment_more_cases())
+            environment_cases() + validation_cases() + asset_tokenizer_cases() + import_cases() + environment_more_cases())
 
 
 def prepare_fixture(root):

@@ -133,13 +133,10 @@ ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan
             throw Error(source + ": field model.base: " + err.what());
         }
     }
-    // The embedding must hold every id the tokenizer emits (docs/experiment-format.md "model"); an asset
-    // folder that cannot be found or read is left to prepare_run, which names it.
-    std::optional<data::Tokenizer> tokenizer;
-    try {
-        tokenizer = data::Tokenizer::load(tokenizer_dir(require_asset_root(assets)));
-    } catch (const Error&) {
-    }
+    // The embedding must hold every id the tokenizer emits (docs/experiment-format.md "model"). The
+    // tokenizer is loaded from its asset folder, so a missing or damaged file is named by its source path
+    // before any run folder exists (its copy in the run folder would be gone with the folder).
+    std::optional<data::Tokenizer> tokenizer = data::Tokenizer::load(tokenizer_dir(require_asset_root(assets)));
     if (tokenizer && config.vocab_size < static_cast<int64_t>(tokenizer->vocab_size()))
         throw Error(source + ": field model.config.vocab_size: " + std::to_string(config.vocab_size) +
                     " is below the tokenizer's " + std::to_string(tokenizer->vocab_size()) + " ids (largest id " +

@@ -85,6 +85,13 @@ json base_files_sha256(const fs::path& base_dir) {
 PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, const PrepareOptions& opt) {
     // A base that cannot be found fails before anything is written.
     const fs::path base_folder = base_folder_of(spec, opt.assets);
+    // The tokenizer is read from its asset folder, before the run folder exists: a missing or damaged file
+    // is named by its source path, not by a copy that leaves with the folder (docs/run-folder.md).
+    AssetRoot assets = require_asset_root(opt.assets);
+    data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_dir(assets));
+    if (const fs::path config = tokenizer_dir(assets) / "tokenizer_config.json"; !fs::is_regular_file(config))
+        throw Error(config.string() + ": missing (the run folder carries the tokenizer's config; the reference leg's "
+                                      "AutoTokenizer reads its chat template from it)");
     PreparedRun run;
     run.folder = fs::absolute(folder);
     run.run_id = run.folder.filename().string();
@@ -96,7 +103,6 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
                       json{{"spec", spec_json}, {"spec_sha256", spec.sha256()}}.dump(2) + "\n");
 
     // 2. The tokenizer every leg uses (copied, so the run folder is self-contained).
-    AssetRoot assets = require_asset_root(opt.assets);
     fs::path tok_dir = run.folder / "tokenizer";
     fs::create_directories(tok_dir);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) copy_file_into(tokenizer_dir(assets) / f, tok_dir);
@@ -105,7 +111,6 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
 
     // 3. Corpus: the full build (accounting over every source row), then the experiment's selection.
     auto t0 = std::chrono::steady_clock::now();
-    data::Tokenizer tokenizer = data::Tokenizer::load(tok_dir);
     data::CorpusOptions copt;
     copt.seed = spec.seeds.split;
     copt.heldout_fraction = spec.heldout_fraction;

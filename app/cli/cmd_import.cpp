@@ -43,6 +43,8 @@ void finish(const ex::ImportedTrace& t, const ImportArgs& a, const std::string& 
     std::printf("imported leg '%s' (%s) into %s from %s\n", a.as.c_str(), implementation.c_str(), a.into.c_str(),
                 t.source.c_str());
     for (const auto& s : t.series) std::printf("  %s\n", s.c_str());
+    if (const std::string note = ex::non_finite_note(t); !note.empty())
+        std::printf("WARNING: %s: %s; a verdict over this run says \"incomplete\"\n", t.source.c_str(), note.c_str());
     std::printf("compare: tandem report %s\n", a.into.c_str());
 }
 

@@ -848,13 +848,29 @@ def _import_case(label, text, expect):
                                          "--catalog", "{dir}/c.db"], expect=expect, files={"l.csv": text}, setup=setup)
 
 
+def _imported_non_finite_case(label, text, expect):
+    """A CSV with nan/inf is imported (its values kept out and named), and the run's report says incomplete."""
+    def setup(d):
+        shutil.copytree(F.PLACEHOLDERS["{fixture}"], os.path.join(d, "run"), symlinks=True)
+        with open(os.path.join(d, "l.csv"), "w") as f:
+            f.write(text)
+        p = subprocess.run([F.TANDEM, "import", "csv", os.path.join(d, "l.csv"), "--into", os.path.join(d, "run"), "--as", "imp"],
+                           capture_output=True, text=True)
+        if p.returncode != 0 or "WARNING: " not in p.stdout:
+            raise SystemExit(f"import csv of {label}: exit {p.returncode}, no WARNING line:\n{p.stdout}\n{p.stderr}")
+    return Case(f"import csv then report: {label}", ["report", "{dir}/run"], expect=expect, expect_rc=3, setup=setup)
+
+
 def import_cases():
     return [
-        _import_case("a nan loss", "step,loss\n1,2.5\n2,nan\n3,2.4\n", "l.csv: line 3: column loss: 'nan' is not a finite number"),
-        _import_case("an inf loss", "step,loss\n1,2.5\n2,inf\n", "l.csv: line 3: column loss: 'inf' is not a finite number"),
-        _import_case("a -inf eval loss", "step,loss,eval_loss\n1,2.5,\n2,2.4,-inf\n",
-                     "l.csv: line 3: column eval_loss: '-inf' is not a finite number"),
-        _import_case("a NaN grad norm", "step,loss,grad_norm\n1,2.5,NaN\n", "l.csv: line 2: column grad_norm: 'NaN' is not a finite number"),
+        _imported_non_finite_case("a nan loss", "step,loss\n1,2.5\n2,nan\n3,2.4\n",
+                                  "incomplete: imp: 1 non-finite value kept out of statistics: loss at step 2"),
+        _imported_non_finite_case("an inf loss", "step,loss\n1,2.5\n2,inf\n",
+                                  "incomplete: imp: 1 non-finite value kept out of statistics: loss at step 2"),
+        _imported_non_finite_case("a -inf eval loss", "step,loss,eval_loss\n1,2.5,\n2,2.4,-inf\n",
+                                  "incomplete: imp: 1 non-finite value kept out of statistics: eval_loss at step 2"),
+        _imported_non_finite_case("a NaN grad norm", "step,loss,grad_norm\n1,2.5,NaN\n",
+                                  "incomplete: imp: 1 non-finite value kept out of statistics: grad_norm at step 1"),
         _import_case("a repeated step", "step,loss\n1,2.5\n2,2.4\n2,2.3\n", "l.csv: line 4: column loss: step 2 repeats the step"),
         _import_case("a descending step", "step,loss\n1,2.5\n3,2.4\n2,2.3\n", "l.csv: line 4: column loss: step 2 comes after step 3"),
     ]

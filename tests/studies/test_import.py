@@ -11,6 +11,7 @@ input fails on one line naming the file and the column or leg, and leaves run.h5
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -172,3 +173,29 @@ def test_events_of_a_leg_import_as_that_leg_and_are_judged(run, tmp_path):
                                                        "error-model bound at all 3 paired evaluations"), rep.stdout[-2000:]
     assert "; not judged: engine~hf-trainer (+" in verdict[0], verdict
     assert rep.returncode == 0, rep.stdout
+
+
+def test_non_finite_values_are_kept_named_and_never_passed(run, tmp_path):
+    # A diverged run's nan/inf (docs/decisions.md "Imported series"): imported, kept out of the series,
+    # named on the import's WARNING line and in run.h5, and the run's verdict says "incomplete".
+    tmp, folder = run
+    work = tmp_path / "r"
+    shutil.copytree(folder, work, symlinks=True)
+    (tmp_path / "d.csv").write_text("step,loss,eval_loss\n1,6.0,\n2,nan,6.2\n3,inf,-inf\n")
+    r = tandem("import", "csv", tmp_path / "d.csv", "--into", work, "--as", "diverged")
+    assert r.returncode == 0, r.stderr
+    warn = [line for line in r.stdout.splitlines() if line.startswith("WARNING: ")]
+    assert len(warn) == 1 and "3 non-finite values kept out of statistics: loss at step 2, loss at step 3, eval_loss at step 3" \
+        in warn[0], r.stdout
+    assert "loss <- loss (1 points, 2 non-finite kept out)" in r.stdout, r.stdout
+    with h5(str(work)) as f:
+        g = f["legs/diverged"]
+        assert g.attrs["non_finite_kept_out"].startswith("3 non-finite values kept out"), dict(g.attrs)
+        steps = g["steps"][()]
+        assert list(steps["update"]) == [0] and steps["loss"][0] == 6.0, steps  # only the finite row
+        evals = g["eval"][()]
+        assert list(evals["update"]) == [2] and evals["heldout_ce"][0] == 6.2, evals
+    rep = tandem("report", work)
+    verdict = rep.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("incomplete: diverged: 3 non-finite values kept out of statistics"), rep.stdout[-2000:]
+    assert rep.returncode == 3, rep.returncode

@@ -265,6 +265,7 @@ std::string ranges_text(const std::vector<int64_t>& v, size_t max_items = 6) {
 std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries& expected) {
     std::vector<std::string> out;
     const std::string& n = leg.name;
+    if (!leg.non_finite_kept_out.empty()) out.push_back(n + ": " + leg.non_finite_kept_out);
     if (leg.status != "finished") {
         std::string why = leg.status == "running" || leg.status == "pending" || leg.status.empty()
                               ? "did not finish (last recorded status: " + (leg.status.empty() ? std::string("none") : leg.status) + ")"
@@ -328,7 +329,11 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
     c.incomplete.clear();
     if (legs.empty()) c.incomplete.push_back("the run has no leg");
     for (const auto& l : legs) {
-        if (is_imported(l)) continue;  // a run made elsewhere holds whatever series it has (docs/legs.md)
+        if (is_imported(l)) {  // a run made elsewhere holds whatever series it has (docs/legs.md), but a value its
+                               // import kept out is data the statistics did not see: never passed over
+            if (!l.non_finite_kept_out.empty()) c.incomplete.push_back(l.name + ": " + l.non_finite_kept_out);
+            continue;
+        }
         for (auto& line : incompleteness(l, expected)) c.incomplete.push_back(std::move(line));
         for (auto& line : non_finite_values(l)) c.failures.push_back(std::move(line));
     }

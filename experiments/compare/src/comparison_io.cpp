@@ -34,6 +34,7 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
         l.device = str(attrs, "device");
         l.status = str(attrs, "status");
         l.exit_status = i64(attrs, "exit_status", 0);
+        l.non_finite_kept_out = str(attrs, "non_finite_kept_out");
         LegTrace& t = l.trace;
         t.steps = reader.steps(name);
         t.evals = reader.eval(name);

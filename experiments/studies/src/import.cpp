@@ -161,10 +161,24 @@ ImportedTrace trace_from_scalars(const ScalarSeries& scalars, const SeriesMappin
                              "there (present: " + available(scalars) + "); name them with --loss/--eval-loss/--grad-norm");
     const int64_t shift = m.steps_count_done ? 1 : 0;
     std::map<int64_t, StepRow> steps;
+    // A non-finite value (a diverged run's nan, an inf) is kept out of the series and named: the statistics
+    // never see it, and the leg's note makes every verdict over the run "incomplete" (comparison.cpp).
+    auto kept_out = [&](const std::string& name, int64_t step, double value) {
+        if (std::isfinite(value)) return false;
+        r.non_finite.push_back(name + " at step " + std::to_string(step));
+        return true;
+    };
+    auto points_text = [](size_t all, size_t before, size_t after) {
+        const size_t dropped = after - before;
+        return "(" + std::to_string(all - dropped) + " points" +
+               (dropped ? ", " + std::to_string(dropped) + " non-finite kept out" : std::string()) + ")";
+    };
     auto add = [&](const std::vector<std::pair<int64_t, double>>* s, const std::string& name, double StepRow::*field,
                    const char* what) {
         if (!s) return;
+        const size_t before = r.non_finite.size();
         for (const auto& [step, value] : *s) {
+            if (kept_out(name, step, value)) continue;
             const int64_t u = step - shift;
             if (u < 0)
                 throw Error(source + ": series '" + name + "' has a point at step " + std::to_string(step) +
@@ -178,18 +192,20 @@ ImportedTrace trace_from_scalars(const ScalarSeries& scalars, const SeriesMappin
             }
             it->second.*field = value;
         }
-        r.series.push_back(std::string(what) + " <- " + name + " (" + std::to_string(s->size()) + " points)");
+        r.series.push_back(std::string(what) + " <- " + name + " " + points_text(s->size(), before, r.non_finite.size()));
     };
     add(loss, loss_name, &StepRow::loss, "loss");
     add(grad, grad_name, &StepRow::grad_norm, "grad_norm");
     add(lr, lr_name, &StepRow::lr, "lr");
     for (auto& [u, row] : steps) r.trace.steps.push_back(row);
     if (eval) {
+        const size_t before = r.non_finite.size();
         for (const auto& [step, value] : *eval) {
             if (step < 0) throw Error(source + ": series '" + eval_name + "' has a negative step " + std::to_string(step));
+            if (kept_out(eval_name, step, value)) continue;
             r.trace.evals.push_back({step, value});
         }
-        r.series.push_back("heldout_ce <- " + eval_name + " (" + std::to_string(eval->size()) + " points)");
+        r.series.push_back("heldout_ce <- " + eval_name + " " + points_text(eval->size(), before, r.non_finite.size()));
         // No L1 from an evaluation at step 0: nothing says it ran on this run's held-out prefix.
     }
     r.trace.done = true;
@@ -264,9 +280,9 @@ ImportedTrace trace_from_csv(const fs::path& file, const SeriesMapping& m) {
                                     "' is not a number");
                 continue;
             }
-            // A compared series (docs/decisions.md "Imported series: non-finite values and repeated steps") holds
-            // finite values at increasing steps: a nan/inf would enter the statistics, and of two values at
-            // one step, or steps going back, no rule can say which row is the run's.
+            // A compared series (docs/decisions.md "Imported series: non-finite values and repeated steps") has
+            // increasing steps: of two values at one step, or steps going back, no rule can say which row is
+            // the run's. A nan/inf is read as such and kept out by trace_from_scalars, which names it.
             const std::string& name = header[c];
             const bool compared = (!name.empty() && (name == m.loss || name == m.eval_loss || name == m.grad_norm || name == m.lr)) ||
                                   [&] {
@@ -275,10 +291,6 @@ ImportedTrace trace_from_csv(const fs::path& file, const SeriesMapping& m) {
                                       return false;
                                   }();
             if (compared) {
-                if (!std::isfinite(v))
-                    throw Error(source + ": line " + std::to_string(line) + ": column " + name + ": '" + row[c] +
-                                "' is not a finite number (an imported series holds finite values only; leave the cell empty "
-                                "for a step without a value)");
                 auto& points = s[name];
                 if (!points.empty() && step <= points.back().first)
                     throw Error(source + ": line " + std::to_string(line) + ": column " + name + ": step " + std::to_string(step) +
@@ -314,6 +326,16 @@ ImportedTrace trace_from_events(const fs::path& file) {
                        " evaluations, L1 " + (r.trace.l1_ce ? "yes" : "no") + ", L2 " + (r.trace.has_l2 ? "yes" : "no") +
                        ", L3 " + (r.trace.has_l3 ? "yes" : "no") + (r.trace.done ? "" : ", no done event"));
     return r;
+}
+
+std::string non_finite_note(const ImportedTrace& imported) {
+    const auto& v = imported.non_finite;
+    if (v.empty()) return "";
+    std::string text = std::to_string(v.size()) + " non-finite value" + (v.size() == 1 ? "" : "s") + " kept out of statistics: ";
+    const size_t shown = std::min<size_t>(v.size(), 5);
+    for (size_t i = 0; i < shown; ++i) text += (i ? ", " : "") + v[i];
+    if (v.size() > shown) text += ", ... (" + std::to_string(v.size() - shown) + " more)";
+    return text;
 }
 
 void import_leg(const fs::path& run, const std::string& leg, const ImportedTrace& imported,
@@ -355,6 +377,7 @@ void import_leg(const fs::path& run, const std::string& leg, const ImportedTrace
                      {"exit_status", int64_t{0}}, {"resumes", static_cast<int64_t>(t.resumes)},
                      {"malformed_lines", static_cast<int64_t>(t.malformed.size())}};
         if (t.error) a["error"] = *t.error;
+        if (const std::string note = non_finite_note(imported); !note.empty()) a["non_finite_kept_out"] = note;
         w.set_leg_attributes(leg, a);
     }
     if (catalog && fs::exists(*catalog) && !run_id.empty()) {

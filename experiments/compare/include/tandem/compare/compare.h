@@ -33,6 +33,9 @@ struct LegData {
     std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
     std::string faults;           // injected faults (docs/faults.md), "" = a clean leg
     FlopFigures flops;            // the runner's FLOP formula over the leg's timing window (flops.h)
+    // An imported series' non-finite values, kept out of its series (docs/decisions.md "Imported series"):
+    // "" none, else what `tandem import` stored ("2 non-finite values kept out of statistics: loss at step 2, ...").
+    std::string non_finite_kept_out;
     // Legs of two runs (`tandem compare`): the clip and the seeds of the leg's own run. Unset: the
     // comparison's spec's (every leg of one run).
     std::optional<double> clip;
@@ -240,11 +243,12 @@ struct ExpectedSeries {
 // Evaluation updates of the schedule: 0, every interval, and the last (`updates`).
 std::vector<int64_t> expected_eval_updates(int64_t updates, int64_t interval);
 // What one leg lacks, one line each (empty when complete): not finished, steps missing / repeated /
-// out of order, evaluations missing.
+// out of order, evaluations missing, non-finite values an import kept out.
 std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries& expected);
 // Non-finite training loss, grad norm or held-out CE, one line each ("engine: non-finite loss at update 3").
 std::vector<std::string> non_finite_values(const LegData& leg);
-// Judges every leg: fills c.incomplete (and c.failures with non-finite values) and marks it judged.
+// Judges every leg: fills c.incomplete (and c.failures with non-finite values) and marks it judged. An
+// imported TensorBoard/CSV leg holds whatever series it has; only the values its import kept out count.
 void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const ExpectedSeries& expected);
 
 // The median-s/update window: the paper's updates 101-500 (first 100 discarded) when the run is long

@@ -37,7 +37,13 @@ struct ImportedTrace {
     LegTrace trace;
     std::vector<std::string> series;   // "loss <- train/loss (30 points)", ... what was taken from where
     std::string source;                // "tensorboard:<path>", "csv:<path>", "events:<path>"
+    // Non-finite values of the compared series, kept out of them ("loss at step 2"), in file order.
+    std::vector<std::string> non_finite;
 };
+
+// The note `tandem import` prints and stores as the leg's non_finite_kept_out attribute ("" when none):
+// "2 non-finite values kept out of statistics: loss at step 2, heldout_ce at step 4".
+std::string non_finite_note(const ImportedTrace& imported);
 
 // Steps and evaluations from named scalar series (the common step of TensorBoard and CSV imports).
 ImportedTrace trace_from_scalars(const ScalarSeries& scalars, const SeriesMapping& mapping, const std::string& source);

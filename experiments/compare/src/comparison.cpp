@@ -262,10 +262,15 @@ std::string ranges_text(const std::vector<int64_t>& v, size_t max_items = 6) {
 }
 }  // namespace
 
+// The values an import kept out (docs/decisions.md "Imported series"): data no statistic saw, so never passed over.
+static void add_kept_out(const LegData& leg, std::vector<std::string>& out) {
+    if (!leg.non_finite_kept_out.empty()) out.push_back(leg.name + ": " + leg.non_finite_kept_out);
+}
+
 std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries& expected) {
     std::vector<std::string> out;
     const std::string& n = leg.name;
-    if (!leg.non_finite_kept_out.empty()) out.push_back(n + ": " + leg.non_finite_kept_out);
+    add_kept_out(leg, out);
     if (leg.status != "finished") {
         std::string why = leg.status == "running" || leg.status == "pending" || leg.status.empty()
                               ? "did not finish (last recorded status: " + (leg.status.empty() ? std::string("none") : leg.status) + ")"
@@ -329,9 +334,8 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
     c.incomplete.clear();
     if (legs.empty()) c.incomplete.push_back("the run has no leg");
     for (const auto& l : legs) {
-        if (is_imported(l)) {  // a run made elsewhere holds whatever series it has (docs/legs.md), but a value its
-                               // import kept out is data the statistics did not see: never passed over
-            if (!l.non_finite_kept_out.empty()) c.incomplete.push_back(l.name + ": " + l.non_finite_kept_out);
+        if (is_imported(l)) {  // a run made elsewhere holds whatever series it has (docs/legs.md)
+            add_kept_out(l, c.incomplete);
             continue;
         }
         for (auto& line : incompleteness(l, expected)) c.incomplete.push_back(std::move(line));

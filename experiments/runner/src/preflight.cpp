@@ -136,18 +136,18 @@ ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan
     // The embedding must hold every id the tokenizer emits (docs/experiment-format.md "model"). The
     // tokenizer is loaded from its asset folder, so a missing or damaged file is named by its source path
     // before any run folder exists (its copy in the run folder would be gone with the folder).
-    std::optional<data::Tokenizer> tokenizer = data::Tokenizer::load(tokenizer_dir(require_asset_root(assets)));
-    if (tokenizer && config.vocab_size < static_cast<int64_t>(tokenizer->vocab_size()))
+    const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_dir(require_asset_root(assets)));
+    if (config.vocab_size < static_cast<int64_t>(tokenizer.vocab_size()))
         throw Error(source + ": field model.config.vocab_size: " + std::to_string(config.vocab_size) +
-                    " is below the tokenizer's " + std::to_string(tokenizer->vocab_size()) + " ids (largest id " +
-                    std::to_string(tokenizer->vocab_size() - 1) + "); give at least " +
-                    std::to_string(tokenizer->vocab_size()));
+                    " is below the tokenizer's " + std::to_string(tokenizer.vocab_size()) + " ids (largest id " +
+                    std::to_string(tokenizer.vocab_size() - 1) + "); give at least " +
+                    std::to_string(tokenizer.vocab_size()));
     // The shortest possible supervised record (docs/corpus.md): a one-token question and answer. Its prompt
     // must leave room for one supervised token, or no record of any corpus trains anything.
-    if (tokenizer && spec.max_len > 0) {
+    if (spec.max_len > 0) {
         size_t boundary = 0;
         try {
-            boundary = data::tokenize_record(*tokenizer, data::TemplateKind::Qwen3,
+            boundary = data::tokenize_record(tokenizer, data::TemplateKind::Qwen3,
                                              {{"user", "x", std::nullopt, {}}, {"assistant", "x", std::nullopt, {}}}, 0)
                            .boundary;
         } catch (const std::exception&) {

@@ -33,6 +33,45 @@ TEST(LegProtocol, AccumulatesEvents) {
     EXPECT_TRUE(t.malformed.empty());
 }
 
+// Every member of a step and an eval row is read from the event field of its name (the rows come
+// from one list, tandem/store/row_columns.h); a field a leg leaves out is "not reported": NaN for
+// a real, the list's value for an integer.
+TEST(LegProtocol, EveryRowMemberIsReadFromItsFieldAndAbsentOnesAreNotReported) {
+    LegTrace t;
+    apply_event_line(t, R"({"v":1,"event":"step","update":7,"loss":2.5,"grad_norm":0.75,"lr":3e-4,"tokens":41,)"
+                        R"("wall_s":1.25,"cpu_s":2.0})");
+    apply_event_line(t, R"({"v":1,"event":"eval","update":8,"heldout_ce":1.875})");
+    ASSERT_EQ(t.steps.size(), 1u);
+    ASSERT_EQ(t.evals.size(), 1u);
+    const StepRow& s = t.steps[0];
+    EXPECT_EQ(s.update, 7);
+    EXPECT_EQ(s.loss, 2.5);
+    EXPECT_EQ(s.grad_norm, 0.75);
+    EXPECT_EQ(s.lr, 3e-4);
+    EXPECT_EQ(s.tokens, 41);
+    EXPECT_EQ(s.wall_s, 1.25);
+    EXPECT_EQ(s.cpu_s, 2.0);
+    EXPECT_EQ(t.evals[0].update, 8);
+    EXPECT_EQ(t.evals[0].heldout_ce, 1.875);
+
+    LegTrace bare;
+    apply_event_line(bare, R"({"v":1,"event":"step"})");
+    apply_event_line(bare, R"({"v":1,"event":"eval"})");
+    ASSERT_EQ(bare.steps.size(), 1u);
+    ASSERT_EQ(bare.evals.size(), 1u);
+    const StepRow& b = bare.steps[0];
+    EXPECT_EQ(b.update, -1);
+    EXPECT_EQ(b.tokens, 0);
+    for (double x : {b.loss, b.grad_norm, b.lr, b.wall_s, b.cpu_s}) EXPECT_TRUE(std::isnan(x));
+    EXPECT_EQ(bare.evals[0].update, -1);
+    EXPECT_TRUE(std::isnan(bare.evals[0].heldout_ce));
+    // A row built in code starts at zero but for the CPU time, which a leg may not measure.
+    const StepRow fresh;
+    EXPECT_EQ(fresh.loss, 0.0);
+    EXPECT_EQ(fresh.wall_s, 0.0);
+    EXPECT_TRUE(std::isnan(fresh.cpu_s));
+}
+
 TEST(LegProtocol, MalformedLinesAreReportedWithTheirContent) {
     LegTrace t;
     EXPECT_EQ(apply_event_line(t, "Traceback (most recent call last):"), EventKind::Malformed);

@@ -10,18 +10,22 @@ const std::vector<MetricInfo>& metric_table() {
     // Held-out CE and the training loss are token-weighted mean cross-entropies in nats; the grad
     // norm is the pre-clip global L2 norm; tokens/s is supervised tokens / wall seconds of one
     // update (update_tokens_per_second), not a run.h5 column of its own.
+    // The recorded metrics are the METRIC entries of tandem/store/row_columns.h; the member is the
+    // run.h5 series.
+#define EVAL_METRIC(member, initial, enumerator, label, short_label, unit, tensorboard, smoothed, shown) \
+    {Metric::enumerator, label, short_label, unit, #member, tensorboard, true, smoothed, shown, nullptr,  \
+     [](const EvalRow& r) { return r.member; }},
+#define STEP_METRIC(member, initial, enumerator, label, short_label, unit, tensorboard, smoothed, shown) \
+    {Metric::enumerator, label, short_label, unit, #member, tensorboard, false, smoothed, shown,          \
+     [](const StepRow& r) { return r.member; }},
     static const std::vector<MetricInfo> table{
-        {Metric::HeldoutCe, "held-out CE", "held-out CE", "nats", "heldout_ce", "eval/loss", true, false, true, nullptr,
-         [](const EvalRow& r) { return r.heldout_ce; }},
-        {Metric::TrainLoss, "training loss", "train loss", "nats", "loss", "train/loss", false, true, true,
-         [](const StepRow& r) { return r.loss; }},
-        {Metric::GradNorm, "grad norm", "grad norm", "", "grad_norm", "train/grad_norm", false, true, true,
-         [](const StepRow& r) { return r.grad_norm; }},
-        {Metric::LearningRate, "learning rate", "lr", "", "lr", "train/learning_rate", false, false, false,
-         [](const StepRow& r) { return r.lr; }},
+        TANDEM_EVAL_ROW(TANDEM_ROW_SKIP, TANDEM_ROW_SKIP, EVAL_METRIC)
+        TANDEM_STEP_ROW(TANDEM_ROW_SKIP, TANDEM_ROW_SKIP, STEP_METRIC)
         {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", "train/tokens_per_second", false, true, false,
          update_tokens_per_second},
     };
+#undef EVAL_METRIC
+#undef STEP_METRIC
     return table;
 }
 

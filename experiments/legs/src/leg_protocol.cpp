@@ -81,6 +81,24 @@ TensorDigest digest_from_json(const json& d) {
     return t;
 }
 
+// A step or eval event's fields, one per member of its row (tandem/store/row_columns.h): an absent
+// integer is the list's `absent` value, an absent real NaN (cpu_s, say: the step-time flag then falls
+// back to wall_s).
+#define READ_INT(member, initial, absent) row.member = integer(j, #member, absent);
+#define READ_REAL(member, ...) row.member = num_or_nan(j, #member);
+StepRow step_row_from_json(const json& j) {
+    StepRow row;
+    TANDEM_STEP_ROW(READ_INT, READ_REAL, READ_REAL)
+    return row;
+}
+EvalRow eval_row_from_json(const json& j) {
+    EvalRow row;
+    TANDEM_EVAL_ROW(READ_INT, READ_REAL, READ_REAL)
+    return row;
+}
+#undef READ_INT
+#undef READ_REAL
+
 L3Record l3_record_from_json(const json& r) {
     L3Record x;
     x.index = integer(r, "index", -1);
@@ -203,14 +221,7 @@ EventKind apply_event_line(LegTrace& t, std::string_view line) {
                 for (const auto& r : j["records"]) t.l3.push_back(l3_record_from_json(r));
             break;
         case EventKind::Step: {
-            StepRow s;
-            s.update = integer(j, "update", -1);
-            s.loss = num_or_nan(j, "loss");
-            s.grad_norm = num_or_nan(j, "grad_norm");
-            s.lr = num_or_nan(j, "lr");
-            s.tokens = integer(j, "tokens", 0);
-            s.wall_s = num_or_nan(j, "wall_s");
-            s.cpu_s = num_or_nan(j, "cpu_s");  // optional: the step-time flag falls back to wall_s
+            const StepRow s = step_row_from_json(j);
             while (!t.steps.empty() && t.steps.back().update >= s.update) {
                 t.steps.pop_back();
                 t.step_input_tokens.pop_back();
@@ -220,9 +231,7 @@ EventKind apply_event_line(LegTrace& t, std::string_view line) {
             break;
         }
         case EventKind::Eval: {
-            EvalRow e;
-            e.update = integer(j, "update", -1);
-            e.heldout_ce = num_or_nan(j, "heldout_ce");
+            const EvalRow e = eval_row_from_json(j);
             while (!t.evals.empty() && t.evals.back().update >= e.update) t.evals.pop_back();
             t.evals.push_back(e);
             break;

@@ -164,52 +164,17 @@ Attributes RunFileReader::leg_attributes(const std::string& leg) const {
     return attributes(leg_path(leg));
 }
 
-std::vector<StepRow> RunFileReader::steps(const std::string& leg) const {
-    validate_leg_name(leg);
-    const std::string path = leg_path(leg) + "/steps";
-    if (!h5::exists(file_, path)) return {};
-    Handle dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path);
-    std::vector<StepRow> rows(h5::row_count(path_.string(), dataset));
-    h5::read_rows(path_.string(), dataset, step_type(false), rows.data());
-    return rows;
-}
-
-std::vector<EvalRow> RunFileReader::eval(const std::string& leg) const {
-    validate_leg_name(leg);
-    const std::string path = leg_path(leg) + "/eval";
-    if (!h5::exists(file_, path)) return {};
-    Handle dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path);
-    std::vector<EvalRow> rows(h5::row_count(path_.string(), dataset));
-    h5::read_rows(path_.string(), dataset, eval_type(false), rows.data());
-    return rows;
-}
+std::vector<StepRow> RunFileReader::steps(const std::string& leg) const { return steps(leg, 0); }
+std::vector<EvalRow> RunFileReader::eval(const std::string& leg) const { return eval(leg, 0); }
 
 std::vector<StepRow> RunFileReader::steps(const std::string& leg, std::size_t first_row) const {
     validate_leg_name(leg);
-    const std::string path = leg_path(leg) + "/steps";
-    if (!h5::exists(file_, path)) return {};
-    Handle dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path);
-    const hsize_t total = h5::row_count(path_.string(), dataset);
-    if (first_row >= total) return {};
-    std::vector<StepRow> rows(total - first_row);
-    h5::read_rows(path_.string(), dataset, step_type(false), first_row, rows.size(), rows.data());
-    return rows;
+    return read_table<StepRow>(path_.string(), file_, leg_path(leg) + "/steps", step_type(false), first_row);
 }
 
 std::vector<EvalRow> RunFileReader::eval(const std::string& leg, std::size_t first_row) const {
     validate_leg_name(leg);
-    const std::string path = leg_path(leg) + "/eval";
-    if (!h5::exists(file_, path)) return {};
-    Handle dataset(H5Dopen2(file_, path.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) h5::fail(path_.string(), "cannot open " + path);
-    const hsize_t total = h5::row_count(path_.string(), dataset);
-    if (first_row >= total) return {};
-    std::vector<EvalRow> rows(total - first_row);
-    h5::read_rows(path_.string(), dataset, eval_type(false), first_row, rows.size(), rows.data());
-    return rows;
+    return read_table<EvalRow>(path_.string(), file_, leg_path(leg) + "/eval", eval_type(false), first_row);
 }
 
 std::optional<LegTiming> RunFileReader::timing(const std::string& leg) const {

@@ -74,16 +74,23 @@ bool same_fields(const void* a, const void* b, const std::vector<Field>& fields)
 #define INTS(Row, m, n) Field{#m, offsetof(Row, m), Field::Ints, n}
 #define REALS(Row, m, n) Field{#m, offsetof(Row, m), Field::Reals, n}
 
+// StepRow's and EvalRow's lists come from tandem/store/row_columns.h, in the rows' member order.
+#define STEP_INT(m, ...) INT(StepRow, m),
+#define STEP_REAL(m, ...) REAL(StepRow, m),
+#define EVAL_INT(m, ...) INT(EvalRow, m),
+#define EVAL_REAL(m, ...) REAL(EvalRow, m),
 const std::vector<Field>& step_fields() {
-    static const std::vector<Field> fields{INT(StepRow, update), REAL(StepRow, loss), REAL(StepRow, grad_norm),
-                                           REAL(StepRow, lr),     INT(StepRow, tokens), REAL(StepRow, wall_s),
-                                           REAL(StepRow, cpu_s)};
+    static const std::vector<Field> fields{TANDEM_STEP_ROW(STEP_INT, STEP_REAL, STEP_REAL)};
     return fields;
 }
 const std::vector<Field>& eval_fields() {
-    static const std::vector<Field> fields{INT(EvalRow, update), REAL(EvalRow, heldout_ce)};
+    static const std::vector<Field> fields{TANDEM_EVAL_ROW(EVAL_INT, EVAL_REAL, EVAL_REAL)};
     return fields;
 }
+#undef STEP_INT
+#undef STEP_REAL
+#undef EVAL_INT
+#undef EVAL_REAL
 
 Handle step_type(bool file) { return compound_type(file, sizeof(StepRow), step_fields()); }
 Handle eval_type(bool file) { return compound_type(file, sizeof(EvalRow), eval_fields()); }

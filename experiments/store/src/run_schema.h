@@ -122,14 +122,23 @@ Handle unlocked_file_access();
 // HDF5's own file locking ("unable to lock file, errno = 11, ..."): another HDF5 program holds it.
 bool is_lock_conflict(const std::string& detail);
 
-// A whole 1-D table of `Row`s read as `memory_type`; empty when the table does not exist.
+// A 1-D table of `Row`s read as `memory_type`, from row `first_row` on (a follower reading what was
+// appended since it last looked); empty when the table does not exist or has no row from there.
 template <class Row>
-std::vector<Row> read_table(const std::string& file_name, hid_t file, const std::string& path, hid_t memory_type) {
+std::vector<Row> read_table(const std::string& file_name, hid_t file, const std::string& path, hid_t memory_type,
+                            std::size_t first_row = 0) {
     if (!h5::exists(file, path)) return {};
     Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
     if (!dataset.valid()) h5::fail(file_name, "cannot open " + path);
-    std::vector<Row> rows(h5::row_count(file_name, dataset));
-    h5::read_rows(file_name, dataset, memory_type, rows.data());
+    const hsize_t total = h5::row_count(file_name, dataset);
+    if (first_row == 0) {
+        std::vector<Row> rows(total);
+        h5::read_rows(file_name, dataset, memory_type, rows.data());
+        return rows;
+    }
+    if (first_row >= total) return {};
+    std::vector<Row> rows(total - first_row);
+    h5::read_rows(file_name, dataset, memory_type, first_row, rows.size(), rows.data());
     return rows;
 }
 

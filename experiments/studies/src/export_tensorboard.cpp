@@ -77,13 +77,14 @@ TensorboardExport export_tensorboard(const fs::path& run, const fs::path& dir, b
             // A training value of update u is logged at step u + 1 (updates done), when update u ended.
             const auto after = clock_at(row.update + 1);
             const std::int64_t step = row.update + 1;
-            add(metric_info(Metric::TrainLoss).tensorboard, step, row.loss, after.wall_s);
-            add(metric_info(Metric::GradNorm).tensorboard, step, row.grad_norm, after.wall_s);
-            add(metric_info(Metric::LearningRate).tensorboard, step, row.lr, after.wall_s);
-            add(metric_info(Metric::Throughput).tensorboard, step, update_tokens_per_second(row), after.wall_s);
+            // Every per-update metric of the table under its TensorBoard tag (HF Trainer's names).
+            for (const auto& m : metric_table())
+                if (m.of_step) add(m.tensorboard, step, m.of_step(row), after.wall_s);
             add("train/num_input_tokens_seen", step, after.tokens_seen, after.wall_s);
         }
-        for (const auto& row : evals) add(metric_info(Metric::HeldoutCe).tensorboard, row.update, row.heldout_ce, clock_at(row.update).wall_s);
+        for (const auto& row : evals)
+            for (const auto& m : metric_table())
+                if (m.of_eval) add(m.tensorboard, row.update, m.of_eval(row), clock_at(row.update).wall_s);
         const fs::path leg_dir = dir / out.run_id / leg;
         request["legs"].push_back({{"name", leg}, {"dir", leg_dir.string()}, {"scalars", scalars}});
         out.leg_dirs.push_back(leg_dir);

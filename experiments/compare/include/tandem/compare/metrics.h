@@ -15,8 +15,15 @@
 
 namespace tandem::experiments {
 
-// In the order of the trajectory panels.
-enum class Metric { HeldoutCe, TrainLoss, GradNorm, LearningRate, Throughput };
+// In the order of the trajectory panels: the METRIC entries of tandem/store/row_columns.h (eval
+// list first), then the metrics derived from a row (throughput: tokens / wall_s of an update).
+#define TANDEM_METRIC_ENUMERATOR(member, initial, enumerator, ...) enumerator,
+enum class Metric {
+    TANDEM_EVAL_ROW(TANDEM_ROW_SKIP, TANDEM_ROW_SKIP, TANDEM_METRIC_ENUMERATOR)
+    TANDEM_STEP_ROW(TANDEM_ROW_SKIP, TANDEM_ROW_SKIP, TANDEM_METRIC_ENUMERATOR)
+    Throughput
+};
+#undef TANDEM_METRIC_ENUMERATOR
 
 struct MetricInfo {
     Metric metric;

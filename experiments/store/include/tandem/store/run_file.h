@@ -15,6 +15,7 @@
 // Every function throws tandem::Error with a one-line message naming the file and object at fault.
 #include "tandem/leg_name.h"  // validate_leg_name: legs are path components here
 #include "tandem/store/host_info.h"
+#include "tandem/store/row_columns.h"  // the members of EvalRow and StepRow
 
 #include <array>
 #include <cstdint>
@@ -87,24 +88,18 @@ struct ProbeResult {
     const SgemmFigure* sgemm_at(int threads) const;                  // nullptr when not measured
 };
 
-// /legs/<leg>/steps — one row per optimizer update (docs/spec.md §Records).
-struct StepRow {
-    std::int64_t update = 0;     // 0-based update index
-    double loss = 0;             // training loss of the update
-    double grad_norm = 0;        // pre-clip global L2 norm
-    double lr = 0;               // lr used by the update
-    std::int64_t tokens = 0;     // supervised tokens in the update
-    double wall_s = 0;           // wall time of the update in seconds
-    // CPU time of the leg's process during the update, every thread (NaN when the leg does not report
-    // it, and in run files written before it was kept): the step-time flag's measure (docs/gate.md)
-    double cpu_s = std::numeric_limits<double>::quiet_NaN();
-};
-
-// /legs/<leg>/eval — one row per evaluation.
+// /legs/<leg>/eval and /legs/<leg>/steps — one row per evaluation and per optimizer update: their
+// members are the lists in tandem/store/row_columns.h (docs/hdf5-layout.md, docs/leg-protocol.md).
+#define TANDEM_ROW_MEMBER_INT(member, initial, absent) std::int64_t member = initial;
+#define TANDEM_ROW_MEMBER_REAL(member, initial, ...) double member = initial;
 struct EvalRow {
-    std::int64_t update = 0;     // evaluation before update `update` (0 = before training)
-    double heldout_ce = 0;       // token-weighted held-out cross-entropy
+    TANDEM_EVAL_ROW(TANDEM_ROW_MEMBER_INT, TANDEM_ROW_MEMBER_REAL, TANDEM_ROW_MEMBER_REAL)
 };
+struct StepRow {
+    TANDEM_STEP_ROW(TANDEM_ROW_MEMBER_INT, TANDEM_ROW_MEMBER_REAL, TANDEM_ROW_MEMBER_REAL)
+};
+#undef TANDEM_ROW_MEMBER_INT
+#undef TANDEM_ROW_MEMBER_REAL
 
 // /legs/<leg>/fingerprints — one row per recorded point (docs/observables.md): a compact summary of
 // the tensor at (update, micro-batch, layer, op, pass).
@@ -308,6 +303,11 @@ private:
     void forget_previous_version() noexcept;
     template <class F>
     void guarded(F&& write);
+public:
+    struct Table;  // a leg's per-update or per-evaluation table (run_writer.cpp)
+private:
+    template <class Row>
+    void write_rows(const std::string& leg, const Table& table, const std::vector<Row>& rows, bool replace);
     std::filesystem::path path_;
     std::filesystem::path temp_path_;
     std::filesystem::path spare_path_;  // the version published before the last commit (hard link)

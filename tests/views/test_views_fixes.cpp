@@ -63,6 +63,15 @@ std::vector<TestLeg> two_legs(int engine_steps = 30, int reference_steps = 20) {
 
 RunSnapshot load(const std::filesystem::path& file) { return load_run_snapshot(file); }
 
+// `view` (1000 x 1000, on screen) showing the run `run_id` of two_legs(31, 31), written in `dir`.
+void show_two_leg_run(TrajectoryView& view, const QTemporaryDir& dir, const std::string& run_id) {
+    const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+    write_test_run(file, run_id, two_legs(31, 31));
+    view.resize(1000, 1000);
+    view.show();
+    view.set_snapshot(load(file));
+}
+
 void write_executable(const QString& path, const QString& text) {
     QFile f(path);
     QVERIFY(f.open(QIODevice::WriteOnly));
@@ -123,12 +132,7 @@ void set_up_fake_launcher(LauncherView& launcher, const QTemporaryDir& dir, cons
 class TestViewsFixes : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_fixes"));
-        QStandardPaths::setTestModeEnabled(true);
-        QSettings().clear();
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_fixes"); }
 
     // 1. The launcher finds `tandem` next to the GUI, in the build tree, installed, then on PATH,
     //    and says what it tried when none is there.
@@ -218,12 +222,8 @@ private Q_SLOTS:
         QCOMPARE(QSet<std::string>(t.labels.begin(), t.labels.end()).size(), qsizetype(t.labels.size()));
 
         QTemporaryDir dir;
-        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
-        write_test_run(file, "ticks-run", two_legs(31, 31));
         TrajectoryView view;
-        view.resize(1000, 1000);
-        view.show();
-        view.set_snapshot(load(file));
+        show_two_leg_run(view, dir, "ticks-run");
         view.redraw_now();
         QApplication::processEvents();
         for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::GradNormPanel)}) {
@@ -253,12 +253,8 @@ private Q_SLOTS:
     // 4. Log y keeps its labels (a range inside one decade included).
     void log_y_keeps_the_axis_labels() {
         QTemporaryDir dir;
-        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
-        write_test_run(file, "log-run", two_legs(31, 31));
         TrajectoryView view;
-        view.resize(1000, 1000);
-        view.show();
-        view.set_snapshot(load(file));
+        show_two_leg_run(view, dir, "log-run");
         view.set_panel_visible(TrajectoryView::LearningRatePanel, true);
         view.set_log_y(true);
         view.redraw_now();

@@ -1,5 +1,7 @@
 #include "tandem/views/trajectory_view.h"
 
+#include "labelled.h"
+
 #include "tandem/compare/compare.h"
 
 #include "tandem/views/axis_ticks.h"
@@ -150,16 +152,13 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     log_box_ = new QCheckBox(tr("&Log y"), this);
     log_box_->setObjectName(QStringLiteral("logY"));
     bar->addWidget(log_box_);
-    auto* smoothing_label = new QLabel(tr("S&moothing:"), this);
-    bar->addWidget(smoothing_label);
     smoothing_slider_ = new QSlider(Qt::Horizontal, this);
-    smoothing_label->setBuddy(smoothing_slider_);
     smoothing_slider_->setObjectName(QStringLiteral("smoothing"));
     smoothing_slider_->setRange(0, 99);
     smoothing_slider_->setToolTip(tr("Display smoothing (TensorBoard's debiased exponential moving average) of the training "
                                      "series; the raw curve stays visible, faded"));
     smoothing_slider_->setMaximumWidth(140);
-    bar->addWidget(smoothing_slider_);
+    add_labelled(bar, tr("S&moothing:"), smoothing_slider_);
     smoothing_value_ = new QLabel(this);
     smoothing_value_->setObjectName(QStringLiteral("smoothing_value"));
     smoothing_value_->setMinimumWidth(smoothing_value_->fontMetrics().horizontalAdvance(QStringLiteral("0.00 ")));
@@ -168,25 +167,19 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     smooth_all_box_->setObjectName(QStringLiteral("smooth_all"));
     smooth_all_box_->setToolTip(tr("Smooth the held-out CE and learning rate too (by default only the per-update training series)"));
     bar->addWidget(smooth_all_box_);
-    auto* x_label = new QLabel(tr("&x:"), this);
-    bar->addWidget(x_label);
     x_axis_box_ = new QComboBox(this);
     x_axis_box_->setObjectName(QStringLiteral("x_axis"));
-    x_label->setBuddy(x_axis_box_);
     for (const auto& x : experiments::x_axis_table()) x_axis_box_->addItem(QString::fromLatin1(x.label), static_cast<int>(x.axis));
     x_axis_box_->setToolTip(tr("What the x axis counts: updates, supervised tokens seen, or training wall time"));
-    bar->addWidget(x_axis_box_);
-    auto* residual_label = new QLabel(tr("Resi&dual of:"), this);
-    bar->addWidget(residual_label);
+    add_labelled(bar, tr("&x:"), x_axis_box_);
     residual_metric_ = new QComboBox(this);
-    residual_label->setBuddy(residual_metric_);
     residual_metric_->addItem(tr("held-out CE"), static_cast<int>(Metric::HeldoutCe));
     residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
     residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
     residual_metric_->addItem(tr("held-out CE, z (seed envelope)"), kZScores);
     residual_metric_->setObjectName(QStringLiteral("residual_metric"));
     residual_metric_->setToolTip(tr("Residual panel: leg − reference in percent of |reference|, as experiments/ computed it"));
-    bar->addWidget(residual_metric_);
+    add_labelled(bar, tr("Resi&dual of:"), residual_metric_);
     auto* reset = new QPushButton(tr("&Fit all"), this);
     reset->setToolTip(tr("Show every update (Home, double-click or middle-click in a chart)"));
     bar->addWidget(reset);

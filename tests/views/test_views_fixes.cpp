@@ -80,6 +80,20 @@ void write_executable(const QString& path, const QString& text) {
     f.setPermissions(f.permissions() | QFileDevice::ExeOwner | QFileDevice::ExeUser);
 }
 
+// What the fake `tandem run` of legs a and b does first: takes --out, makes <out>/fake-run with a
+// plan of `updates` updates and update 0 of each leg, and prints the folder line the launcher follows.
+QString fake_run_of_two_legs(int updates) {
+    QStringList plan;
+    for (int u = 0; u < updates; ++u) plan << QStringLiteral("[%1]").arg(u);
+    return QStringLiteral(R"(out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
+folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
+echo '{"updates":[)") + plan.join(QLatin1Char(',')) + QStringLiteral(R"(]}' > "$folder/plan.json"
+for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
+echo "tandem run: run folder: $folder"
+)");
+}
+
 // The drawn labels of an axis sit at their values (within 1.5 pixels), step by a nice number, are
 // distinct, and (update axis) are integers.
 void check_axis(QChart* chart, Qt::Orientation o, bool integers, bool log_scale = false) {
@@ -446,13 +460,7 @@ if [[ "$1" == "leg" ]]; then
   esac
   exit 0
 fi
-out=""
-while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
-folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
-echo '{"updates":[[0],[1],[2],[3]]}' > "$folder/plan.json"
-for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
-echo "tandem run: run folder: $folder"
-sleep 10
+)") + fake_run_of_two_legs(4) + QStringLiteral(R"(sleep 10
 exit 0
 )"));
         LauncherView launcher;
@@ -504,13 +512,7 @@ exit 0
         const QString cli = dir.filePath(QStringLiteral("tandem"));
         write_executable(cli, QStringLiteral(R"(#!/bin/bash
 if [[ "$1" == "leg" ]]; then echo "stopped by request" > "$3/legs/$4/stopped"; echo "tandem leg: $4 stopped"; exit 0; fi
-out=""
-while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
-folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
-echo '{"updates":[[0],[1]]}' > "$folder/plan.json"
-for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
-echo "tandem run: run folder: $folder"
-for i in $(seq 100); do [[ -f "$folder/legs/a/stopped" ]] && break; sleep 0.1; done
+)") + fake_run_of_two_legs(2) + QStringLiteral(R"(for i in $(seq 100); do [[ -f "$folder/legs/a/stopped" ]] && break; sleep 0.1; done
 echo '{"v":1,"event":"step","update":1,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' >> "$folder/legs/b/events.jsonl"
 echo '{"v":1,"event":"done","updates":2,"final":"legs/b/final"}' >> "$folder/legs/b/events.jsonl"
 exit 1

@@ -16,7 +16,6 @@
 
 #include <QChart>
 #include <QProcess>
-#include <QSettings>
 #include <QSignalSpy>
 #include <QTableView>
 #include <QTreeView>
@@ -64,10 +63,7 @@ std::string spec(double lr) {
 
 // h5py's reading of every leg's steps and evaluations: {leg: {"update": [...], "loss": [...], ...}}.
 nlohmann::json h5py_read(const QString& file) {
-    QProcess py;
-    // The reference environment's Python has h5py (experiments/legs/requirements.txt); ctest passes it.
-    const QString python = qEnvironmentVariable("TANDEM_REFENV_PYTHON", QDir::homePath() + QStringLiteral("/.cache/tandem/refenv/bin/python"));
-    py.start(python, {QStringLiteral("-c"), QStringLiteral(R"(
+    return test::refenv_python_json(QStringLiteral(R"(
 import h5py, json, math, sys
 out = {}
 num = lambda x: float(x) if math.isfinite(x) else None  # cpu_s is NaN where a leg does not report it: JSON null
@@ -79,12 +75,7 @@ with h5py.File(sys.argv[1], "r") as f:
         out[leg]["eval_update"] = [float(x) for x in e["update"]]
         out[leg]["heldout_ce"] = [float(x) for x in e["heldout_ce"]]
 print(json.dumps(out))
-)"), file});
-    if (!py.waitForFinished(60000) || py.exitCode() != 0) {
-        qWarning() << py.readAllStandardError();
-        return {};
-    }
-    return nlohmann::json::parse(py.readAllStandardOutput().toStdString());
+)"), file);
 }
 
 QList<QPointF> drawn(const TrajectoryView* view, int panel, const QString& name) {
@@ -104,12 +95,7 @@ QColor pen_color(const TrajectoryView* view, int panel, const QString& name) {
 class TestViewsCompare : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_compare"));
-        QStandardPaths::setTestModeEnabled(true);
-        QSettings().clear();
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_compare"); }
 
     void two_runs_overlay_their_legs_and_diff_like_the_cli() {
         QTemporaryDir dir;

@@ -3,6 +3,8 @@
 // chooser, and the page on a run file without fingerprints (says how to record them); the per-layer
 // LoRA update-norm curves overlaid across legs equal what h5py reads from the run file (the layer's
 // sqrt(sum of |dW|^2) recomputed in Python).
+#include "views_test_support.h"
+
 #include "tandem/store/run_file.h"
 #include "tandem/views/divergence_model.h"
 #include "tandem/views/divergence_view.h"
@@ -13,8 +15,6 @@
 #include <QAbstractItemModelTester>
 #include <QChart>
 #include <QChartView>
-#include <QDir>
-#include <QProcess>
 #include <QTemporaryDir>
 #include <QXYSeries>
 #include <QtTest>
@@ -41,10 +41,7 @@ LocalisedPoint point(int64_t u, int64_t mb, int64_t layer, const char* op, const
 // h5py's reading of /legs/<leg>/adapter_norms, each layer's update norm recomputed in Python:
 // {"<leg> · layer <l>": [[update, norm], ...]} sorted by update.
 nlohmann::json h5py_layer_norms(const QString& file) {
-    QProcess py;
-    // The reference environment's Python has h5py (experiments/legs/requirements.txt); ctest passes it.
-    const QString python = qEnvironmentVariable("TANDEM_REFENV_PYTHON", QDir::homePath() + QStringLiteral("/.cache/tandem/refenv/bin/python"));
-    py.start(python, {QStringLiteral("-c"), QStringLiteral(R"(
+    return test::refenv_python_json(QStringLiteral(R"(
 import h5py, json, math, sys
 out = {}
 with h5py.File(sys.argv[1], "r") as f:
@@ -58,12 +55,7 @@ with h5py.File(sys.argv[1], "r") as f:
         for (layer, update), v in sorted(sums.items()):
             out.setdefault(leg + " \u00b7 layer " + str(layer), []).append([update, math.sqrt(v)])
 print(json.dumps(out))
-)"), file});
-    if (!py.waitForFinished(60000) || py.exitCode() != 0) {
-        qWarning() << py.readAllStandardError();
-        return {};
-    }
-    return nlohmann::json::parse(py.readAllStandardOutput().toStdString());
+)"), file);
 }
 
 QList<QPointF> drawn(const DivergenceView& v, const QString& name, QColor* color = nullptr, Qt::PenStyle* style = nullptr) {

@@ -1,5 +1,7 @@
 // Exports: figures as PDF (checked with poppler's pdfinfo), SVG (parsed as XML) and PNG (loaded
 // with QImage) at the chosen physical size; tables through experiments' renderers; curves as CSV.
+#include "views_test_support.h"
+
 #include "tandem/views/export.h"
 
 #include <QImage>
@@ -10,10 +12,10 @@
 #include <QtTest>
 
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 using namespace tandem::views;
+using tandem::views::test::slurp;
 
 namespace {
 
@@ -31,13 +33,6 @@ RunSnapshot snapshot() {
         s.legs.push_back(leg);
     }
     return s;
-}
-
-std::string slurp(const QString& path) {
-    std::ifstream in(path.toStdString(), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The fault matrix heatmap (docs/faults.md): exported as PNG (QImage: size and the cells' colours),
 // SVG (XML with the fault names and levels) and PDF (%PDF header) through the one figure writer, and
 // the Faults page drawing what experiments computed (a caught cell dark, a missed expected level framed).
+#include "views_test_support.h"
+
 #include "tandem/store/catalog.h"
 #include "tandem/views/fault_heatmap.h"
 #include "tandem/views/run_source.h"
@@ -10,10 +12,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include <fstream>
-#include <sstream>
-
 using namespace tandem::views;
+using tandem::views::test::slurp;
 namespace ex = tandem::experiments;
 
 namespace {
@@ -34,13 +34,6 @@ ex::FaultMatrix matrix() {
     b.first_update = {std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
     m.rows = {a, b};
     return m;
-}
-
-std::string slurp(const QString& path) {
-    std::ifstream in(path.toStdString(), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 }  // namespace

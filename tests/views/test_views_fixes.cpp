@@ -63,12 +63,35 @@ std::vector<TestLeg> two_legs(int engine_steps = 30, int reference_steps = 20) {
 
 RunSnapshot load(const std::filesystem::path& file) { return load_run_snapshot(file); }
 
+// `view` (1000 x 1000, on screen) showing the run `run_id` of two_legs(31, 31), written in `dir`.
+void show_two_leg_run(TrajectoryView& view, const QTemporaryDir& dir, const std::string& run_id) {
+    const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+    write_test_run(file, run_id, two_legs(31, 31));
+    view.resize(1000, 1000);
+    view.show();
+    view.set_snapshot(load(file));
+}
+
 void write_executable(const QString& path, const QString& text) {
     QFile f(path);
     QVERIFY(f.open(QIODevice::WriteOnly));
     f.write(text.toUtf8());
     f.close();
     f.setPermissions(f.permissions() | QFileDevice::ExeOwner | QFileDevice::ExeUser);
+}
+
+// What the fake `tandem run` of legs a and b does first: takes --out, makes <out>/fake-run with a
+// plan of `updates` updates and update 0 of each leg, and prints the folder line the launcher follows.
+QString fake_run_of_two_legs(int updates) {
+    QStringList plan;
+    for (int u = 0; u < updates; ++u) plan << QStringLiteral("[%1]").arg(u);
+    return QStringLiteral(R"(out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
+folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
+echo '{"updates":[)") + plan.join(QLatin1Char(',')) + QStringLiteral(R"(]}' > "$folder/plan.json"
+for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
+echo "tandem run: run folder: $folder"
+)");
 }
 
 // The drawn labels of an axis sit at their values (within 1.5 pixels), step by a nice number, are
@@ -123,12 +146,7 @@ void set_up_fake_launcher(LauncherView& launcher, const QTemporaryDir& dir, cons
 class TestViewsFixes : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_fixes"));
-        QStandardPaths::setTestModeEnabled(true);
-        QSettings().clear();
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_fixes"); }
 
     // 1. The launcher finds `tandem` next to the GUI, in the build tree, installed, then on PATH,
     //    and says what it tried when none is there.
@@ -218,12 +236,8 @@ private Q_SLOTS:
         QCOMPARE(QSet<std::string>(t.labels.begin(), t.labels.end()).size(), qsizetype(t.labels.size()));
 
         QTemporaryDir dir;
-        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
-        write_test_run(file, "ticks-run", two_legs(31, 31));
         TrajectoryView view;
-        view.resize(1000, 1000);
-        view.show();
-        view.set_snapshot(load(file));
+        show_two_leg_run(view, dir, "ticks-run");
         view.redraw_now();
         QApplication::processEvents();
         for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::GradNormPanel)}) {
@@ -253,12 +267,8 @@ private Q_SLOTS:
     // 4. Log y keeps its labels (a range inside one decade included).
     void log_y_keeps_the_axis_labels() {
         QTemporaryDir dir;
-        const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
-        write_test_run(file, "log-run", two_legs(31, 31));
         TrajectoryView view;
-        view.resize(1000, 1000);
-        view.show();
-        view.set_snapshot(load(file));
+        show_two_leg_run(view, dir, "log-run");
         view.set_panel_visible(TrajectoryView::LearningRatePanel, true);
         view.set_log_y(true);
         view.redraw_now();
@@ -450,13 +460,7 @@ if [[ "$1" == "leg" ]]; then
   esac
   exit 0
 fi
-out=""
-while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
-folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
-echo '{"updates":[[0],[1],[2],[3]]}' > "$folder/plan.json"
-for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
-echo "tandem run: run folder: $folder"
-sleep 10
+)") + fake_run_of_two_legs(4) + QStringLiteral(R"(sleep 10
 exit 0
 )"));
         LauncherView launcher;
@@ -508,13 +512,7 @@ exit 0
         const QString cli = dir.filePath(QStringLiteral("tandem"));
         write_executable(cli, QStringLiteral(R"(#!/bin/bash
 if [[ "$1" == "leg" ]]; then echo "stopped by request" > "$3/legs/$4/stopped"; echo "tandem leg: $4 stopped"; exit 0; fi
-out=""
-while [[ $# -gt 0 ]]; do [[ "$1" == "--out" ]] && out="$2"; shift; done
-folder="$out/fake-run"; mkdir -p "$folder/legs/a" "$folder/legs/b"
-echo '{"updates":[[0],[1]]}' > "$folder/plan.json"
-for leg in a b; do echo '{"v":1,"event":"step","update":0,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' > "$folder/legs/$leg/events.jsonl"; done
-echo "tandem run: run folder: $folder"
-for i in $(seq 100); do [[ -f "$folder/legs/a/stopped" ]] && break; sleep 0.1; done
+)") + fake_run_of_two_legs(2) + QStringLiteral(R"(for i in $(seq 100); do [[ -f "$folder/legs/a/stopped" ]] && break; sleep 0.1; done
 echo '{"v":1,"event":"step","update":1,"loss":2,"grad_norm":1,"lr":0.001,"tokens":10,"wall_s":0.1}' >> "$folder/legs/b/events.jsonl"
 echo '{"v":1,"event":"done","updates":2,"final":"legs/b/final"}' >> "$folder/legs/b/events.jsonl"
 exit 1

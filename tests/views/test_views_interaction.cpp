@@ -79,15 +79,18 @@ QPoint viewport_point(QChartView* view, double x, double y) {
     return view->mapFromScene(scene);
 }
 
+// A left-button rubber band on `view` from (x0, y) to (x1, y) of its chart: pressed, released.
+void rubber_band(QChartView* view, double x0, double x1, double y) {
+    QTest::mousePress(view->viewport(), Qt::LeftButton, {}, viewport_point(view, x0, y));
+    QTest::mouseRelease(view->viewport(), Qt::LeftButton, {}, viewport_point(view, x1, y));
+}
+
 }  // namespace
 
 class TestViewsInteraction : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_interaction"));
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_interaction"); }
 
     void hover_draws_a_crosshair_and_lists_every_curve_at_that_x() {
         QTemporaryDir dir;
@@ -273,8 +276,7 @@ private Q_SLOTS:
         view.redraw_now();
         QVERIFY(!view.visible_x_range());
         // A double-click shows every update again.
-        QTest::mousePress(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 10, y));
-        QTest::mouseRelease(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 15, y));
+        rubber_band(panel, 10, 15, y);
         view.redraw_now();
         QVERIFY(view.visible_x_range().has_value());
         QTest::mouseDClick(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 12, y));
@@ -282,8 +284,7 @@ private Q_SLOTS:
         QVERIFY(!view.visible_x_range());
         // Zoomed in (a rubber band on updates 30..35), then another run (6 updates) opens: its whole
         // range is shown, not the old zoom.
-        QTest::mousePress(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 30, y));
-        QTest::mouseRelease(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 35, y));
+        rubber_band(panel, 30, 35, y);
         view.redraw_now();
         QVERIFY(view.visible_x_range().has_value());
         view.set_snapshot(make_run(dir, "short-run", 0.0, 6));

@@ -1,6 +1,8 @@
 // Launching a tiny run from the launcher page: the same `tandem run` the CLI user runs is started
 // as a child process with the legs and devices chosen in the page; the run must end up in the
 // catalog with both legs finished, and the window must have followed its folder.
+#include "views_test_support.h"
+
 #include "tandem/store/catalog.h"
 #include "tandem/views/launcher_view.h"
 #include "tandem/views/main_window.h"
@@ -22,11 +24,7 @@ using namespace tandem::views;
 class TestViewsLauncher : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_launcher"));
-        QStandardPaths::setTestModeEnabled(true);
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_launcher"); }
 
     void arguments_match_the_cli() {
         const auto args = run_arguments(QStringLiteral("x.json"),

@@ -1,6 +1,8 @@
 // Opening a recorded run in the workbench window: the run file is written here through
 // experiments' RunFileWriter (the runner's own writer), the catalog through its Catalog; the test
 // checks what the views then show against what was written.
+#include "views_test_support.h"
+
 #include "tandem/store/catalog.h"
 #include "tandem/compare/distance.h"
 #include "tandem/compare/judge/envelope.h"
@@ -169,16 +171,21 @@ ex::SeedEnvelope write_envelope_run(const std::filesystem::path& file) {
     return e;
 }
 
+// `window` (1200 x 800, on screen) opening `file`: whether it showed the run's snapshot within 10 s.
+bool show_run_in(MainWindow& window, const std::filesystem::path& file) {
+    window.resize(1200, 800);
+    window.show();
+    QSignalSpy shown(&window, &MainWindow::run_snapshot_shown);
+    window.open_run(QString::fromStdString(file.string()));
+    return shown.wait(10000);
+}
+
 }  // namespace
 
 class TestViewsRun : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_run"));
-        QStandardPaths::setTestModeEnabled(true);  // QSettings go to a throw-away location
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_run"); }
 
     void the_envelope_band_flags_verdict_and_z_come_from_experiments() {
         QTemporaryDir dir;
@@ -246,11 +253,7 @@ private Q_SLOTS:
         write_run(file);
 
         MainWindow window;
-        window.resize(1200, 800);
-        window.show();
-        QSignalSpy shown(&window, &MainWindow::run_snapshot_shown);
-        window.open_run(QString::fromStdString(file.string()));
-        QVERIFY(shown.wait(10000));
+        QVERIFY(show_run_in(window, file));
         auto* view = window.trajectories();
         view->redraw_now();
         QCOMPARE(view->snapshot().legs.size(), std::size_t(2));
@@ -318,11 +321,7 @@ private Q_SLOTS:
         const auto& l4 = comparison.l4[0];
 
         MainWindow window;
-        window.resize(1200, 800);
-        window.show();
-        QSignalSpy shown(&window, &MainWindow::run_snapshot_shown);
-        window.open_run(QString::fromStdString(file.string()));
-        QVERIFY(shown.wait(10000));
+        QVERIFY(show_run_in(window, file));
         auto* view = window.trajectories();
         const auto name = QString::fromUtf8("engine − reference");
         const auto& chart = view->panel_chart(TrajectoryView::ResidualPanel);

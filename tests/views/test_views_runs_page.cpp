@@ -16,7 +16,6 @@
 #include <QFont>
 #include <QHeaderView>
 #include <QSettings>
-#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTreeView>
 #include <QtTest>
@@ -86,12 +85,7 @@ void write_catalog(const std::filesystem::path& root, const std::vector<RunSpec>
 class TestViewsRunsPage : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
-        QCoreApplication::setApplicationName(QStringLiteral("test_views_runs_page"));
-        QStandardPaths::setTestModeEnabled(true);
-        QSettings().clear();
-    }
+    void initTestCase() { tandem::views::test::use_test_settings("test_views_runs_page"); }
 
     void runs_tree_shows_verdicts_settings_and_folds_envelope_members() {
         QTemporaryDir dir;

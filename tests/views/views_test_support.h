@@ -1,25 +1,70 @@
 #pragma once
-// Helpers shared by the QtTest suites of views/: a run file written through experiments' own
-// RunFileWriter, and the axis tick labels a chart actually drew (read back from its scene).
+// Helpers shared by the QtTest suites of views/: the suite's application name and throw-away
+// settings, a run file written through experiments' own RunFileWriter, a file's bytes, h5py's
+// reading of a run file (the reference environment's Python), and the axis tick labels a chart
+// actually drew (read back from its scene).
 #include "tandem/store/run_file.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QChart>
+#include <QCoreApplication>
+#include <QDebug>
+#include <QDir>
 #include <QGraphicsScene>
 #include <QGraphicsSimpleTextItem>
 #include <QGraphicsTextItem>
 #include <QFont>
 #include <QFontMetricsF>
+#include <QProcess>
 #include <QRegularExpression>
+#include <QSettings>
+#include <QStandardPaths>
 #include <QString>
 #include <QStringList>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace tandem::views::test {
+
+// Names the suite's application (what QSettings file under) and sends QSettings and
+// QStandardPaths to QtTest's throw-away locations, emptied, so no run sees the user's settings
+// or another run's. Call from initTestCase().
+inline void use_test_settings(const char* application) {
+    QCoreApplication::setOrganizationName(QStringLiteral("tandem-test"));
+    QCoreApplication::setApplicationName(QString::fromUtf8(application));
+    QStandardPaths::setTestModeEnabled(true);
+    QSettings().clear();
+}
+
+// The bytes of the file at `path` (empty when it cannot be read).
+inline std::string slurp(const QString& path) {
+    std::ifstream in(path.toStdString(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// What the Python `script` prints as JSON when run on `file` (its sys.argv[1]) by the reference
+// environment's Python, which has h5py (experiments/legs/requirements.txt); ctest passes it in
+// TANDEM_REFENV_PYTHON. Null, with Python's stderr as a warning, when it fails.
+inline nlohmann::json refenv_python_json(const QString& script, const QString& file) {
+    QProcess py;
+    const QString python = qEnvironmentVariable("TANDEM_REFENV_PYTHON", QDir::homePath() + QStringLiteral("/.cache/tandem/refenv/bin/python"));
+    py.start(python, {QStringLiteral("-c"), script, file});
+    if (!py.waitForFinished(60000) || py.exitCode() != 0) {
+        qWarning() << py.readAllStandardError();
+        return {};
+    }
+    return nlohmann::json::parse(py.readAllStandardOutput().toStdString());
+}
 
 struct TestLeg {
     std::string name;

@@ -1,9 +1,8 @@
 #include "tandem/views/leg_progress.h"
 
+#include "polling_thread.h"
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/store/run_file.h"
-
-#include <QTimer>
 
 #include <algorithm>
 #include <deque>
@@ -94,53 +93,28 @@ RunProgress read_run_progress(const fs::path& run_folder) {
     return result;
 }
 
-class LegProgressWorker : public QObject {
+// path(): the run folder.
+class LegProgressWorker : public PollingWorker {
     Q_OBJECT
-public:
-    void start(const QString& folder, int interval_ms) {
-        folder_ = folder;
-        if (!timer_) {
-            timer_ = new QTimer(this);
-            connect(timer_, &QTimer::timeout, this, &LegProgressWorker::poll);
-        }
-        timer_->start(interval_ms);
-        poll();
-    }
-    void halt() {
-        if (timer_) timer_->stop();
-    }
 Q_SIGNALS:
     void progress(std::shared_ptr<const tandem::views::RunProgress> progress);
 
 private:
-    void poll() { Q_EMIT progress(std::make_shared<RunProgress>(read_run_progress(folder_.toStdString()))); }
-    QString folder_;
-    QTimer* timer_ = nullptr;
+    void poll() override { Q_EMIT progress(std::make_shared<RunProgress>(read_run_progress(path().toStdString()))); }
 };
 
 LegProgressFollower::LegProgressFollower(QObject* parent) : QObject(parent) {
     qRegisterMetaType<std::shared_ptr<const RunProgress>>();
-    worker_ = new LegProgressWorker;
-    worker_->moveToThread(&thread_);
-    connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
-    connect(worker_, &LegProgressWorker::progress, this, &LegProgressFollower::progress, Qt::QueuedConnection);
-    thread_.setObjectName(QStringLiteral("leg progress"));
-    thread_.start();
+    auto* worker = new LegProgressWorker;
+    thread_ = std::make_unique<PollingThread>(worker, QStringLiteral("leg progress"));
+    connect(worker, &LegProgressWorker::progress, this, &LegProgressFollower::progress, Qt::QueuedConnection);
 }
 
-LegProgressFollower::~LegProgressFollower() {
-    QMetaObject::invokeMethod(worker_, [w = worker_] { w->halt(); }, Qt::BlockingQueuedConnection);
-    thread_.quit();
-    thread_.wait();
-}
+LegProgressFollower::~LegProgressFollower() = default;
 
-void LegProgressFollower::follow(const QString& run_folder, int interval_ms) {
-    QMetaObject::invokeMethod(worker_, [w = worker_, run_folder, interval_ms] { w->start(run_folder, interval_ms); }, Qt::QueuedConnection);
-}
+void LegProgressFollower::follow(const QString& run_folder, int interval_ms) { thread_->follow(run_folder, interval_ms); }
 
-void LegProgressFollower::stop() {
-    QMetaObject::invokeMethod(worker_, [w = worker_] { w->halt(); }, Qt::QueuedConnection);
-}
+void LegProgressFollower::stop() { thread_->stop(); }
 
 }  // namespace tandem::views
 

@@ -1,40 +1,28 @@
 #include "tandem/views/run_follower.h"
 
+#include "polling_thread.h"
 #include "tandem/views/run_source.h"
 
 #include <QDateTime>
 #include <QFileInfo>
-#include <QTimer>
 
 namespace tandem::views {
 
-class RunFollowerWorker : public QObject {
+class RunFollowerWorker : public PollingWorker {
     Q_OBJECT
-public:
-    void start(const QString& path, int interval_ms) {
-        path_ = path;
-        reader_.clear();
-        last_size_ = -1;
-        last_modified_ = {};
-        if (!timer_) {
-            timer_ = new QTimer(this);
-            connect(timer_, &QTimer::timeout, this, &RunFollowerWorker::poll);
-        }
-        timer_->start(interval_ms);
-        poll();
-    }
-    void halt() {
-        if (timer_) timer_->stop();
-    }
-
 Q_SIGNALS:
     void delta_ready(std::shared_ptr<const tandem::views::RunDelta> delta);
     void load_failed(const QString& message);
 
 private:
-    void poll() {
-        QString file = path_;
-        if (QFileInfo(path_).isDir()) file = path_ + QStringLiteral("/run.h5");
+    void restart() override {
+        reader_.clear();
+        last_size_ = -1;
+        last_modified_ = {};
+    }
+    void poll() override {
+        QString file = path();
+        if (QFileInfo(path()).isDir()) file = path() + QStringLiteral("/run.h5");
         QFileInfo info(file);
         if (!info.exists()) return;  // the runner has not created it yet
         if (info.size() == last_size_ && info.lastModified() == last_modified_) return;
@@ -49,37 +37,24 @@ private:
         }
     }
 
-    QString path_;
     IncrementalRunReader reader_;
     qint64 last_size_ = -1;
     QDateTime last_modified_;
-    QTimer* timer_ = nullptr;
 };
 
 RunFollower::RunFollower(QObject* parent) : QObject(parent) {
     qRegisterMetaType<std::shared_ptr<const RunDelta>>();
-    worker_ = new RunFollowerWorker;
-    worker_->moveToThread(&thread_);
-    connect(&thread_, &QThread::finished, worker_, &QObject::deleteLater);
-    connect(worker_, &RunFollowerWorker::delta_ready, this, &RunFollower::delta_ready, Qt::QueuedConnection);
-    connect(worker_, &RunFollowerWorker::load_failed, this, &RunFollower::load_failed, Qt::QueuedConnection);
-    thread_.setObjectName(QStringLiteral("run follower"));
-    thread_.start();
+    auto* worker = new RunFollowerWorker;
+    thread_ = std::make_unique<PollingThread>(worker, QStringLiteral("run follower"));
+    connect(worker, &RunFollowerWorker::delta_ready, this, &RunFollower::delta_ready, Qt::QueuedConnection);
+    connect(worker, &RunFollowerWorker::load_failed, this, &RunFollower::load_failed, Qt::QueuedConnection);
 }
 
-RunFollower::~RunFollower() {
-    QMetaObject::invokeMethod(worker_, [w = worker_] { w->halt(); }, Qt::BlockingQueuedConnection);
-    thread_.quit();
-    thread_.wait();
-}
+RunFollower::~RunFollower() = default;
 
-void RunFollower::follow(const QString& path, int interval_ms) {
-    QMetaObject::invokeMethod(worker_, [w = worker_, path, interval_ms] { w->start(path, interval_ms); }, Qt::QueuedConnection);
-}
+void RunFollower::follow(const QString& path, int interval_ms) { thread_->follow(path, interval_ms); }
 
-void RunFollower::stop() {
-    QMetaObject::invokeMethod(worker_, [w = worker_] { w->halt(); }, Qt::QueuedConnection);
-}
+void RunFollower::stop() { thread_->stop(); }
 
 }  // namespace tandem::views
 

@@ -1,5 +1,7 @@
 #include "tandem/views/compare_view.h"
 
+#include "labelled.h"
+
 #include "tandem/compare/compare.h"
 #include "tandem/compare/report.h"
 #include "tandem/views/run_source.h"
@@ -71,15 +73,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     b_box_->setObjectName(QStringLiteral("diff_b"));
     a_box_->setMinimumContentsLength(28);
     b_box_->setMinimumContentsLength(28);
-    auto* a_label = new QLabel(tr("Leg &a:"), diff_page);
-    a_label->setBuddy(a_box_);
-    auto* b_label = new QLabel(tr("Leg &b:"), diff_page);
-    b_label->setBuddy(b_box_);
+    add_labelled(choose, tr("Leg &a:"), a_box_);
+    add_labelled(choose, tr("Leg &b:"), b_box_);
     auto* run_diff = new QPushButton(tr("&Compare"), diff_page);
-    choose->addWidget(a_label);
-    choose->addWidget(a_box_);
-    choose->addWidget(b_label);
-    choose->addWidget(b_box_);
     choose->addWidget(run_diff);
     choose->addStretch(1);
     diff_layout->addLayout(choose);

@@ -26,9 +26,11 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace tandem::views {
 
@@ -38,7 +40,14 @@ namespace {
 // result has the requested physical font size once scaled onto the physical page.
 constexpr double kLayoutDpi = 96.0;
 
-std::string lowercase_suffix(const QString& path) { return QFileInfo(path).suffix().toLower().toStdString(); }
+// The format that `path`'s suffix (case-insensitive) names in `formats`; nullopt for any other.
+template <class Format>
+std::optional<Format> format_by_suffix(const QString& path, std::initializer_list<std::pair<const char*, Format>> formats) {
+    const auto suffix = QFileInfo(path).suffix().toLower().toStdString();
+    for (const auto& [name, format] : formats)
+        if (suffix == name) return format;
+    return std::nullopt;
+}
 
 // QPdfWriter writes the page box in whole points (QPageSize rounds): 17.8 cm came out 505 pt =
 // 178.15 mm. The page is made a little larger (whole points, rounded up) and its /MediaBox then set
@@ -91,11 +100,7 @@ QString export_file_name(const QString& run_id, const QString& what, const QStri
 }
 
 std::optional<FigureFormat> figure_format_for(const QString& path) {
-    const auto suffix = lowercase_suffix(path);
-    if (suffix == "png") return FigureFormat::Png;
-    if (suffix == "svg") return FigureFormat::Svg;
-    if (suffix == "pdf") return FigureFormat::Pdf;
-    return std::nullopt;
+    return format_by_suffix<FigureFormat>(path, {{"png", FigureFormat::Png}, {"svg", FigureFormat::Svg}, {"pdf", FigureFormat::Pdf}});
 }
 
 void write_painted_figure(const std::function<void(QPainter&, const QRectF&)>& paint, const FigureSize& size,
@@ -381,11 +386,7 @@ void export_figure_panels(const std::vector<PanelFigure>& panels, const FigureSi
 }
 
 std::optional<TableFormat> table_format_for(const QString& path) {
-    const auto suffix = lowercase_suffix(path);
-    if (suffix == "tex") return TableFormat::Latex;
-    if (suffix == "csv") return TableFormat::Csv;
-    if (suffix == "md") return TableFormat::Markdown;
-    return std::nullopt;
+    return format_by_suffix<TableFormat>(path, {{"tex", TableFormat::Latex}, {"csv", TableFormat::Csv}, {"md", TableFormat::Markdown}});
 }
 
 std::string format_table(const StringTable& table, TableFormat format) {

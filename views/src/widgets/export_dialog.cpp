@@ -1,5 +1,7 @@
 #include "tandem/views/export_dialog.h"
 
+#include "labelled.h"
+
 #include <QComboBox>
 #include <QDir>
 #include <QFileInfo>
@@ -52,12 +54,7 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     path_row->addWidget(path_, 1);
     path_row->addWidget(browse);
     // A row whose field is a layout gets no buddy from QFormLayout: without one, "&" shows literally.
-    auto labelled = [this](const QString& text, QWidget* buddy) {
-        auto* label = new QLabel(text, this);
-        label->setBuddy(buddy);
-        return label;
-    };
-    form->addRow(labelled(tr("&File (.pdf, .svg, .png):"), path_), path_row);
+    form->addRow(buddy_label(tr("&File (.pdf, .svg, .png):"), path_), path_row);
     width_ = new QDoubleSpinBox(this);
     height_ = new QDoubleSpinBox(this);
     for (auto* box : {width_, height_}) {
@@ -81,7 +78,7 @@ FigureExportDialog::FigureExportDialog(const QStringList& panels, int current_pa
     size_row->addWidget(new QLabel(QStringLiteral("×"), this));
     size_row->addWidget(height_);
     size_row->addWidget(unit_);
-    form->addRow(labelled(tr("&Size:"), width_), size_row);
+    form->addRow(buddy_label(tr("&Size:"), width_), size_row);
     font_ = new QSpinBox(this);
     font_->setRange(4, 48);
     font_->setSuffix(tr(" pt"));

@@ -48,6 +48,19 @@ namespace {
 constexpr int kMaxRecent = 10;
 const char* kPageFiles[] = {"runs.png", "launch.png", "trajectories.png", "token-diff.png", "tables.png", "compare.png", "faults.png",
                              "divergence.png"};
+
+// A message line above the pages (wrapped, selectable, styled by `style`), hidden until it has
+// something to say; added to `layout`.
+QLabel* add_banner(QVBoxLayout* layout, QWidget* parent, const QString& name, const QString& style) {
+    auto* banner = new QLabel(parent);
+    banner->setObjectName(name);
+    banner->setWordWrap(true);
+    banner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    banner->setStyleSheet(style);
+    banner->hide();
+    layout->addWidget(banner);
+    return banner;
+}
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -76,21 +89,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     auto* central_layout = new QVBoxLayout(central);
     central_layout->setContentsMargins(0, 0, 0, 0);
     // Errors (a path that is not a run, ...) are shown here at once, in red, until the next action.
-    error_ = new QLabel(central);
-    error_->setObjectName(QStringLiteral("error"));
-    error_->setWordWrap(true);
-    error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    error_->setStyleSheet(QStringLiteral("QLabel { background: #fde2d8; color: #7a1f00; padding: 6px; border: 1px solid #d55e00; }"));
-    error_->hide();
-    central_layout->addWidget(error_);
+    error_ = add_banner(central_layout, central, QStringLiteral("error"),
+                        QStringLiteral("QLabel { background: #fde2d8; color: #7a1f00; padding: 6px; border: 1px solid #d55e00; }"));
     // A run with an injected fault (docs/faults.md) is never shown without this, above every page.
-    fault_banner_ = new QLabel(central);
-    fault_banner_->setObjectName(QStringLiteral("fault-banner"));
-    fault_banner_->setWordWrap(true);
-    fault_banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    fault_banner_->setStyleSheet(QStringLiteral("QLabel { background: #b00020; color: white; font-weight: bold; padding: 6px; }"));
-    fault_banner_->hide();
-    central_layout->addWidget(fault_banner_);
+    fault_banner_ = add_banner(central_layout, central, QStringLiteral("fault-banner"),
+                               QStringLiteral("QLabel { background: #b00020; color: white; font-weight: bold; padding: 6px; }"));
     central_layout->addWidget(pages_, 1);
     setCentralWidget(central);
     // Below this the charts collapse and the tool rows clip (docs/workbench.md).

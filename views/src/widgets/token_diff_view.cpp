@@ -1,5 +1,7 @@
 #include "tandem/views/token_diff_view.h"
 
+#include "labelled.h"
+
 #include <QComboBox>
 #include <QLineEdit>
 #include <QListView>
@@ -41,14 +43,11 @@ TokenDiffView::TokenDiffView(QWidget* parent) : QWidget(parent) {
     auto* picker = new QWidget(this);
     auto* picker_layout = new QVBoxLayout(picker);
     picker_layout->setContentsMargins(0, 0, 0, 0);
-    auto* search_label = new QLabel(tr("&Record:"), picker);
     search_ = new QLineEdit(picker);
     search_->setObjectName(QStringLiteral("record_search"));
     search_->setPlaceholderText(tr("Search id or text"));
     search_->setClearButtonEnabled(true);
-    search_label->setBuddy(search_);
-    picker_layout->addWidget(search_label);
-    picker_layout->addWidget(search_);
+    add_labelled(picker_layout, tr("&Record:"), search_);
     record_model_ = new QStandardItemModel(this);
     record_filter_ = new QSortFilterProxyModel(this);
     record_filter_->setSourceModel(record_model_);
@@ -72,14 +71,8 @@ TokenDiffView::TokenDiffView(QWidget* parent) : QWidget(parent) {
     auto* bar = new QHBoxLayout;
     a_box_ = new QComboBox(main);
     b_box_ = new QComboBox(main);
-    auto* left_label = new QLabel(tr("&Left:"), main);
-    left_label->setBuddy(a_box_);
-    auto* right_label = new QLabel(tr("Ri&ght:"), main);
-    right_label->setBuddy(b_box_);
-    bar->addWidget(left_label);
-    bar->addWidget(a_box_);
-    bar->addWidget(right_label);
-    bar->addWidget(b_box_);
+    add_labelled(bar, tr("&Left:"), a_box_);
+    add_labelled(bar, tr("Ri&ght:"), b_box_);
     bar->addStretch(1);
     main_layout->addLayout(bar);
     summary_ = new QLabel(main);

@@ -1,5 +1,7 @@
 #include "tandem/views/trajectory_view.h"
 
+#include "labelled.h"
+
 #include "tandem/compare/compare.h"
 
 #include "tandem/views/axis_ticks.h"
@@ -150,16 +152,13 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     log_box_ = new QCheckBox(tr("&Log y"), this);
     log_box_->setObjectName(QStringLiteral("logY"));
     bar->addWidget(log_box_);
-    auto* smoothing_label = new QLabel(tr("S&moothing:"), this);
-    bar->addWidget(smoothing_label);
     smoothing_slider_ = new QSlider(Qt::Horizontal, this);
-    smoothing_label->setBuddy(smoothing_slider_);
     smoothing_slider_->setObjectName(QStringLiteral("smoothing"));
     smoothing_slider_->setRange(0, 99);
     smoothing_slider_->setToolTip(tr("Display smoothing (TensorBoard's debiased exponential moving average) of the training "
                                      "series; the raw curve stays visible, faded"));
     smoothing_slider_->setMaximumWidth(140);
-    bar->addWidget(smoothing_slider_);
+    add_labelled(bar, tr("S&moothing:"), smoothing_slider_);
     smoothing_value_ = new QLabel(this);
     smoothing_value_->setObjectName(QStringLiteral("smoothing_value"));
     smoothing_value_->setMinimumWidth(smoothing_value_->fontMetrics().horizontalAdvance(QStringLiteral("0.00 ")));
@@ -168,25 +167,19 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     smooth_all_box_->setObjectName(QStringLiteral("smooth_all"));
     smooth_all_box_->setToolTip(tr("Smooth the held-out CE and learning rate too (by default only the per-update training series)"));
     bar->addWidget(smooth_all_box_);
-    auto* x_label = new QLabel(tr("&x:"), this);
-    bar->addWidget(x_label);
     x_axis_box_ = new QComboBox(this);
     x_axis_box_->setObjectName(QStringLiteral("x_axis"));
-    x_label->setBuddy(x_axis_box_);
     for (const auto& x : experiments::x_axis_table()) x_axis_box_->addItem(QString::fromLatin1(x.label), static_cast<int>(x.axis));
     x_axis_box_->setToolTip(tr("What the x axis counts: updates, supervised tokens seen, or training wall time"));
-    bar->addWidget(x_axis_box_);
-    auto* residual_label = new QLabel(tr("Resi&dual of:"), this);
-    bar->addWidget(residual_label);
+    add_labelled(bar, tr("&x:"), x_axis_box_);
     residual_metric_ = new QComboBox(this);
-    residual_label->setBuddy(residual_metric_);
     residual_metric_->addItem(tr("held-out CE"), static_cast<int>(Metric::HeldoutCe));
     residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
     residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
     residual_metric_->addItem(tr("held-out CE, z (seed envelope)"), kZScores);
     residual_metric_->setObjectName(QStringLiteral("residual_metric"));
     residual_metric_->setToolTip(tr("Residual panel: leg − reference in percent of |reference|, as experiments/ computed it"));
-    bar->addWidget(residual_metric_);
+    add_labelled(bar, tr("Resi&dual of:"), residual_metric_);
     auto* reset = new QPushButton(tr("&Fit all"), this);
     reset->setToolTip(tr("Show every update (Home, double-click or middle-click in a chart)"));
     bar->addWidget(reset);
@@ -221,7 +214,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
         panel->on_hover = [this, i](double x) { hover_at(x, i); };
         panel->on_reset = [this] { set_x_range(std::nullopt); };
         panel->on_leave = [this] { clear_hover(); };
-        panel->zoomed = [this] { return x_range_ ? x_range_ : data_x_range(); };
+        panel->zoomed = [this] { return chosen_.x_range ? chosen_.x_range : data_x_range(); };
         splitter->addWidget(panel);
         panel->setVisible(panel_boxes_[static_cast<std::size_t>(i)]->isChecked());
         panels_.push_back(panel);
@@ -260,7 +253,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
             [this] { set_x_axis(static_cast<XAxis>(x_axis_box_->currentData().toInt())); });
     connect(legend_, &QListWidget::itemClicked, this, [this](QListWidgetItem* item) {
         const QString name = item->data(Qt::UserRole).toString();
-        set_curve_hidden(name, !hidden_.count(name));
+        set_curve_hidden(name, !chosen_.hidden.count(name));
     });
     smoothing_value_->setText(smoothing_text());
     connect(residual_metric_, &QComboBox::currentIndexChanged, this, [this] {
@@ -340,13 +333,7 @@ bool TrajectoryView::shown(std::size_t run, const std::string& leg) const {
 }
 
 ChartOptions TrajectoryView::panel_options(int panel) const {
-    ChartOptions o;
-    o.log_y = log_y_;
-    o.smoothing = smoothing_;
-    o.smooth_all = smooth_all_;
-    o.x_axis = x_axis_;
-    o.x_range = x_range_;
-    o.hidden = hidden_;
+    ChartOptions o = chosen_;
     o.legend = false;  // the page's own legend, beside the panels
     const auto* view = panels_.at(static_cast<std::size_t>(panel));
     o.columns = std::max(50, view->width());
@@ -470,7 +457,7 @@ bool TrajectoryView::panel_visible(Panel panel) const { return panel_boxes_.at(s
 
 void TrajectoryView::new_run_shown() {
     // Another run's updates are not this one's: the zoom and the hover start afresh.
-    x_range_.reset();
+    chosen_.x_range.reset();
     clear_hover();
 }
 
@@ -548,7 +535,7 @@ void TrajectoryView::rebuild_legend() {
         }
     }
     QStringList key = names;
-    for (const auto& n : hidden_) key << QStringLiteral("\x01") + n;
+    for (const auto& n : chosen_.hidden) key << QStringLiteral("\x01") + n;
     if (key == legend_names_) return;
     legend_names_ = key;
     legend_->clear();
@@ -556,7 +543,7 @@ void TrajectoryView::rebuild_legend() {
     const QColor dim(170, 170, 170);
     int widest = 0;
     for (const auto& c : entries) {
-        const bool hidden = hidden_.count(c.name) > 0;
+        const bool hidden = chosen_.hidden.count(c.name) > 0;
         QPixmap sample(icon * devicePixelRatioF());
         sample.setDevicePixelRatio(devicePixelRatioF());
         sample.fill(Qt::transparent);
@@ -614,11 +601,11 @@ void TrajectoryView::redraw_now() {
     redraw_timer_->stop();
     update_verdict();
     // Every panel shows the same x: the union of the ranges of every curve drawn.
-    std::optional<std::pair<double, double>> all = x_range_ ? x_range_ : data_x_range();
-    if (!x_range_ && all && all->second > all->first) {
+    std::optional<std::pair<double, double>> all = chosen_.x_range ? chosen_.x_range : data_x_range();
+    if (!chosen_.x_range && all && all->second > all->first) {
         // Fit-all while following: the right edge grows in steps of about 2 % of the span, so most
         // live batches leave the range, and the curves of the runs they did not touch, as they are.
-        const double step = nice_step(all->second - all->first, 50, x_axis_ != XAxis::WallTime);
+        const double step = nice_step(all->second - all->first, 50, chosen_.x_axis != XAxis::WallTime);
         all->second = std::ceil(all->second / step - 1e-9) * step;
     }
     for (std::size_t i = 0; i < charts_.size(); ++i) {
@@ -634,17 +621,17 @@ void TrajectoryView::redraw_now() {
 }
 
 void TrajectoryView::set_log_y(bool on) {
-    log_y_ = on;
+    chosen_.log_y = on;
     if (log_box_->isChecked() != on) log_box_->setChecked(on);
     schedule_redraw();
 }
 
 QString TrajectoryView::smoothing_text() const {
-    return smoothing_ > 0 ? QString::number(smoothing_, 'f', 2) : tr("off");
+    return chosen_.smoothing > 0 ? QString::number(chosen_.smoothing, 'f', 2) : tr("off");
 }
 
 void TrajectoryView::set_smoothing(double weight) {
-    smoothing_ = weight;
+    chosen_.smoothing = weight;
     const int v = static_cast<int>(std::lround(weight * 100));
     if (smoothing_slider_->value() != v) smoothing_slider_->setValue(v);
     smoothing_value_->setText(smoothing_text());
@@ -652,7 +639,7 @@ void TrajectoryView::set_smoothing(double weight) {
 }
 
 void TrajectoryView::set_smooth_all(bool on) {
-    smooth_all_ = on;
+    chosen_.smooth_all = on;
     if (smooth_all_box_->isChecked() != on) smooth_all_box_->setChecked(on);
     schedule_redraw();
 }
@@ -660,21 +647,21 @@ void TrajectoryView::set_smooth_all(bool on) {
 void TrajectoryView::set_x_axis(XAxis axis) {
     const int index = x_axis_box_->findData(static_cast<int>(axis));
     if (x_axis_box_->currentIndex() != index) x_axis_box_->setCurrentIndex(index);  // comes back here
-    if (axis == x_axis_) return;
-    x_axis_ = axis;
+    if (axis == chosen_.x_axis) return;
+    chosen_.x_axis = axis;
     new_run_shown();  // the zoom was in other units
     schedule_redraw();
 }
 
 void TrajectoryView::set_curve_hidden(const QString& name, bool hidden) {
-    if (hidden) hidden_.insert(name);
-    else hidden_.erase(name);
+    if (hidden) chosen_.hidden.insert(name);
+    else chosen_.hidden.erase(name);
     if (hovered_) hover_at(*hovered_, hovered_panel_);
     schedule_redraw();
 }
 
 void TrajectoryView::set_x_range(std::optional<std::pair<double, double>> range) {
-    x_range_ = range;
+    chosen_.x_range = range;
     if (range) Q_EMIT x_range_changed(range->first, range->second);
     schedule_redraw();
 }
@@ -719,12 +706,12 @@ void TrajectoryView::hover_at(double update, int panel) {
     // curve is then read at exactly that x ("–" where it has no point there).
     hovered_ = update;
     hovered_panel_ = panel;
-    const QString x_name = QString::fromLatin1(experiments::x_axis_info(x_axis_).label);
+    const QString x_name = QString::fromLatin1(experiments::x_axis_info(chosen_.x_axis).label);
     QStringList lines;
     std::optional<double> cross;  // where the crosshair goes: the hovered panel's recorded x
     auto line_for = [&](int p, const QString& title, std::vector<Curve> curves, const QString& unit, int digits) {
         // Flag markers are listed on their own lines below, with their reason; hidden curves not at all.
-        curves.erase(std::remove_if(curves.begin(), curves.end(), [&](const Curve& c) { return c.markers || hidden_.count(c.name); }),
+        curves.erase(std::remove_if(curves.begin(), curves.end(), [&](const Curve& c) { return c.markers || chosen_.hidden.count(c.name); }),
                      curves.end());
         std::vector<const Series*> series;
         for (const auto& c : curves) series.push_back(c.series);
@@ -737,7 +724,7 @@ void TrajectoryView::hover_at(double update, int panel) {
             parts << QStringLiteral("<span style='color:%1'>%2</span> %3").arg(c.color.name(), c.name.toHtmlEscaped(), value);
             tip << QStringLiteral("<span style='color:%1'>&#9473;</span> %2: <b>%3</b>").arg(c.color.name(), c.name.toHtmlEscaped(), value);
         }
-        const QString at_text = x_axis_ == XAxis::WallTime ? QString::number(*at, 'g', 6) : QString::number(*at, 'f', 0);
+        const QString at_text = chosen_.x_axis == XAxis::WallTime ? QString::number(*at, 'g', 6) : QString::number(*at, 'f', 0);
         lines << QStringLiteral("<b>%1</b> @ %2 %3: %4").arg(title, x_name, at_text, parts.join(QStringLiteral(" · ")));
         if (p == panel) {
             cross = *at;
@@ -759,8 +746,8 @@ void TrajectoryView::hover_at(double update, int panel) {
     for (int p = 0; p < PanelCount; ++p)
         if (p != panel) charts_[static_cast<std::size_t>(p)]->set_crosshair(cross ? cross : std::optional<double>(update));
     // The gate's flags at the hovered update, with their reason.
-    if (runs_.size() == 1 && x_axis_ == XAxis::Update) {
-        const double span = x_range_ ? x_range_->second - x_range_->first : 0.0;
+    if (runs_.size() == 1 && chosen_.x_axis == XAxis::Update) {
+        const double span = chosen_.x_range ? chosen_.x_range->second - chosen_.x_range->first : 0.0;
         const double tolerance = std::max(0.5, span / 200.0);
         for (const auto& f : runs_.front().flags)
             if (std::fabs(f.update - update) <= tolerance)

@@ -4,7 +4,6 @@
 // failed carries its last events and the tail of its stderr.
 #include <QObject>
 #include <QString>
-#include <QThread>
 
 #include <filesystem>
 #include <memory>
@@ -31,7 +30,7 @@ using RunProgress = std::vector<LegProgress>;
 // Reads every legs/<leg>/ of `run_folder` once. Never throws for missing files.
 RunProgress read_run_progress(const std::filesystem::path& run_folder);
 
-class LegProgressWorker;
+class PollingThread;
 
 class LegProgressFollower : public QObject {
     Q_OBJECT
@@ -45,8 +44,7 @@ Q_SIGNALS:
     void progress(std::shared_ptr<const tandem::views::RunProgress> progress);
 
 private:
-    QThread thread_;
-    LegProgressWorker* worker_ = nullptr;
+    std::unique_ptr<PollingThread> thread_;  // a worker thread reading the folder
 };
 
 }  // namespace tandem::views

@@ -7,13 +7,12 @@
 
 #include <QObject>
 #include <QString>
-#include <QThread>
 
 #include <memory>
 
 namespace tandem::views {
 
-class RunFollowerWorker;
+class PollingThread;
 using RunDelta = IncrementalRunReader::Delta;
 
 class RunFollower : public QObject {
@@ -32,8 +31,7 @@ Q_SIGNALS:
     void load_failed(const QString& message);
 
 private:
-    QThread thread_;
-    RunFollowerWorker* worker_ = nullptr;
+    std::unique_ptr<PollingThread> thread_;  // a worker thread reading the file
 };
 
 }  // namespace tandem::views

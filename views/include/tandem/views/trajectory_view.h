@@ -76,22 +76,22 @@ public:
 
     void set_log_y(bool on);
     void set_smoothing(double weight);
-    double smoothing() const { return smoothing_; }
+    double smoothing() const { return chosen_.smoothing; }
     QString smoothing_text() const;  // the value shown beside the slider ("0.60", "off")
     // Smoothing applies to the per-update training series (experiments' metric table); on: to
     // every curve, the held-out CE's few evaluations included.
     void set_smooth_all(bool on);
     // What x counts on every panel; the zoom resets (another unit).
     void set_x_axis(XAxis axis);
-    XAxis x_axis() const { return x_axis_; }
+    XAxis x_axis() const { return chosen_.x_axis; }
     // Curves hidden by a click on their legend entry (by name, on every panel).
     void set_curve_hidden(const QString& name, bool hidden);
-    const std::set<QString>& hidden_curves() const { return hidden_; }
+    const std::set<QString>& hidden_curves() const { return chosen_.hidden; }
     QListWidget* legend() const { return legend_; }
     // The x range every curve spans (nullopt without data): zoom and pan stay inside it.
     std::optional<std::pair<double, double>> data_x_range() const;
     void set_x_range(std::optional<std::pair<double, double>> range);  // nullopt: fit everything
-    std::optional<std::pair<double, double>> visible_x_range() const { return x_range_; }
+    std::optional<std::pair<double, double>> visible_x_range() const { return chosen_.x_range; }
     // What the residual panel shows: held-out CE, training loss or grad norm (percent, leg − reference).
     void set_residual_metric(Metric metric);
     Metric residual_metric() const;
@@ -148,14 +148,11 @@ private:
     std::vector<ChartPanel*> panels_;
     std::vector<std::unique_ptr<TrajectoryChart>> charts_;
     std::vector<QCheckBox*> panel_boxes_;
-    std::optional<std::pair<double, double>> x_range_;
+    // What the user chose (log y, smoothing, x axis and range, hidden curves): every panel's
+    // options start from it.
+    ChartOptions chosen_;
     std::optional<double> hovered_;
     int hovered_panel_ = -1;
-    bool log_y_ = false;
-    double smoothing_ = 0;
-    bool smooth_all_ = false;
-    XAxis x_axis_ = XAxis::Update;
-    std::set<QString> hidden_;
     QListWidget* legend_ = nullptr;
     QStringList legend_names_;  // what the legend lists now (rebuilt when it changes)
     int legend_width_ = 120;    // what its longest name needs

@@ -23,6 +23,21 @@
 namespace ex = tandem::experiments;
 using nlohmann::json;
 
+// The records' JSON forms (the h5py cross-check's IN.json and the printed read-back), one field list
+// each through nlohmann's macros; `extra` attributes and the SGEMM figures are not part of the check.
+namespace tandem::experiments {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ExperimentInfo, name, spec_json, spec_sha256, tandem_version, run_id)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProbeDirection, name, bytes_counted, best_seconds, median_seconds, gbps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ProbeResult, device, device_name, bytes, repeats, warmup, method, timestamp, pcie_link,
+                                   pcie_source, directions)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LegTiming, model_load_s, tokenize_s, median_update_s, window_first, window_last,
+                                   tokens_per_s, total_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LegMemory, peak_device_bytes, peak_host_bytes)
+// built_with_cuda is 0/1 in the JSON (an HDF5 integer attribute): set apart.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(HostInfo, cpu_model, logical_cores, physical_cores, memory_total_bytes,
+                                   memory_available_bytes, llc_bytes, os, kernel, machine, hostname, tandem_version)
+}  // namespace tandem::experiments
+
 namespace {
 
 ex::Attributes attributes_from(const json& j) {
@@ -56,38 +71,11 @@ int write_from_json(const std::string& in_path, const std::string& out_path) {
     const json j = json::parse(in);
     ex::RunFileWriter writer(out_path);
     const json& h = j.at("host");
-    ex::HostInfo host;
-    host.cpu_model = h.at("cpu_model");
-    host.logical_cores = h.at("logical_cores");
-    host.physical_cores = h.at("physical_cores");
-    host.memory_total_bytes = h.at("memory_total_bytes");
-    host.memory_available_bytes = h.at("memory_available_bytes");
-    host.llc_bytes = h.at("llc_bytes");
-    host.os = h.at("os");
-    host.kernel = h.at("kernel");
-    host.machine = h.at("machine");
-    host.hostname = h.at("hostname");
-    host.tandem_version = h.at("tandem_version");
+    auto host = h.get<ex::HostInfo>();
     host.built_with_cuda = h.at("built_with_cuda").get<int>() != 0;
     writer.write_host(host);
-    const json& e = j.at("experiment");
-    writer.write_experiment({e.at("name"), e.at("spec_json"), e.at("spec_sha256"), e.at("tandem_version"), e.at("run_id")});
-    for (const json& p : j.at("probes")) {
-        ex::ProbeResult probe;
-        probe.device = p.at("device");
-        probe.device_name = p.at("device_name");
-        probe.bytes = p.at("bytes");
-        probe.repeats = p.at("repeats");
-        probe.warmup = p.at("warmup");
-        probe.method = p.at("method");
-        probe.timestamp = p.at("timestamp");
-        probe.pcie_link = p.at("pcie_link");
-        probe.pcie_source = p.at("pcie_source");
-        for (const json& d : p.at("directions"))
-            probe.directions.push_back({d.at("name"), d.at("bytes_counted"), d.at("best_seconds"),
-                                        d.at("median_seconds"), d.at("gbps")});
-        writer.write_probe(probe);
-    }
+    writer.write_experiment(j.at("experiment").get<ex::ExperimentInfo>());
+    for (const json& p : j.at("probes")) writer.write_probe(p.get<ex::ProbeResult>());
     for (const auto& [leg, l] : j.at("legs").items()) {
         writer.create_leg(leg, attributes_from(l.at("attributes")));
         // Several appends, to exercise growing the table.
@@ -105,21 +93,8 @@ int write_from_json(const std::string& in_path, const std::string& out_path) {
         std::vector<ex::EvalRow> eval;
         for (const json& row : l.at("eval")) eval.push_back({row[0], row[1]});
         writer.append_eval(leg, eval);
-        const json& t = l.at("timing");
-        ex::LegTiming timing;
-        timing.model_load_s = t.at("model_load_s");
-        timing.tokenize_s = t.at("tokenize_s");
-        timing.median_update_s = t.at("median_update_s");
-        timing.window_first = t.at("window_first");
-        timing.window_last = t.at("window_last");
-        timing.tokens_per_s = t.at("tokens_per_s");
-        timing.total_s = t.at("total_s");
-        writer.write_timing(leg, timing);
-        const json& m = l.at("memory");
-        ex::LegMemory memory;
-        memory.peak_device_bytes = m.at("peak_device_bytes");
-        memory.peak_host_bytes = m.at("peak_host_bytes");
-        writer.write_memory(leg, memory);
+        writer.write_timing(leg, l.at("timing").get<ex::LegTiming>());
+        writer.write_memory(leg, l.at("memory").get<ex::LegMemory>());
         for (const auto& [level, text] : l.at("checks").items()) writer.write_check(leg, level_from(level), text);
     }
     for (const json& c : j.at("comparisons")) {
@@ -137,20 +112,8 @@ int read_to_json(const std::string& path) {
     ex::RunFileReader reader(path);
     json out;
     out["host"] = attributes_to(reader.attributes("/host"));
-    if (auto e = reader.experiment())
-        out["experiment"] = {{"name", e->name}, {"spec_json", e->spec_json}, {"spec_sha256", e->spec_sha256},
-                             {"tandem_version", e->tandem_version}, {"run_id", e->run_id}};
-    out["probes"] = json::array();
-    for (const auto& p : reader.probes()) {
-        json directions = json::array();
-        for (const auto& d : p.directions)
-            directions.push_back({{"name", d.name}, {"bytes_counted", d.bytes_counted}, {"best_seconds", d.best_seconds},
-                                  {"median_seconds", d.median_seconds}, {"gbps", d.gbps}});
-        out["probes"].push_back({{"device", p.device}, {"device_name", p.device_name}, {"bytes", p.bytes},
-                                 {"repeats", p.repeats}, {"warmup", p.warmup}, {"method", p.method},
-                                 {"timestamp", p.timestamp}, {"pcie_link", p.pcie_link},
-                                 {"pcie_source", p.pcie_source}, {"directions", directions}});
-    }
+    if (auto e = reader.experiment()) out["experiment"] = *e;
+    out["probes"] = reader.probes();
     out["legs"] = json::object();
     for (const auto& leg : reader.legs()) {
         json l;
@@ -160,12 +123,8 @@ int read_to_json(const std::string& path) {
                                                                             std::isfinite(s.cpu_s) ? json(s.cpu_s) : json(nullptr)});
         l["eval"] = json::array();
         for (const auto& e : reader.eval(leg)) l["eval"].push_back({e.update, e.heldout_ce});
-        if (auto t = reader.timing(leg))
-            l["timing"] = {{"model_load_s", t->model_load_s}, {"tokenize_s", t->tokenize_s},
-                           {"median_update_s", t->median_update_s}, {"window_first", t->window_first},
-                           {"window_last", t->window_last}, {"tokens_per_s", t->tokens_per_s}, {"total_s", t->total_s}};
-        if (auto m = reader.memory(leg))
-            l["memory"] = {{"peak_device_bytes", m->peak_device_bytes}, {"peak_host_bytes", m->peak_host_bytes}};
+        if (auto t = reader.timing(leg)) l["timing"] = *t;
+        if (auto m = reader.memory(leg)) l["memory"] = *m;
         l["checks"] = json::object();
         for (auto level : {ex::CheckLevel::L1, ex::CheckLevel::L2, ex::CheckLevel::L3})
             if (auto text = reader.check(leg, level)) l["checks"][ex::check_level_name(level)] = *text;

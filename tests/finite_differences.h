@@ -34,6 +34,11 @@ inline Vec rounded(Vec v) {
     return v;
 }
 
+// What a finite-difference check allows, relative to the largest gradient entry: h = 1e-6 in double
+// leaves ~1e-9 (truncation ~h^2*f''', rounding ~1e-16/h on O(1) quantities), and any wrong term (a
+// missing factor, a sign, a transposed index) exceeds 1e-6 by orders of magnitude.
+inline constexpr double kFdTol = 1e-6;
+
 // Central-difference gradient of f with respect to every entry of x (float64).
 inline Vec numeric_grad(Vec& x, const std::function<double()>& f, double h = 1e-6) {
     Vec g(x.size());

@@ -16,15 +16,20 @@
 #include <vector>
 
 #include "finite_differences.h"
+#include "op_fd_checks.h"
 #include "tandem/engine/ops.h"
 
 namespace ops = tandem::engine::ops;
 
 namespace {
 
+using tandem::test::AttentionFd;
 using tandem::test::dot;
+using tandem::test::kFdTol;
 using tandem::test::numeric_grad;
 using tandem::test::rel_err;
+using tandem::test::RmsNormFd;
+using tandem::test::RopeFd;
 using tandem::test::rounded;
 using tandem::test::Vec;
 
@@ -38,32 +43,23 @@ Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
 std::vector<float> to_float(const Vec& v) { return {v.begin(), v.end()}; }
 Vec to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-constexpr double kFdTol = 1e-6;
 constexpr double kFloatTol = 1e-5;
 
 class OpsTest : public ::testing::Test {
 protected:
     void SetUp() override { ops::set_num_threads(2); }
     std::mt19937_64 rng{20261129};
+    const tandem::test::NormalDraws normal = [this](size_t n, double scale) { return randn(n, rng, scale); };
 };
 
 // ------------------------------------------------------------------------------------------------
 
 TEST_F(OpsTest, RmsNormBackwardMatchesFiniteDifferences) {
     // layer norms (rows = tokens, C = hidden) and q_norm/k_norm (rows = tokens*heads, C = head_dim)
-    for (auto [rows, C] : {std::pair<int64_t, int64_t>{3, 7}, {12, 8}}) {
-        Vec x = randn(size_t(rows * C), rng), w = randn(size_t(C), rng, 0.5), G = randn(size_t(rows * C), rng);
-        for (auto& v : w) v += 1.0;
-        Vec out(x.size()), rstd(static_cast<size_t>(rows));
-        auto f = [&] {
-            ops::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, C, 1e-6);
-            return dot(out, G);
-        };
-        f();
-        Vec dx(x.size()), dw(w.size(), 0.0);
-        ops::rmsnorm_backward(dx.data(), dw.data(), G.data(), x.data(), w.data(), rstd.data(), rows, C);
-        EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol) << "dx rows=" << rows;
-        EXPECT_LT(rel_err(dw, numeric_grad(w, f)), kFdTol) << "dweight rows=" << rows;
+    for (auto [rows, C] : RmsNormFd::kShapes) {
+        RmsNormFd n(rows, C, normal);
+        n.check();
+        const Vec &x = n.x, &w = n.w;
 
         // float32 forward vs float64
         auto xf = to_float(x), wf = to_float(w);
@@ -77,20 +73,11 @@ TEST_F(OpsTest, RmsNormBackwardMatchesFiniteDifferences) {
 }
 
 TEST_F(OpsTest, RopeBackwardMatchesFiniteDifferences) {
-    const int64_t B = 2, T = 5, H = 3, D = 8;
-    Vec cos(size_t(T * D)), sin(size_t(T * D));
-    ops::rope_tables(cos.data(), sin.data(), T, D, 10000.0);
-    Vec x = randn(size_t(B * T * H * D), rng), G = randn(x.size(), rng), out(x.size());
-    auto f = [&] {
-        ops::rope_forward(out.data(), x.data(), cos.data(), sin.data(), B, T, H, D);
-        return dot(out, G);
-    };
-    Vec dx(x.size());
-    ops::rope_backward(dx.data(), G.data(), cos.data(), sin.data(), B, T, H, D);
-    EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
+    RopeFd r(normal);
+    r.check();
     // rotation preserves norms per (token, head, pair)
-    f();
-    EXPECT_NEAR(dot(out, out), dot(x, x), 1e-9 * dot(x, x));
+    r.forward();
+    EXPECT_NEAR(dot(r.out, r.out), dot(r.x, r.x), 1e-9 * dot(r.x, r.x));
 }
 
 TEST_F(OpsTest, RopeTablesFollowTransformersFloat32Recipe) {
@@ -110,25 +97,16 @@ TEST_F(OpsTest, RopeTablesFollowTransformersFloat32Recipe) {
 }
 
 TEST_F(OpsTest, AttentionBackwardMatchesFiniteDifferences) {
-    const int64_t B = 2, T = 5, H = 4, KV = 2, D = 3;
-    const std::vector<int32_t> lengths = {5, 3};  // second sequence right-padded
-    Vec q = randn(size_t(B * T * H * D), rng), k = randn(size_t(B * T * KV * D), rng),
-        v = randn(size_t(B * T * KV * D), rng), G = randn(q.size(), rng);
-    Vec out(q.size()), probs(size_t(B * H * T * T));
-    auto f = [&] {
-        ops::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), lengths.data(), B, T, H, KV, D);
-        return dot(out, G);
-    };
-    f();
-    Vec dq(q.size()), dk(k.size()), dv(v.size());
-    ops::attention_backward(dq.data(), dk.data(), dv.data(), G.data(), q.data(), k.data(), v.data(), probs.data(),
-                            lengths.data(), B, T, H, KV, D);
-    EXPECT_LT(rel_err(dq, numeric_grad(q, f)), kFdTol);
-    EXPECT_LT(rel_err(dk, numeric_grad(k, f)), kFdTol);
-    EXPECT_LT(rel_err(dv, numeric_grad(v, f)), kFdTol);
+    AttentionFd a(normal);  // the second sequence right-padded
+    a.check();
+    constexpr int64_t B = AttentionFd::B, T = AttentionFd::T, H = AttentionFd::H, KV = AttentionFd::KV,
+                      D = AttentionFd::D;
+    const std::vector<int32_t>& lengths = a.lengths;
+    const Vec &q = a.q, &k = a.k, &v = a.v, &dk = a.dk, &dv = a.dv;
+    Vec &out = a.out, &probs = a.probs;
 
     // masking: padded keys get no probability and no gradient; causal rows sum to 1
-    f();
+    a.forward();
     for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < T; ++i) {
             double sum = 0;

@@ -91,4 +91,56 @@ struct AttentionFd {
     }
 };
 
+// The SiLU gate over n elements, gates drawn with the given spread (silu's curved part and its tails).
+struct SwigluFd {
+    int64_t n;
+    Vec g, u, G, out;
+    SwigluFd(int64_t n_, double gate_scale, const NormalDraws& normal)
+        : n(n_), g(normal(size_t(n), gate_scale)), u(normal(size_t(n), 1.0)), G(normal(size_t(n), 1.0)),
+          out(size_t(n)) {}
+    double forward() {
+        engine::ops::swiglu_forward(out.data(), g.data(), u.data(), n);
+        return dot(out, G);
+    }
+    void check() {
+        const auto f = [this] { return forward(); };
+        Vec dg(g.size()), du(u.size());
+        engine::ops::swiglu_backward(dg.data(), du.data(), G.data(), g.data(), u.data(), n);
+        EXPECT_LT(rel_err(dg, numeric_grad(g, f)), kFdTol);
+        EXPECT_LT(rel_err(du, numeric_grad(u, f)), kFdTol);
+    }
+};
+
+// The LoRA linear y = x w^T + (b (a dropout(x))) * scaling of N rows, in -> out, rank r; keep is the
+// dropout mask (nullptr: none) whose kept elements are scaled by dscale. The gradients of the last
+// check() stay for the caller's own checks.
+struct LoraFd {
+    int64_t N, in, out, r;
+    double dscale, scaling;
+    Vec x, w, a, b, G, y, t, dx, da, db;
+    LoraFd(int64_t N_, int64_t in_, int64_t out_, int64_t r_, double dscale_, double scaling_, const NormalDraws& normal)
+        : N(N_), in(in_), out(out_), r(r_), dscale(dscale_), scaling(scaling_), x(normal(size_t(N * in), 1.0)),
+          w(normal(size_t(out * in), 1.0)), a(normal(size_t(r * in), 1.0)), b(normal(size_t(out * r), 1.0)),
+          G(normal(size_t(N * out), 1.0)) {}
+    double forward(const uint8_t* keep) {
+        engine::ops::lora_linear_forward(y.data(), t.data(), x.data(), w.data(), a.data(), b.data(), keep, dscale,
+                                         scaling, N, in, out, r);
+        return dot(y, G);
+    }
+    void check(const uint8_t* keep) {
+        y.assign(size_t(N * out), 0.0);
+        t.assign(size_t(N * r), 0.0);
+        const auto f = [this, keep] { return forward(keep); };
+        f();
+        dx.assign(x.size(), 0.0);
+        da.assign(a.size(), 0.0);
+        db.assign(b.size(), 0.0);
+        engine::ops::lora_linear_backward(dx.data(), da.data(), db.data(), G.data(), x.data(), w.data(), a.data(),
+                                          b.data(), t.data(), keep, dscale, scaling, N, in, out, r, false);
+        EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol) << (keep ? "with mask" : "no mask");
+        EXPECT_LT(rel_err(da, numeric_grad(a, f)), kFdTol) << (keep ? "with mask" : "no mask");
+        EXPECT_LT(rel_err(db, numeric_grad(b, f)), kFdTol) << (keep ? "with mask" : "no mask");
+    }
+};
+
 }  // namespace tandem::test

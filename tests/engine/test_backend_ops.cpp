@@ -50,12 +50,7 @@ namespace {
 
 using namespace tandem::engine;
 namespace ops = tandem::engine::ops;
-using tandem::test::dot;
-using tandem::test::kFdTol;
-using tandem::test::numeric_grad;
-using tandem::test::rel_err;
-using tandem::test::rounded;
-using tandem::test::Vec;
+using namespace tandem::test;  // the float64 yardsticks and the shared finite-difference problems
 using tandem::engine::test::CountingBackend;
 
 constexpr double kTol = 1e-5;
@@ -75,7 +70,7 @@ struct Rng {
     int64_t pick(std::initializer_list<int64_t> xs) { return *(xs.begin() + int64_t(g() % xs.size())); }
     int64_t uniform(int64_t lo, int64_t hi) { return lo + int64_t(g() % uint64_t(hi - lo + 1)); }
     // normal() as the shared finite-difference problems draw (op_fd_checks.h)
-    tandem::test::NormalDraws draws() {
+    NormalDraws draws() {
         return [this](size_t n, double scale) { return normal(int64_t(n), scale); };
     }
 };
@@ -211,7 +206,7 @@ void check_rmsnorm_backward(Backend& be, Rng& rng) {
 }
 
 void fd_rmsnorm(Rng& rng) {
-    for (auto [rows, C] : tandem::test::RmsNormFd::kShapes) tandem::test::RmsNormFd(rows, C, rng.draws()).check();
+    for (auto [rows, C] : RmsNormFd::kShapes) RmsNormFd(rows, C, rng.draws()).check();
 }
 
 // ---- RoPE
@@ -249,7 +244,7 @@ void check_rope(Backend& be, Rng& rng, bool backward) {
     EXPECT_LT(rel_err(d.get(x, int64_t(r.x.size())), want), kTol);
 }
 
-void fd_rope(Rng& rng) { tandem::test::RopeFd(rng.draws()).check(); }
+void fd_rope(Rng& rng) { RopeFd(rng.draws()).check(); }
 
 // ---- attention
 struct AttnInputs {
@@ -298,7 +293,7 @@ void check_attention(Backend& be, Rng& rng, bool backward) {
     EXPECT_LT(rel_err(d.get(dvb, nk), dv), kTol);
 }
 
-void fd_attention(Rng& rng) { tandem::test::AttentionFd(rng.draws()).check(); }
+void fd_attention(Rng& rng) { AttentionFd(rng.draws()).check(); }
 
 // ---- SiLU gate
 void check_swiglu(Backend& be, Rng& rng, bool backward) {
@@ -323,18 +318,7 @@ void check_swiglu(Backend& be, Rng& rng, bool backward) {
     EXPECT_LT(rel_err(d.get(dub, n), du), kTol);
 }
 
-void fd_swiglu(Rng& rng) {
-    const int64_t n = 11;
-    Vec g = rng.normal(n, 2.0), u = rng.normal(n), G = rng.normal(n), out(static_cast<size_t>(n));
-    auto f = [&] {
-        ops::swiglu_forward(out.data(), g.data(), u.data(), n);
-        return dot(out, G);
-    };
-    Vec dg(static_cast<size_t>(n)), du(static_cast<size_t>(n));
-    ops::swiglu_backward(dg.data(), du.data(), G.data(), g.data(), u.data(), n);
-    EXPECT_LT(rel_err(dg, numeric_grad(g, f)), kFdTol);
-    EXPECT_LT(rel_err(du, numeric_grad(u, f)), kFdTol);
-}
+void fd_swiglu(Rng& rng) { SwigluFd(11, 2.0, rng.draws()).check(); }
 
 // ---- LoRA linear
 struct LoraInputs {
@@ -427,24 +411,10 @@ void check_lora(Backend& be, Rng& rng, bool backward) {
 }
 
 void fd_lora(Rng& rng) {
-    const int64_t N = 4, in = 6, out = 5, r = 2;
-    const double scale = 1.0 / 0.75, scaling = 1.5;
+    const int64_t N = 4, in = 6;
     std::vector<uint8_t> keep(size_t(N * in));
     fill_dropout_keep(keep.data(), N * in, shared_dropout_key(1, 2, 3, 4, 5), 0, 0.25);
-    Vec x = rng.normal(N * in), w = rng.normal(out * in), a = rng.normal(r * in), b = rng.normal(out * r),
-        G = rng.normal(N * out), y(size_t(N * out)), t(size_t(N * r));
-    auto f = [&] {
-        ops::lora_linear_forward(y.data(), t.data(), x.data(), w.data(), a.data(), b.data(), keep.data(), scale,
-                                 scaling, N, in, out, r);
-        return dot(y, G);
-    };
-    f();
-    Vec dx(x.size()), da(a.size(), 0.0), db(b.size(), 0.0);
-    ops::lora_linear_backward(dx.data(), da.data(), db.data(), G.data(), x.data(), w.data(), a.data(), b.data(),
-                              t.data(), keep.data(), scale, scaling, N, in, out, r, false);
-    EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
-    EXPECT_LT(rel_err(da, numeric_grad(a, f)), kFdTol);
-    EXPECT_LT(rel_err(db, numeric_grad(b, f)), kFdTol);
+    LoraFd(N, in, 5, 2, 1.0 / 0.75, 1.5, rng.draws()).check(keep.data());
 }
 
 // ---- residual add, row movement

@@ -23,15 +23,7 @@ namespace ops = tandem::engine::ops;
 
 namespace {
 
-using tandem::test::AttentionFd;
-using tandem::test::dot;
-using tandem::test::kFdTol;
-using tandem::test::numeric_grad;
-using tandem::test::rel_err;
-using tandem::test::RmsNormFd;
-using tandem::test::RopeFd;
-using tandem::test::rounded;
-using tandem::test::Vec;
+using namespace tandem::test;  // the float64 yardsticks and the shared finite-difference problems
 
 Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
     std::normal_distribution<double> d(0.0, scale);
@@ -49,7 +41,7 @@ class OpsTest : public ::testing::Test {
 protected:
     void SetUp() override { ops::set_num_threads(2); }
     std::mt19937_64 rng{20261129};
-    const tandem::test::NormalDraws normal = [this](size_t n, double scale) { return randn(n, rng, scale); };
+    const NormalDraws normal = [this](size_t n, double scale) { return randn(n, rng, scale); };
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -135,16 +127,7 @@ TEST_F(OpsTest, AttentionBackwardMatchesFiniteDifferences) {
 }
 
 TEST_F(OpsTest, SwigluBackwardMatchesFiniteDifferences) {
-    const int64_t n = 33;
-    Vec g = randn(size_t(n), rng, 3.0), u = randn(size_t(n), rng), G = randn(size_t(n), rng), out(static_cast<size_t>(n));
-    auto f = [&] {
-        ops::swiglu_forward(out.data(), g.data(), u.data(), n);
-        return dot(out, G);
-    };
-    Vec dg(static_cast<size_t>(n)), du(static_cast<size_t>(n));
-    ops::swiglu_backward(dg.data(), du.data(), G.data(), g.data(), u.data(), n);
-    EXPECT_LT(rel_err(dg, numeric_grad(g, f)), kFdTol);
-    EXPECT_LT(rel_err(du, numeric_grad(u, f)), kFdTol);
+    SwigluFd(33, 3.0, normal).check();
 }
 
 TEST_F(OpsTest, LoraLinearBackwardMatchesFiniteDifferencesWithDropoutMask) {
@@ -153,22 +136,11 @@ TEST_F(OpsTest, LoraLinearBackwardMatchesFiniteDifferencesWithDropoutMask) {
     std::vector<uint8_t> keep(size_t(N * in));
     std::bernoulli_distribution bern(1.0 - p);
     for (auto& k : keep) k = bern(rng) ? 1 : 0;
-    Vec x = randn(size_t(N * in), rng), w = randn(size_t(out * in), rng), a = randn(size_t(r * in), rng),
-        b = randn(size_t(out * r), rng), G = randn(size_t(N * out), rng);
+    LoraFd l(N, in, out, r, dscale, scaling, normal);
+    Vec &x = l.x, &w = l.w, &a = l.a, &b = l.b, &G = l.G;
     for (const uint8_t* mask : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(keep.data())}) {
-        Vec y(size_t(N * out)), t(size_t(N * r));
-        auto f = [&] {
-            ops::lora_linear_forward(y.data(), t.data(), x.data(), w.data(), a.data(), b.data(), mask, dscale, scaling, N,
-                                     in, out, r);
-            return dot(y, G);
-        };
-        f();
-        Vec dx(x.size(), 0.0), da(a.size(), 0.0), db(b.size(), 0.0);
-        ops::lora_linear_backward(dx.data(), da.data(), db.data(), G.data(), x.data(), w.data(), a.data(), b.data(),
-                                  t.data(), mask, dscale, scaling, N, in, out, r, false);
-        EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol) << (mask ? "with mask" : "no mask");
-        EXPECT_LT(rel_err(da, numeric_grad(a, f)), kFdTol) << (mask ? "with mask" : "no mask");
-        EXPECT_LT(rel_err(db, numeric_grad(b, f)), kFdTol) << (mask ? "with mask" : "no mask");
+        l.check(mask);
+        const Vec &dx = l.dx, &da = l.da, &db = l.db, &t = l.t;
 
         // accumulate_dx adds to what is there; parameter grads accumulate (+=) on a second call
         Vec dx2(x.size(), 1.0), da2 = da, db2 = db;

@@ -1,11 +1,12 @@
 #pragma once
 // The float64 yardsticks the op tests share (tests/engine/test_backend_ops.cpp, test_ops_gradcheck.cpp):
-// central finite differences, the relative error they are judged by, and the float32 rounding of an
-// input (tests/ is on every suite's include path).
+// central finite differences, the relative error they are judged by, the float32 rounding of an
+// input, and the normal draws the op tests feed (tests/ is on every suite's include path).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <random>
 #include <vector>
 
 namespace tandem::test {
@@ -26,6 +27,15 @@ inline double dot(const Vec& a, const Vec& b) {
     double s = 0;
     for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
     return s;
+}
+
+// n draws of N(0, scale^2) from rng, in order (float or double: the distribution of that type).
+template <typename T, class Rng>
+std::vector<T> normal_draws(size_t n, Rng& rng, T scale) {
+    std::normal_distribution<T> d(T(0), scale);
+    std::vector<T> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
 }
 
 // What a float32 op sees: the inputs rounded to float (the float64 reference computes on the same values).

@@ -10,6 +10,7 @@
 // The data/template faults are record-level tests in tests/spec/test_faults.cpp.
 #include <gtest/gtest.h>
 
+#include "finite_differences.h"
 #include "random_batches.h"
 #include "tiny_model.h"
 
@@ -32,10 +33,7 @@ namespace {
 
 std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0) {
     std::mt19937_64 rng(seed);
-    std::normal_distribution<double> d(0.0, scale);
-    std::vector<double> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
+    return tandem::test::normal_draws(n, rng, scale);
 }
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {

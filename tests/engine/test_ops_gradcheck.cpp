@@ -25,12 +25,7 @@ namespace {
 
 using namespace tandem::test;  // the float64 yardsticks and the shared finite-difference problems
 
-Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-    std::normal_distribution<double> d(0.0, scale);
-    Vec v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) { return normal_draws(n, rng, scale); }
 
 std::vector<float> to_float(const Vec& v) { return {v.begin(), v.end()}; }
 Vec to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }

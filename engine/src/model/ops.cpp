@@ -29,20 +29,19 @@ using detail::parallel_for_grain;
 namespace {
 
 // ----------------------------------------------------------------------------------------------
-// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major with leading dimensions.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major with leading dimensions
+// (cblas_sgemm for float, cblas_dgemm for double).
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
     if (M == 0 || N == 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-                static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-                beta, C, static_cast<int>(ldc));
-}
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-                static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-                beta, C, static_cast<int>(ldc));
+    auto* const blas_gemm = [] {
+        if constexpr (std::is_same_v<T, float>) return &cblas_sgemm;
+        else return &cblas_dgemm;
+    }();
+    blas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+              static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
+              C, static_cast<int>(ldc));
 }
 
 // Rows per parallel chunk below which a row loop is not worth a thread hand-off.

@@ -9,16 +9,9 @@
 namespace tandem::test {
 
 inline engine::Qwen3Config tiny_config(int64_t layers = 2) {
-    engine::Qwen3Config c;
-    c.vocab_size = 300;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.initializer_range = 0.1;
-    return c;
+    return engine::Qwen3Config{.vocab_size = 300, .hidden_size = 32, .intermediate_size = 64,
+                               .num_hidden_layers = layers, .num_attention_heads = 4, .num_key_value_heads = 2,
+                               .head_dim = 8, .initializer_range = 0.1};
 }
 
 }  // namespace tandem::test

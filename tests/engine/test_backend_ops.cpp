@@ -34,6 +34,7 @@
 
 #include "counting_backend.h"
 #include "finite_differences.h"
+#include "op_fd_checks.h"
 #include "tandem/engine/backend.h"
 #include "tandem/engine/dropout.h"
 #include "tandem/engine/generate.h"
@@ -49,15 +50,10 @@ namespace {
 
 using namespace tandem::engine;
 namespace ops = tandem::engine::ops;
-using tandem::test::dot;
-using tandem::test::numeric_grad;
-using tandem::test::rel_err;
-using tandem::test::rounded;
-using tandem::test::Vec;
+using namespace tandem::test;  // the float64 yardsticks and the shared finite-difference problems
 using tandem::engine::test::CountingBackend;
 
 constexpr double kTol = 1e-5;
-constexpr double kFdTol = 1e-6;
 
 // ------------------------------------------------------------------------------------------------
 // helpers
@@ -73,6 +69,10 @@ struct Rng {
     }
     int64_t pick(std::initializer_list<int64_t> xs) { return *(xs.begin() + int64_t(g() % xs.size())); }
     int64_t uniform(int64_t lo, int64_t hi) { return lo + int64_t(g() % uint64_t(hi - lo + 1)); }
+    // normal() as the shared finite-difference problems draw (op_fd_checks.h)
+    NormalDraws draws() {
+        return [this](size_t n, double scale) { return normal(int64_t(n), scale); };
+    }
 };
 
 // Moves data between the host and the backend under test.
@@ -206,19 +206,7 @@ void check_rmsnorm_backward(Backend& be, Rng& rng) {
 }
 
 void fd_rmsnorm(Rng& rng) {
-    for (auto [rows, C] : {std::pair<int64_t, int64_t>{3, 7}, {12, 8}}) {
-        Vec x = rng.normal(rows * C), w = rng.normal(C, 0.5, 1.0), G = rng.normal(rows * C);
-        Vec out(x.size()), rstd(static_cast<size_t>(rows));
-        auto f = [&] {
-            ops::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, C, 1e-6);
-            return dot(out, G);
-        };
-        f();
-        Vec dx(x.size()), dw(w.size(), 0.0);
-        ops::rmsnorm_backward(dx.data(), dw.data(), G.data(), x.data(), w.data(), rstd.data(), rows, C);
-        EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
-        EXPECT_LT(rel_err(dw, numeric_grad(w, f)), kFdTol);
-    }
+    for (auto [rows, C] : RmsNormFd::kShapes) RmsNormFd(rows, C, rng.draws()).check();
 }
 
 // ---- RoPE
@@ -256,19 +244,7 @@ void check_rope(Backend& be, Rng& rng, bool backward) {
     EXPECT_LT(rel_err(d.get(x, int64_t(r.x.size())), want), kTol);
 }
 
-void fd_rope(Rng& rng) {
-    const int64_t B = 2, T = 5, H = 3, D = 8;
-    Vec cos(size_t(T * D)), sin(size_t(T * D));
-    ops::rope_tables(cos.data(), sin.data(), T, D, 10000.0);
-    Vec x = rng.normal(B * T * H * D), G = rng.normal(B * T * H * D), out(x.size());
-    auto f = [&] {
-        ops::rope_forward(out.data(), x.data(), cos.data(), sin.data(), B, T, H, D);
-        return dot(out, G);
-    };
-    Vec dx(x.size());
-    ops::rope_backward(dx.data(), G.data(), cos.data(), sin.data(), B, T, H, D);
-    EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
-}
+void fd_rope(Rng& rng) { RopeFd(rng.draws()).check(); }
 
 // ---- attention
 struct AttnInputs {
@@ -317,23 +293,7 @@ void check_attention(Backend& be, Rng& rng, bool backward) {
     EXPECT_LT(rel_err(d.get(dvb, nk), dv), kTol);
 }
 
-void fd_attention(Rng& rng) {
-    const int64_t B = 2, T = 5, H = 4, KV = 2, D = 3;
-    const std::vector<int32_t> lengths = {5, 3};
-    Vec q = rng.normal(B * T * H * D), k = rng.normal(B * T * KV * D), v = rng.normal(B * T * KV * D),
-        G = rng.normal(B * T * H * D), out(q.size()), probs(size_t(B * H * T * T));
-    auto f = [&] {
-        ops::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), lengths.data(), B, T, H, KV, D);
-        return dot(out, G);
-    };
-    f();
-    Vec dq(q.size()), dk(k.size()), dv(v.size());
-    ops::attention_backward(dq.data(), dk.data(), dv.data(), G.data(), q.data(), k.data(), v.data(), probs.data(),
-                            lengths.data(), B, T, H, KV, D);
-    EXPECT_LT(rel_err(dq, numeric_grad(q, f)), kFdTol);
-    EXPECT_LT(rel_err(dk, numeric_grad(k, f)), kFdTol);
-    EXPECT_LT(rel_err(dv, numeric_grad(v, f)), kFdTol);
-}
+void fd_attention(Rng& rng) { AttentionFd(rng.draws()).check(); }
 
 // ---- SiLU gate
 void check_swiglu(Backend& be, Rng& rng, bool backward) {
@@ -358,18 +318,7 @@ void check_swiglu(Backend& be, Rng& rng, bool backward) {
     EXPECT_LT(rel_err(d.get(dub, n), du), kTol);
 }
 
-void fd_swiglu(Rng& rng) {
-    const int64_t n = 11;
-    Vec g = rng.normal(n, 2.0), u = rng.normal(n), G = rng.normal(n), out(static_cast<size_t>(n));
-    auto f = [&] {
-        ops::swiglu_forward(out.data(), g.data(), u.data(), n);
-        return dot(out, G);
-    };
-    Vec dg(static_cast<size_t>(n)), du(static_cast<size_t>(n));
-    ops::swiglu_backward(dg.data(), du.data(), G.data(), g.data(), u.data(), n);
-    EXPECT_LT(rel_err(dg, numeric_grad(g, f)), kFdTol);
-    EXPECT_LT(rel_err(du, numeric_grad(u, f)), kFdTol);
-}
+void fd_swiglu(Rng& rng) { SwigluFd(11, 2.0, rng.draws()).check(); }
 
 // ---- LoRA linear
 struct LoraInputs {
@@ -462,24 +411,10 @@ void check_lora(Backend& be, Rng& rng, bool backward) {
 }
 
 void fd_lora(Rng& rng) {
-    const int64_t N = 4, in = 6, out = 5, r = 2;
-    const double scale = 1.0 / 0.75, scaling = 1.5;
+    const int64_t N = 4, in = 6;
     std::vector<uint8_t> keep(size_t(N * in));
     fill_dropout_keep(keep.data(), N * in, shared_dropout_key(1, 2, 3, 4, 5), 0, 0.25);
-    Vec x = rng.normal(N * in), w = rng.normal(out * in), a = rng.normal(r * in), b = rng.normal(out * r),
-        G = rng.normal(N * out), y(size_t(N * out)), t(size_t(N * r));
-    auto f = [&] {
-        ops::lora_linear_forward(y.data(), t.data(), x.data(), w.data(), a.data(), b.data(), keep.data(), scale,
-                                 scaling, N, in, out, r);
-        return dot(y, G);
-    };
-    f();
-    Vec dx(x.size()), da(a.size(), 0.0), db(b.size(), 0.0);
-    ops::lora_linear_backward(dx.data(), da.data(), db.data(), G.data(), x.data(), w.data(), a.data(), b.data(),
-                              t.data(), keep.data(), scale, scaling, N, in, out, r, false);
-    EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
-    EXPECT_LT(rel_err(da, numeric_grad(a, f)), kFdTol);
-    EXPECT_LT(rel_err(db, numeric_grad(b, f)), kFdTol);
+    LoraFd(N, in, 5, 2, 1.0 / 0.75, 1.5, rng.draws()).check(keep.data());
 }
 
 // ---- residual add, row movement
@@ -768,14 +703,9 @@ TEST(BackendOps, TableHasExactlyTheInterfacesOps) {
 TEST(BackendOps, WiringReachesEveryOpThroughTheBackend) {
     TANDEM_BACKEND_OR_SKIP(inner);
     auto counting = std::make_shared<CountingBackend>(inner);
-    Qwen3Config c;
-    c.vocab_size = 97;
-    c.hidden_size = 64;
-    c.intermediate_size = 96;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 32;  // a head_dim every backend supports
+    const Qwen3Config c{.vocab_size = 97, .hidden_size = 64, .intermediate_size = 96, .num_hidden_layers = 2,
+                        .num_attention_heads = 4, .num_key_value_heads = 2,
+                        .head_dim = 32};  // a head_dim every backend supports
     LoraConfig l;
     l.rank = 2;
     l.alpha = 4;

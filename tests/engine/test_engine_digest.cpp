@@ -49,88 +49,45 @@ struct Case {
 
 Qwen3Config config(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv,
                    int64_t head_dim, bool tied) {
-    Qwen3Config c;
-    c.vocab_size = vocab;
-    c.hidden_size = hidden;
-    c.intermediate_size = inter;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kv;
-    c.head_dim = head_dim;
-    c.tie_word_embeddings = tied;
-    c.initializer_range = 0.08;
-    return c;
+    return Qwen3Config{.vocab_size = vocab, .hidden_size = hidden, .intermediate_size = inter, .num_hidden_layers = layers,
+                       .num_attention_heads = heads, .num_key_value_heads = kv, .head_dim = head_dim,
+                       .initializer_range = 0.08, .tie_word_embeddings = tied};
 }
 
 std::vector<Case> cases() {
-    std::vector<Case> out;
-    {  // GQA 2:1, every projection adapted, native dropout, two-pass chunked CE, clipping active
-        Case c;
-        c.name = "gqa-native";
-        c.config = config(515, 64, 160, 2, 4, 2, 16, true);
-        c.lora.rank = 4;
-        c.lora.alpha = 8;
-        c.lora.dropout = 0.1;
-        c.options.lr = 3e-3;
-        c.options.adamw.weight_decay = 0.01;
-        c.options.total_updates = 8;
-        c.options.warmup_updates = 2;
-        c.options.max_grad_norm = 0.05;
-        c.options.dropout_mode = DropoutMode::Native;
-        c.options.seed = 11;
-        c.options.threads = 2;
-        c.options.model.ce_token_chunk = 7;
-        c.options.model.ce_vocab_chunk = 100;
-        c.resume_at = 5;
-        out.push_back(c);
-    }
-    {  // MQA, untied LM head, three projections adapted, shared dropout masks, single-pass CE
-        Case c;
-        c.name = "mqa-shared-untied";
-        c.config = config(301, 48, 96, 3, 2, 1, 24, false);
-        c.lora.rank = 3;
-        c.lora.alpha = 6;
-        c.lora.use_rslora = false;
-        c.lora.dropout = 0.2;
-        c.lora.targets = {"q_proj", "v_proj", "down_proj"};
-        c.options.lr = 5e-3;
-        c.options.total_updates = 7;
-        c.options.warmup_ratio = 0.03;
-        c.options.max_grad_norm = 1.0;
-        c.options.dropout_mode = DropoutMode::Shared;
-        c.options.seed = 5;
-        c.options.threads = 2;
-        c.options.model.ce_token_chunk = 0;
-        c.options.model.ce_vocab_chunk = 0;
-        c.updates = 7;
-        c.eval_every = 3;
-        c.micro_batches = 3;
-        out.push_back(c);
-    }
-    {  // dropout off, one thread, longer sequences (row loops split over chunks), 4 heads / 4 kv
-        Case c;
-        c.name = "mha-off-1thread";
-        c.config = config(1000, 96, 200, 2, 4, 4, 24, true);
-        c.lora.rank = 8;
-        c.lora.alpha = 16;
-        c.lora.dropout = 0.0;
-        c.options.lr = 1e-3;
-        c.options.total_updates = 5;
-        c.options.warmup_updates = 0;
-        c.options.max_grad_norm = 1.0;
-        c.options.dropout_mode = DropoutMode::Off;
-        c.options.seed = 3;
-        c.options.threads = 1;
-        c.options.model.ce_token_chunk = 64;
-        c.options.model.ce_vocab_chunk = 0;
-        c.updates = 5;
-        c.eval_every = 5;
-        c.batch = 3;
-        c.seq_min = 40;
-        c.seq_max = 57;
-        out.push_back(c);
-    }
-    return out;
+    return {
+        // GQA 2:1, every projection adapted, native dropout, two-pass chunked CE, clipping active
+        Case{.name = "gqa-native",
+             .config = config(515, 64, 160, 2, 4, 2, 16, true),
+             .lora = {.rank = 4, .alpha = 8, .dropout = 0.1},
+             .options = {.lr = 3e-3, .adamw = {.weight_decay = 0.01}, .total_updates = 8, .warmup_updates = 2,
+                         .max_grad_norm = 0.05, .dropout_mode = DropoutMode::Native, .seed = 11, .threads = 2,
+                         .model = {.ce_token_chunk = 7, .ce_vocab_chunk = 100}},
+             .resume_at = 5},
+        // MQA, untied LM head, three projections adapted, shared dropout masks, single-pass CE
+        Case{.name = "mqa-shared-untied",
+             .config = config(301, 48, 96, 3, 2, 1, 24, false),
+             .lora = {.rank = 3, .alpha = 6, .use_rslora = false, .dropout = 0.2,
+                      .targets = {"q_proj", "v_proj", "down_proj"}},
+             .options = {.lr = 5e-3, .total_updates = 7, .warmup_ratio = 0.03, .max_grad_norm = 1.0,
+                         .dropout_mode = DropoutMode::Shared, .seed = 5, .threads = 2,
+                         .model = {.ce_token_chunk = 0, .ce_vocab_chunk = 0}},
+             .updates = 7,
+             .eval_every = 3,
+             .micro_batches = 3},
+        // dropout off, one thread, longer sequences (row loops split over chunks), 4 heads / 4 kv
+        Case{.name = "mha-off-1thread",
+             .config = config(1000, 96, 200, 2, 4, 4, 24, true),
+             .lora = {.rank = 8, .alpha = 16, .dropout = 0.0},
+             .options = {.lr = 1e-3, .total_updates = 5, .warmup_updates = 0, .max_grad_norm = 1.0,
+                         .dropout_mode = DropoutMode::Off, .seed = 3, .threads = 1,
+                         .model = {.ce_token_chunk = 64, .ce_vocab_chunk = 0}},
+             .updates = 5,
+             .eval_every = 5,
+             .batch = 3,
+             .seq_min = 40,
+             .seq_max = 57},
+    };
 }
 
 // Right-padded micro-batch: an unsupervised prompt of 2..4 tokens, the rest of each sequence supervised.

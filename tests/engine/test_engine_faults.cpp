@@ -10,6 +10,7 @@
 // The data/template faults are record-level tests in tests/spec/test_faults.cpp.
 #include <gtest/gtest.h>
 
+#include "finite_differences.h"
 #include "random_batches.h"
 #include "tiny_model.h"
 
@@ -32,10 +33,7 @@ namespace {
 
 std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0) {
     std::mt19937_64 rng(seed);
-    std::normal_distribution<double> d(0.0, scale);
-    std::vector<double> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
+    return tandem::test::normal_draws(n, rng, scale);
 }
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
@@ -354,8 +352,7 @@ TEST_F(FaultTrainer, LoadingFaultsMoveTheForwardFromTheStart) {
 
 TEST_F(FaultTrainer, LabelShiftFaultsMoveTheLoss) {
     for (auto shift : {LabelShift::None, LabelShift::Two}) {
-        FaultConfig f;
-        f.label_shift = shift;
+        const FaultConfig f{.label_shift = shift};
         expect_moves(shift == LabelShift::None ? "labels-unshifted" : "labels-shifted-twice", clean(), train(f),
                      {true, true, true, false, true});
     }
@@ -369,8 +366,7 @@ TEST_F(FaultTrainer, AdapterScalingFaultsAreInvisibleWhileBIsZero) {
     zero.b_zero = true;
     const Observed clean_zero = train(FaultConfig{}, zero);
     for (auto sc : {LoraScaling::AlphaOverRank, LoraScaling::RawAlpha}) {
-        FaultConfig f;
-        f.lora_scaling = sc;
+        const FaultConfig f{.lora_scaling = sc};
         const char* name = sc == LoraScaling::AlphaOverRank ? "rslora-ignored" : "raw-alpha";
         expect_moves(name, clean_zero, train(f, zero), {false, false, true, false, true});
         expect_moves(name, clean(), train(f), {true, true, true, false, true});
@@ -378,8 +374,7 @@ TEST_F(FaultTrainer, AdapterScalingFaultsAreInvisibleWhileBIsZero) {
 }
 
 TEST_F(FaultTrainer, AdapterOnWrongProjectionTrainsVNotK) {
-    FaultConfig f;
-    f.k_proj_uses_v_adapter = true;
+    const FaultConfig f{.k_proj_uses_v_adapter = true};
     RunSetup zero;
     zero.b_zero = true;
     const Observed clean_zero = train(FaultConfig{}, zero);
@@ -403,14 +398,12 @@ TEST_F(FaultTrainer, AdapterOnWrongProjectionTrainsVNotK) {
 }
 
 TEST_F(FaultTrainer, LoraBGradTransposedMovesTheGradientNotTheForward) {
-    FaultConfig f;
-    f.lora_b_grad = LoraBGrad::TransposedOperand;
+    const FaultConfig f{.lora_b_grad = LoraBGrad::TransposedOperand};
     expect_moves("lora-b-grad-transposed", clean(), train(f), {false, false, true, false, true});
 }
 
 TEST_F(FaultTrainer, MeanOfMicroBatchMeansMovesOnlyWhenCountsDiffer) {
-    FaultConfig f;
-    f.mean_of_micro_batch_means = true;
+    const FaultConfig f{.mean_of_micro_batch_means = true};
     // different supervised counts per micro-batch: the update's loss and gradient are weighted wrongly
     expect_moves("grad-accum-mean-of-means", clean(), train(f), {false, true, true, false, true});
     // equal counts: mean of means == sum / tokens (up to rounding: accumulated one micro-batch at a time)
@@ -422,12 +415,10 @@ TEST_F(FaultTrainer, MeanOfMicroBatchMeansMovesOnlyWhenCountsDiffer) {
 }
 
 TEST_F(FaultTrainer, ClippingFaultsMoveTheUpdateOnlyWhenClippingIsActive) {
-    FaultConfig skip;
-    skip.clipping = Clipping::Skipped;
+    const FaultConfig skip{.clipping = Clipping::Skipped};
     // max norm 1e-3: clipping active; the pre-clip norm and the loss are the same, the update is not
     expect_moves("clip-skipped", clean(), train(skip), {false, false, false, false, true});
-    FaultConfig per;
-    per.clipping = Clipping::PerMicroBatch;
+    const FaultConfig per{.clipping = Clipping::PerMicroBatch};
     // per micro-batch: the recorded norm is the norm of the sum of clipped shares; the loss is the same
     // number summed one micro-batch at a time
     expect_moves("clip-per-micro-batch", clean(), train(per), {false, false, true, false, true}, 1e-6);
@@ -439,32 +430,27 @@ TEST_F(FaultTrainer, ClippingFaultsMoveTheUpdateOnlyWhenClippingIsActive) {
 }
 
 TEST_F(FaultTrainer, AdamWFaultsMoveOnlyTheUpdate) {
-    FaultConfig a;
-    a.adamw_no_bias_correction = true;
+    const FaultConfig a{.adamw_no_bias_correction = true};
     expect_moves("adamw-no-bias-correction", clean(), train(a), {false, false, false, false, true});
-    FaultConfig b;
-    b.adamw_eps_inside_sqrt = true;
+    const FaultConfig b{.adamw_eps_inside_sqrt = true};
     expect_moves("adamw-eps-inside-sqrt", clean(), train(b), {false, false, false, false, true});
 }
 
 TEST_F(FaultTrainer, WarmupOffsetShiftsTheSchedule) {
-    FaultConfig f;
-    f.warmup_offset = 1;
+    const FaultConfig f{.warmup_offset = 1};
     const Observed o = train(f);
     expect_moves("warmup-off-by-one", clean(), o, {false, false, false, true, true});
     for (size_t i = 0; i + 1 < o.lr.size(); ++i) EXPECT_EQ(o.lr[i], clean().lr[i + 1]);  // update t runs with t+1's lr
 }
 
 TEST_F(FaultTrainer, EvaluationFaultsMoveOnlyTheEvaluation) {
-    FaultConfig d;
-    d.eval_dropout = 0.3;
+    const FaultConfig d{.eval_dropout = 0.3};
     const Observed od = train(d);
     expect_moves("dropout-in-eval", clean(), od, {true, false, false, false, false});
     EXPECT_NE(od.eval_after, clean().eval_after);
     EXPECT_TRUE(same_bits(od.adapter.back(), clean().adapter.back()));  // training untouched
 
-    FaultConfig w;
-    w.eval_without_adapter = true;
+    const FaultConfig w{.eval_without_adapter = true};
     const Observed ow = train(w);
     expect_moves("eval-without-adapter", clean(), ow, {true, false, false, false, false});
     EXPECT_TRUE(same_bits(ow.adapter.back(), clean().adapter.back()));
@@ -476,8 +462,7 @@ TEST_F(FaultTrainer, EvaluationFaultsMoveOnlyTheEvaluation) {
 }
 
 TEST_F(FaultTrainer, ReusedDropoutMaskMovesTrainingOnlyWithDropout) {
-    FaultConfig f;
-    f.same_mask_every_micro_batch = true;
+    const FaultConfig f{.same_mask_every_micro_batch = true};
     expect_moves("dropout-mask-reused", clean(), train(f), {false, true, true, false, true});
     RunSetup none;
     none.dropout = 0;
@@ -486,8 +471,7 @@ TEST_F(FaultTrainer, ReusedDropoutMaskMovesTrainingOnlyWithDropout) {
 }
 
 TEST_F(FaultTrainer, SlowAfterEvalChangesTimeNotNumbers) {
-    FaultConfig f;
-    f.slow_after_eval = 40;
+    const FaultConfig f{.slow_after_eval = 40};
     RunSetup s;
     s.updates = 5;
     const Observed base = train(FaultConfig{}, s);

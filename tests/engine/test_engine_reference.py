@@ -164,6 +164,20 @@ def ce_sum(model, mb):
     return F.cross_entropy(logits[:, :-1][sel], ids[:, 1:][sel], reduction="sum"), int(sel.sum())
 
 
+def update_loss(pm, batch, before=lambda k: None):
+    """One update of the reference over its micro-batches, the gradients accumulated into pm's: each
+    micro-batch's token-loss sum over the update's supervised tokens (docs/spec.md normalisation).
+    before(k) runs ahead of micro-batch k. Returns (the update's loss, its supervised tokens)."""
+    total = sum(int(torch.tensor(mb["supervised"]).view(mb["batch"], mb["seq"])[:, 1:].sum()) for mb in batch)
+    loss_sum = 0.0
+    for k, mb in enumerate(batch):
+        before(k)
+        s, _ = ce_sum(pm, mb)
+        (s / total).backward()
+        loss_sum += float(s.detach())
+    return loss_sum / total, total
+
+
 def load_peft(model_dir, adapter_dir, trainable=True):
     from peft import PeftModel
 
@@ -220,14 +234,8 @@ def test_logits_loss_and_lora_gradients_match_peft(setup, chunks):
         assert err <= 1e-5
 
     # loss and accumulated gradients of one update (two micro-batches, docs/spec.md normalisation)
-    total = sum(int(torch.tensor(mb["supervised"]).view(mb["batch"], mb["seq"])[:, 1:].sum()) for mb in mbs)
     pm.zero_grad()
-    loss_sum = 0.0
-    for mb in mbs:
-        s, _ = ce_sum(pm, mb)
-        (s / total).backward()
-        loss_sum += float(s.detach())
-    ref_loss = loss_sum / total
+    ref_loss, total = update_loss(pm, mbs)
     params = lora_params(pm)
     ref_norm = float(torch.nn.utils.clip_grad_norm_([p for _, p in params], max_norm=1e30))
     res = json.loads((out / "grads.json").read_text())
@@ -289,19 +297,13 @@ def reference_training(pm, mbs, updates, lr, total_updates, shared_p=None):
     losses, norms, lrs = [], [], []
     for u, idx in enumerate(updates):
         batch = [mbs[i] for i in idx]
-        total = sum(int(torch.tensor(mb["supervised"]).view(mb["batch"], mb["seq"])[:, 1:].sum()) for mb in batch)
         opt.zero_grad()
-        loss_sum = 0.0
-        for k, mb in enumerate(batch):
-            SharedDropout.ctx.update(update=u, micro_batch=k)
-            s, _ = ce_sum(pm, mb)
-            (s / total).backward()
-            loss_sum += float(s.detach())
+        loss, _ = update_loss(pm, batch, lambda k: SharedDropout.ctx.update(update=u, micro_batch=k))
         norms.append(float(torch.nn.utils.clip_grad_norm_(params, 1.0)))
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-        losses.append(loss_sum / total)
+        losses.append(loss)
     return losses, norms, lrs
 
 
@@ -402,15 +404,10 @@ def test_subset_of_projections_matches_peft(setup):
 
     pm = load_peft(model_dir, adapter_dir)
     pm.train()
-    total = sum(int(torch.tensor(mb["supervised"]).view(mb["batch"], mb["seq"])[:, 1:].sum()) for mb in mbs)
     pm.zero_grad()
-    loss_sum = 0.0
-    for mb in mbs:
-        s, _ = ce_sum(pm, mb)
-        (s / total).backward()
-        loss_sum += float(s.detach())
+    ref_loss, _ = update_loss(pm, mbs)
     res = json.loads((out / "grads.json").read_text())
-    assert rel(res["loss"], loss_sum / total) <= 1e-6
+    assert rel(res["loss"], ref_loss) <= 1e-6
     grads = load_file(str(out / "grads.safetensors"))
     params = lora_params(pm)
     assert sorted(grads) == sorted(n for n, _ in params)

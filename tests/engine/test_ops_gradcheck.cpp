@@ -16,54 +16,37 @@
 #include <vector>
 
 #include "finite_differences.h"
+#include "op_fd_checks.h"
 #include "tandem/engine/ops.h"
 
 namespace ops = tandem::engine::ops;
 
 namespace {
 
-using tandem::test::dot;
-using tandem::test::numeric_grad;
-using tandem::test::rel_err;
-using tandem::test::rounded;
-using tandem::test::Vec;
+using namespace tandem::test;  // the float64 yardsticks and the shared finite-difference problems
 
-Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-    std::normal_distribution<double> d(0.0, scale);
-    Vec v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+Vec randn(size_t n, std::mt19937_64& rng, double scale = 1.0) { return normal_draws(n, rng, scale); }
 
 std::vector<float> to_float(const Vec& v) { return {v.begin(), v.end()}; }
 Vec to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-constexpr double kFdTol = 1e-6;
 constexpr double kFloatTol = 1e-5;
 
 class OpsTest : public ::testing::Test {
 protected:
     void SetUp() override { ops::set_num_threads(2); }
     std::mt19937_64 rng{20261129};
+    const NormalDraws normal = [this](size_t n, double scale) { return randn(n, rng, scale); };
 };
 
 // ------------------------------------------------------------------------------------------------
 
 TEST_F(OpsTest, RmsNormBackwardMatchesFiniteDifferences) {
     // layer norms (rows = tokens, C = hidden) and q_norm/k_norm (rows = tokens*heads, C = head_dim)
-    for (auto [rows, C] : {std::pair<int64_t, int64_t>{3, 7}, {12, 8}}) {
-        Vec x = randn(size_t(rows * C), rng), w = randn(size_t(C), rng, 0.5), G = randn(size_t(rows * C), rng);
-        for (auto& v : w) v += 1.0;
-        Vec out(x.size()), rstd(static_cast<size_t>(rows));
-        auto f = [&] {
-            ops::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, C, 1e-6);
-            return dot(out, G);
-        };
-        f();
-        Vec dx(x.size()), dw(w.size(), 0.0);
-        ops::rmsnorm_backward(dx.data(), dw.data(), G.data(), x.data(), w.data(), rstd.data(), rows, C);
-        EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol) << "dx rows=" << rows;
-        EXPECT_LT(rel_err(dw, numeric_grad(w, f)), kFdTol) << "dweight rows=" << rows;
+    for (auto [rows, C] : RmsNormFd::kShapes) {
+        RmsNormFd n(rows, C, normal);
+        n.check();
+        const Vec &x = n.x, &w = n.w;
 
         // float32 forward vs float64
         auto xf = to_float(x), wf = to_float(w);
@@ -77,20 +60,11 @@ TEST_F(OpsTest, RmsNormBackwardMatchesFiniteDifferences) {
 }
 
 TEST_F(OpsTest, RopeBackwardMatchesFiniteDifferences) {
-    const int64_t B = 2, T = 5, H = 3, D = 8;
-    Vec cos(size_t(T * D)), sin(size_t(T * D));
-    ops::rope_tables(cos.data(), sin.data(), T, D, 10000.0);
-    Vec x = randn(size_t(B * T * H * D), rng), G = randn(x.size(), rng), out(x.size());
-    auto f = [&] {
-        ops::rope_forward(out.data(), x.data(), cos.data(), sin.data(), B, T, H, D);
-        return dot(out, G);
-    };
-    Vec dx(x.size());
-    ops::rope_backward(dx.data(), G.data(), cos.data(), sin.data(), B, T, H, D);
-    EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol);
+    RopeFd r(normal);
+    r.check();
     // rotation preserves norms per (token, head, pair)
-    f();
-    EXPECT_NEAR(dot(out, out), dot(x, x), 1e-9 * dot(x, x));
+    r.forward();
+    EXPECT_NEAR(dot(r.out, r.out), dot(r.x, r.x), 1e-9 * dot(r.x, r.x));
 }
 
 TEST_F(OpsTest, RopeTablesFollowTransformersFloat32Recipe) {
@@ -110,25 +84,16 @@ TEST_F(OpsTest, RopeTablesFollowTransformersFloat32Recipe) {
 }
 
 TEST_F(OpsTest, AttentionBackwardMatchesFiniteDifferences) {
-    const int64_t B = 2, T = 5, H = 4, KV = 2, D = 3;
-    const std::vector<int32_t> lengths = {5, 3};  // second sequence right-padded
-    Vec q = randn(size_t(B * T * H * D), rng), k = randn(size_t(B * T * KV * D), rng),
-        v = randn(size_t(B * T * KV * D), rng), G = randn(q.size(), rng);
-    Vec out(q.size()), probs(size_t(B * H * T * T));
-    auto f = [&] {
-        ops::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), lengths.data(), B, T, H, KV, D);
-        return dot(out, G);
-    };
-    f();
-    Vec dq(q.size()), dk(k.size()), dv(v.size());
-    ops::attention_backward(dq.data(), dk.data(), dv.data(), G.data(), q.data(), k.data(), v.data(), probs.data(),
-                            lengths.data(), B, T, H, KV, D);
-    EXPECT_LT(rel_err(dq, numeric_grad(q, f)), kFdTol);
-    EXPECT_LT(rel_err(dk, numeric_grad(k, f)), kFdTol);
-    EXPECT_LT(rel_err(dv, numeric_grad(v, f)), kFdTol);
+    AttentionFd a(normal);  // the second sequence right-padded
+    a.check();
+    constexpr int64_t B = AttentionFd::B, T = AttentionFd::T, H = AttentionFd::H, KV = AttentionFd::KV,
+                      D = AttentionFd::D;
+    const std::vector<int32_t>& lengths = a.lengths;
+    const Vec &q = a.q, &k = a.k, &v = a.v, &dk = a.dk, &dv = a.dv;
+    Vec &out = a.out, &probs = a.probs;
 
     // masking: padded keys get no probability and no gradient; causal rows sum to 1
-    f();
+    a.forward();
     for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < T; ++i) {
             double sum = 0;
@@ -157,16 +122,7 @@ TEST_F(OpsTest, AttentionBackwardMatchesFiniteDifferences) {
 }
 
 TEST_F(OpsTest, SwigluBackwardMatchesFiniteDifferences) {
-    const int64_t n = 33;
-    Vec g = randn(size_t(n), rng, 3.0), u = randn(size_t(n), rng), G = randn(size_t(n), rng), out(static_cast<size_t>(n));
-    auto f = [&] {
-        ops::swiglu_forward(out.data(), g.data(), u.data(), n);
-        return dot(out, G);
-    };
-    Vec dg(static_cast<size_t>(n)), du(static_cast<size_t>(n));
-    ops::swiglu_backward(dg.data(), du.data(), G.data(), g.data(), u.data(), n);
-    EXPECT_LT(rel_err(dg, numeric_grad(g, f)), kFdTol);
-    EXPECT_LT(rel_err(du, numeric_grad(u, f)), kFdTol);
+    SwigluFd(33, 3.0, normal).check();
 }
 
 TEST_F(OpsTest, LoraLinearBackwardMatchesFiniteDifferencesWithDropoutMask) {
@@ -175,22 +131,11 @@ TEST_F(OpsTest, LoraLinearBackwardMatchesFiniteDifferencesWithDropoutMask) {
     std::vector<uint8_t> keep(size_t(N * in));
     std::bernoulli_distribution bern(1.0 - p);
     for (auto& k : keep) k = bern(rng) ? 1 : 0;
-    Vec x = randn(size_t(N * in), rng), w = randn(size_t(out * in), rng), a = randn(size_t(r * in), rng),
-        b = randn(size_t(out * r), rng), G = randn(size_t(N * out), rng);
+    LoraFd l(N, in, out, r, dscale, scaling, normal);
+    Vec &x = l.x, &w = l.w, &a = l.a, &b = l.b, &G = l.G;
     for (const uint8_t* mask : {static_cast<const uint8_t*>(nullptr), static_cast<const uint8_t*>(keep.data())}) {
-        Vec y(size_t(N * out)), t(size_t(N * r));
-        auto f = [&] {
-            ops::lora_linear_forward(y.data(), t.data(), x.data(), w.data(), a.data(), b.data(), mask, dscale, scaling, N,
-                                     in, out, r);
-            return dot(y, G);
-        };
-        f();
-        Vec dx(x.size(), 0.0), da(a.size(), 0.0), db(b.size(), 0.0);
-        ops::lora_linear_backward(dx.data(), da.data(), db.data(), G.data(), x.data(), w.data(), a.data(), b.data(),
-                                  t.data(), mask, dscale, scaling, N, in, out, r, false);
-        EXPECT_LT(rel_err(dx, numeric_grad(x, f)), kFdTol) << (mask ? "with mask" : "no mask");
-        EXPECT_LT(rel_err(da, numeric_grad(a, f)), kFdTol) << (mask ? "with mask" : "no mask");
-        EXPECT_LT(rel_err(db, numeric_grad(b, f)), kFdTol) << (mask ? "with mask" : "no mask");
+        l.check(mask);
+        const Vec &dx = l.dx, &da = l.da, &db = l.db, &t = l.t;
 
         // accumulate_dx adds to what is there; parameter grads accumulate (+=) on a second call
         Vec dx2(x.size(), 1.0), da2 = da, db2 = db;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "finite_differences.h"
 #include "simd.h"
 #include "tandem/engine/dropout.h"
 #include "tandem/engine/ops.h"
@@ -24,10 +25,7 @@ using namespace tandem::engine;
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
     std::mt19937_64 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
+    return tandem::test::normal_draws(n, rng, scale);
 }
 
 // Runs `op` (which writes into the vectors it is given) with the kernels off, then on, and

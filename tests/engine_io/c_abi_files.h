@@ -55,6 +55,12 @@ struct CAbiFiles {
         }
         for (int m = 0; m < 2; ++m) cb.push_back({mbs[m].batch, mbs[m].seq, mbs[m].ids.data(), sup32[m].data(), mbs[m].lengths.data()});
     }
+    // The C++ trainer's options in both suites (their C ABI side is given the same): lr 5e-3 over
+    // total_updates updates, shared dropout masks of seed 21, 2 threads.
+    static engine::TrainOptions train_options(int64_t total_updates) {
+        return engine::TrainOptions{.lr = 5e-3, .total_updates = total_updates,
+                                    .dropout_mode = engine::DropoutMode::Shared, .seed = 21, .threads = 2};
+    }
     ~CAbiFiles() { std::filesystem::remove_all(root); }
     CAbiFiles(const CAbiFiles&) = delete;
     CAbiFiles& operator=(const CAbiFiles&) = delete;

@@ -140,12 +140,7 @@ TEST(CAbiModel, ACallersLoopFollowsTheTrainer) {
     std::vector<float> params = f.initial_params(m);
     HfCheckpoint base = load_hf_checkpoint(f.root / "base");
     const LoraAdapter init = load_peft_adapter(f.root / "init", base.config);
-    TrainOptions opts;
-    opts.lr = 5e-3;
-    opts.total_updates = 4;
-    opts.dropout_mode = DropoutMode::Shared;
-    opts.seed = 21;
-    opts.threads = 2;
+    const TrainOptions opts = Fixture::train_options(4);
     Trainer trainer = Trainer::create(base.config, std::move(base.tensors), init.config, opts);
     trainer.load_adapter(init.tensors);
     std::vector<float> mom1(params.size()), mom2(params.size()), g(params.size());

@@ -14,12 +14,7 @@ TEST(CAbi, MatchesTheCppTrainerBitForBit) {
     const tandem::test::CAbiFiles files("cabi-cpp");
     const auto& [root, cfg, lora, mbs, sup32, cb] = files;
 
-    TrainOptions opts;
-    opts.lr = 5e-3;
-    opts.total_updates = 5;
-    opts.dropout_mode = DropoutMode::Shared;
-    opts.seed = 21;
-    opts.threads = 2;
+    const TrainOptions opts = tandem::test::CAbiFiles::train_options(5);
     HfCheckpoint base = load_hf_checkpoint(root / "base");
     const LoraAdapter init = load_peft_adapter(root / "init", base.config);
     Trainer direct = Trainer::create(base.config, std::move(base.tensors), init.config, opts);

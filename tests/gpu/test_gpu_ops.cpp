@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "dropout_cases.h"
 #include "gpu_test_util.h"
 #include "tandem/engine/dropout.h"
 #include "tandem/engine/ops.h"
@@ -210,15 +211,7 @@ TEST_F(GpuOps, SwigluForwardBackwardMatchCpu) {
 // ------------------------------------------------------------------------------------------------
 TEST_F(GpuOps, DropoutMasksAreBitIdenticalToCpu) {
     const int64_t n = 100003;
-    struct Case {
-        uint64_t key, first;
-        double p;
-    };
-    const Case cases[] = {{engine::shared_dropout_key(42, 7, 3, 5, 2), 0, 0.05},
-                          {engine::native_dropout_key(42), 123456789012ull, 0.05},
-                          {engine::shared_dropout_key(1, 0, 0, 0, 6), 0, 0.5},
-                          {engine::native_dropout_key(0), 0, 0.1}};
-    for (const Case& c : cases) {
+    for (const gputest::DropoutCase& c : gputest::dropout_cases()) {
         std::vector<uint8_t> want(n);
         engine::fill_dropout_keep(want.data(), n, c.key, c.first, c.p);
         auto keep_d = env->zeros<uint8_t>(n);

@@ -19,15 +19,9 @@ using namespace tandem::engine;
 using gputest::rel_diff;
 
 Qwen3Config tiny_config() {
-    Qwen3Config c;
-    c.vocab_size = 515;  // not a multiple of anything
-    c.hidden_size = 64;
-    c.intermediate_size = 160;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 32;
-    return c;
+    return Qwen3Config{.vocab_size = 515,  // not a multiple of anything
+                       .hidden_size = 64, .intermediate_size = 160, .num_hidden_layers = 2,
+                       .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 32};
 }
 
 LoraConfig tiny_lora() {

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "dropout_cases.h"
 #include "tandem/engine/dropout.h"
 #include "tandem/engine/optim.h"
 #include "tandem/kernels/ops.h"
@@ -55,17 +56,10 @@ TEST(KernelsHost, DropoutThresholdMatchesTheDoubleComparison) {
 }
 
 TEST(KernelsHost, DropoutMasksAreTheEnginesMasks) {
-    struct Case {
-        uint64_t key, first;
-        double p;
-    };
-    const Case cases[] = {{engine::shared_dropout_key(42, 7, 3, 5, 2), 0, 0.05},
-                          {engine::native_dropout_key(42), 123456789012ull, 0.05},
-                          {engine::shared_dropout_key(1, 0, 0, 0, 6), 0, 0.5},
-                          {engine::native_dropout_key(0), 0, 0.1},
-                          {engine::shared_dropout_key(3, 10535, 7, 27, 6), 0, 0.25}};
+    std::vector<gputest::DropoutCase> cases = gputest::dropout_cases();
+    cases.push_back({engine::shared_dropout_key(3, 10535, 7, 27, 6), 0, 0.25});
     const int64_t n = 200003;
-    for (const Case& c : cases) {
+    for (const gputest::DropoutCase& c : cases) {
         // in pieces below the CPU's parallel grain (32768): serial fills, and the pieces exercise
         // first_index offsets as the native counter does
         std::vector<uint8_t> want(n);

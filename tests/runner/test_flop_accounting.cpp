@@ -89,14 +89,9 @@ TEST(FlopFigures, RunFolderPlanGivesEachUpdatesMicroBatchShapes) {
     const fs::path run = tandem::test::fresh_dir("run-flops");
     fs::create_directories(run / "base");
     fs::create_directories(run / "corpus");
-    tandem::engine::Qwen3Config cfg;
-    cfg.vocab_size = 1000;
-    cfg.hidden_size = 64;
-    cfg.intermediate_size = 160;
-    cfg.num_hidden_layers = 2;
-    cfg.num_attention_heads = 4;
-    cfg.num_key_value_heads = 2;
-    cfg.head_dim = 16;
+    const tandem::engine::Qwen3Config cfg{.vocab_size = 1000, .hidden_size = 64, .intermediate_size = 160,
+                                          .num_hidden_layers = 2, .num_attention_heads = 4,
+                                          .num_key_value_heads = 2, .head_dim = 16};
     std::ofstream(run / "base" / "config.json") << cfg.to_json().dump();
     // records: (length, boundary, supervised); the run's max_len 40 cuts record 2
     const std::vector<std::array<size_t, 3>> rec = {{30, 10, 20}, {25, 5, 20}, {50, 10, 40}, {12, 4, 8}};

@@ -169,29 +169,18 @@ json Qwen3Config::to_json() const {
 }
 
 Qwen3Config Qwen3Config::named(std::string_view name) {
-    Qwen3Config c;  // the struct defaults are the Qwen3-0.6B architecture (docs/spec.md §Recipe)
-    c.max_position_embeddings = 40960;
-    if (name == "qwen3-0.6b") return c;
+    // The struct defaults are the Qwen3-0.6B architecture (docs/spec.md §Recipe); the others change its sizes.
+    if (name == "qwen3-0.6b") return Qwen3Config{};
     if (name == "bench-cpu") {
         // The CPU benchmark size (docs/benchmarks.md) (hidden 512, 4 layers, the real vocabulary).
-        c.hidden_size = 512;
-        c.num_hidden_layers = 4;
-        c.num_attention_heads = 8;
-        c.num_key_value_heads = 4;
-        c.head_dim = 64;
-        c.intermediate_size = 1536;
-        return c;
+        return Qwen3Config{.hidden_size = 512, .intermediate_size = 1536, .num_hidden_layers = 4,
+                           .num_attention_heads = 8, .num_key_value_heads = 4, .head_dim = 64};
     }
     if (name == "tiny") {
         // clinical-tiny: small enough for a CPU run of a few hundred updates in minutes, keeps GQA
         // (2 query heads per kv head) and the real vocabulary so the real tokenizer's ids are valid.
-        c.hidden_size = 128;
-        c.num_hidden_layers = 2;
-        c.num_attention_heads = 4;
-        c.num_key_value_heads = 2;
-        c.head_dim = 32;
-        c.intermediate_size = 384;
-        return c;
+        return Qwen3Config{.hidden_size = 128, .intermediate_size = 384, .num_hidden_layers = 2,
+                           .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 32};
     }
     throw Error("unknown model config name '" + std::string(name) + "' (known: qwen3-0.6b, bench-cpu, tiny)");
 }

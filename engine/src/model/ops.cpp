@@ -29,20 +29,19 @@ using detail::parallel_for_grain;
 namespace {
 
 // ----------------------------------------------------------------------------------------------
-// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major with leading dimensions.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major with leading dimensions
+// (cblas_sgemm for float, cblas_dgemm for double).
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
     if (M == 0 || N == 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-                static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-                beta, C, static_cast<int>(ldc));
-}
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-                static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-                beta, C, static_cast<int>(ldc));
+    auto* const blas_gemm = [] {
+        if constexpr (std::is_same_v<T, float>) return &cblas_sgemm;
+        else return &cblas_dgemm;
+    }();
+    blas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+              static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
+              C, static_cast<int>(ldc));
 }
 
 // Rows per parallel chunk below which a row loop is not worth a thread hand-off.
@@ -228,88 +227,59 @@ void rope_tables(double* cos, double* sin, int64_t T_, int64_t D, double theta) 
     }
 }
 
-template <typename T>
-void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
-                  RopePairing pairing) {
+namespace {
+// The four RoPE loops in one walk over the (position, head) rows of D elements. A row's pairs are
+// (i, i + half) rotated by angle i (transformers' rotate_half), or in the fault variant (2i, 2i+1)
+// rotated by angle i (cos/sin[i] == cos/sin[i + half]); the backward rotates by minus the angle.
+template <bool kBackward, typename T>
+void rope_rotate(T* dst, const T* src, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                 RopePairing pairing) {
     const int64_t half = D / 2;
-    if (pairing == RopePairing::Interleaved) {
-        // fault variant: pairs (2i, 2i+1) rotated by angle i (cos/sin[i] == cos/sin[i + half])
+    // the pairing is a compile-time constant inside the loops
+    const auto rotate = [&](auto interleaved) {
+        constexpr bool kInterleaved = decltype(interleaved)::value;
         parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
             for (int64_t bt = b0; bt < e0; ++bt) {
                 const int64_t t = bt % T_;
                 const T* c = cos + t * D;
                 const T* s = sin + t * D;
                 for (int64_t h = 0; h < H; ++h) {
-                    const T* x = in + (bt * H + h) * D;
-                    T* y = out + (bt * H + h) * D;
+                    const T* x = src + (bt * H + h) * D;
+                    T* y = dst + (bt * H + h) * D;
                     for (int64_t i = 0; i < half; ++i) {
-                        const T x1 = x[2 * i], x2 = x[2 * i + 1];
-                        y[2 * i] = x1 * c[i] - x2 * s[i];
-                        y[2 * i + 1] = x2 * c[i] + x1 * s[i];
+                        // the pair's two elements, and the table index of the second one
+                        const int64_t i1 = kInterleaved ? 2 * i : i, i2 = kInterleaved ? 2 * i + 1 : i + half;
+                        const int64_t j = kInterleaved ? i : i + half;
+                        const T x1 = x[i1], x2 = x[i2];
+                        if constexpr (kBackward) {
+                            y[i1] = x1 * c[i] + x2 * s[j];
+                            y[i2] = x2 * c[j] - x1 * s[i];
+                        } else {  // q*cos + rotate_half(q)*sin, rotate_half = cat(-x2, x1)
+                            y[i1] = x1 * c[i] - x2 * s[i];
+                            y[i2] = x2 * c[j] + x1 * s[j];
+                        }
                     }
                 }
             }
         });
-        return;
-    }
-    parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
-        for (int64_t bt = b0; bt < e0; ++bt) {
-            const int64_t t = bt % T_;
-            const T* c = cos + t * D;
-            const T* s = sin + t * D;
-            for (int64_t h = 0; h < H; ++h) {
-                const T* x = in + (bt * H + h) * D;
-                T* y = out + (bt * H + h) * D;
-                for (int64_t i = 0; i < half; ++i) {
-                    const T x1 = x[i], x2 = x[i + half];
-                    // q*cos + rotate_half(q)*sin, rotate_half = cat(-x2, x1)
-                    y[i] = x1 * c[i] - x2 * s[i];
-                    y[i + half] = x2 * c[i + half] + x1 * s[i + half];
-                }
-            }
-        }
-    });
+    };
+    if (pairing == RopePairing::Interleaved)
+        rotate(std::true_type{});
+    else
+        rotate(std::false_type{});
+}
+}  // namespace
+
+template <typename T>
+void rope_forward(T* out, const T* in, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                  RopePairing pairing) {
+    rope_rotate<false>(out, in, cos, sin, B, T_, H, D, pairing);
 }
 
 template <typename T>
 void rope_backward(T* din, const T* dout, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
                    RopePairing pairing) {
-    const int64_t half = D / 2;
-    if (pairing == RopePairing::Interleaved) {
-        parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
-            for (int64_t bt = b0; bt < e0; ++bt) {
-                const int64_t t = bt % T_;
-                const T* c = cos + t * D;
-                const T* s = sin + t * D;
-                for (int64_t h = 0; h < H; ++h) {
-                    const T* dy = dout + (bt * H + h) * D;
-                    T* dx = din + (bt * H + h) * D;
-                    for (int64_t i = 0; i < half; ++i) {
-                        const T dy1 = dy[2 * i], dy2 = dy[2 * i + 1];
-                        dx[2 * i] = dy1 * c[i] + dy2 * s[i];
-                        dx[2 * i + 1] = dy2 * c[i] - dy1 * s[i];
-                    }
-                }
-            }
-        });
-        return;
-    }
-    parallel_for_grain(B * T_, kRowGrain, [&](int64_t b0, int64_t e0) {
-        for (int64_t bt = b0; bt < e0; ++bt) {
-            const int64_t t = bt % T_;
-            const T* c = cos + t * D;
-            const T* s = sin + t * D;
-            for (int64_t h = 0; h < H; ++h) {
-                const T* dy = dout + (bt * H + h) * D;
-                T* dx = din + (bt * H + h) * D;
-                for (int64_t i = 0; i < half; ++i) {
-                    const T dy1 = dy[i], dy2 = dy[i + half];
-                    dx[i] = dy1 * c[i] + dy2 * s[i + half];
-                    dx[i + half] = dy2 * c[i + half] - dy1 * s[i];
-                }
-            }
-        }
-    });
+    rope_rotate<true>(din, dout, cos, sin, B, T_, H, D, pairing);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -31,19 +31,17 @@ namespace tandem::kernels {
 
 }  // namespace tandem::kernels
 
-#define CUDA_CHECK(expr)                                                                     \
-    do {                                                                                     \
-        cudaError_t tandem_cuda_err_ = (expr);                                               \
-        if (tandem_cuda_err_ != cudaSuccess)                                                 \
-            ::tandem::kernels::throw_cuda_error(tandem_cuda_err_, #expr, __FILE__, __LINE__); \
+// One checked call: `expr` returns a status of type Status; anything but `ok` throws through
+// tandem::kernels::thrower with the call's text, file and line.
+#define TANDEM_KERNELS_CHECK_STATUS_(Status, ok, thrower, expr, text)                               \
+    do {                                                                                          \
+        const Status tandem_status_ = (expr);                                                     \
+        if (tandem_status_ != ok) ::tandem::kernels::thrower(tandem_status_, text, __FILE__, __LINE__); \
     } while (0)
 
-#define CUBLAS_CHECK(expr)                                                                    \
-    do {                                                                                      \
-        cublasStatus_t tandem_cublas_st_ = (expr);                                            \
-        if (tandem_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                       \
-            ::tandem::kernels::throw_cublas_error(tandem_cublas_st_, #expr, __FILE__, __LINE__); \
-    } while (0)
+#define CUDA_CHECK(expr) TANDEM_KERNELS_CHECK_STATUS_(cudaError_t, cudaSuccess, throw_cuda_error, expr, #expr)
+#define CUBLAS_CHECK(expr) \
+    TANDEM_KERNELS_CHECK_STATUS_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, throw_cublas_error, expr, #expr)
 
 // After every kernel launch: a launch error (bad configuration, no device) surfaces here, at the
 // launcher's line, not at the next synchronising call.

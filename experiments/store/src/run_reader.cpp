@@ -115,9 +115,7 @@ std::optional<ExperimentInfo> RunFileReader::experiment() const {
 
 std::vector<ProbeResult> RunFileReader::probes() const {
     std::vector<ProbeResult> out;
-    if (!h5::exists(file_, "/probes")) return out;
-    Handle group = h5::open_group(path_.string(), file_, "/probes");
-    for (const auto& device : h5::child_names(path_.string(), group)) {
+    for (const auto& device : child_names_at(path_.string(), file_, "/probes")) {
         const Attributes a = attributes("/probes/" + device);
         ProbeResult p;
         p.device = text_attr(a, "device");
@@ -154,9 +152,7 @@ std::vector<ProbeResult> RunFileReader::probes() const {
 }
 
 std::vector<std::string> RunFileReader::legs() const {
-    if (!h5::exists(file_, "/legs")) return {};
-    Handle group = h5::open_group(path_.string(), file_, "/legs");
-    return h5::child_names(path_.string(), group);
+    return child_names_at(path_.string(), file_, "/legs");
 }
 
 Attributes RunFileReader::leg_attributes(const std::string& leg) const {
@@ -242,16 +238,19 @@ std::vector<FaultProbeRow> RunFileReader::fault_probes(const std::string& fault)
     return rows;
 }
 
-std::vector<std::pair<std::string, std::string>> RunFileReader::comparisons() const {
+namespace {
+// The leg pairs of "<legA>~<legB>" group names (/comparisons, /localisation); other names are skipped.
+std::vector<std::pair<std::string, std::string>> leg_pairs(const std::vector<std::string>& names) {
     std::vector<std::pair<std::string, std::string>> out;
-    if (!h5::exists(file_, "/comparisons")) return out;
-    Handle group = h5::open_group(path_.string(), file_, "/comparisons");
-    for (const auto& name : h5::child_names(path_.string(), group)) {
-        const auto tilde = name.find('~');
-        if (tilde == std::string::npos) continue;
-        out.emplace_back(name.substr(0, tilde), name.substr(tilde + 1));
-    }
+    for (const auto& name : names)
+        if (const auto tilde = name.find('~'); tilde != std::string::npos)
+            out.emplace_back(name.substr(0, tilde), name.substr(tilde + 1));
     return out;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> RunFileReader::comparisons() const {
+    return leg_pairs(child_names_at(path_.string(), file_, "/comparisons"));
 }
 
 Attributes RunFileReader::comparison_attributes(const std::string& leg_a, const std::string& leg_b) const {
@@ -281,9 +280,7 @@ std::vector<ComparisonSeries> RunFileReader::comparison_series(const std::string
 
 
 std::vector<std::string> RunFileReader::envelope_stacks() const {
-    if (!h5::exists(file_, "/envelope")) return {};
-    Handle group = h5::open_group(path_.string(), file_, "/envelope");
-    return h5::child_names(path_.string(), group);
+    return child_names_at(path_.string(), file_, "/envelope");
 }
 
 std::vector<EnvelopePoint> RunFileReader::envelope_series(const std::string& stack, const std::string& series) const {
@@ -301,9 +298,7 @@ std::vector<double> RunFileReader::envelope_values(const std::string& stack, con
 std::vector<std::string> RunFileReader::envelope_members(const std::string& stack) const {
     validate_leg_name(stack);
     const std::string path = envelope_path(stack) + "/members";
-    if (!h5::exists(file_, path)) return {};
-    Handle group = h5::open_group(path_.string(), file_, path);
-    return h5::child_names(path_.string(), group);
+    return child_names_at(path_.string(), file_, path);
 }
 
 std::vector<StepRow> RunFileReader::envelope_member_steps(const std::string& stack, const std::string& member) const {
@@ -360,14 +355,7 @@ std::vector<ProbeRow> RunFileReader::next_token(const std::string& leg) const {
 }
 
 std::vector<std::pair<std::string, std::string>> RunFileReader::localisations() const {
-    std::vector<std::pair<std::string, std::string>> out;
-    if (!h5::exists(file_, "/localisation")) return out;
-    Handle group = h5::open_group(path_.string(), file_, "/localisation");
-    for (const auto& name : h5::child_names(path_.string(), group)) {
-        const auto tilde = name.find('~');
-        if (tilde != std::string::npos) out.emplace_back(name.substr(0, tilde), name.substr(tilde + 1));
-    }
-    return out;
+    return leg_pairs(child_names_at(path_.string(), file_, "/localisation"));
 }
 
 std::vector<LocalisedPoint> RunFileReader::localisation_points(const std::string& leg_a, const std::string& leg_b) const {

@@ -94,6 +94,17 @@ std::string get(const char (&src)[N]) {
     return std::string(src, strnlen(src, N));
 }
 
+// The tensor site a fingerprint row and a localised point both name (update, micro-batch, layer,
+// op, pass), copied into its pod; `what` names the record in the error of a too-long name.
+template <class Pod, class Row>
+void put_site(Pod& pod, const Row& row, const std::string& what) {
+    pod.update = row.update;
+    pod.micro_batch = row.micro_batch;
+    pod.layer = row.layer;
+    put(pod.op, row.op, (what + " op").c_str());
+    put(pod.pass, row.pass, (what + " pass").c_str());
+}
+
 // ---- paths and name rules ------------------------------------------------------------------------
 
 std::string leg_path(const std::string& leg);
@@ -121,6 +132,14 @@ std::vector<std::string> split_commas(const std::string& text);
 Handle unlocked_file_access();
 // HDF5's own file locking ("unable to lock file, errno = 11, ..."): another HDF5 program holds it.
 bool is_lock_conflict(const std::string& detail);
+
+// The names of the group at `path`'s members (legs, probes, comparisons, ...); empty when the group
+// does not exist.
+inline std::vector<std::string> child_names_at(const std::string& file_name, hid_t file, const std::string& path) {
+    if (!h5::exists(file, path)) return {};
+    Handle group = h5::open_group(file_name, file, path);
+    return h5::child_names(file_name, group);
+}
 
 // A 1-D table of `Row`s read as `memory_type`, from row `first_row` on (a follower reading what was
 // appended since it last looked); empty when the table does not exist or has no row from there.

@@ -625,11 +625,7 @@ void RunFileWriter::replace_fingerprints(const std::string& leg, const std::vect
     for (size_t i = 0; i < rows.size(); ++i) {
         const FingerprintRow& r = rows[i];
         FingerprintPod& p = pods[i];
-        p.update = r.update;
-        p.micro_batch = r.micro_batch;
-        p.layer = r.layer;
-        put(p.op, r.op, "fingerprint op");
-        put(p.pass, r.pass, "fingerprint pass");
+        put_site(p, r, "fingerprint");
         p.count = r.count;
         p.norm = r.norm;
         p.mean = r.mean;
@@ -669,11 +665,7 @@ void RunFileWriter::write_localisation(const std::string& leg_a, const std::stri
     for (size_t i = 0; i < points.size(); ++i) {
         const LocalisedPoint& p = points[i];
         LocalisedPod& q = pods[i];
-        q.update = p.update;
-        q.micro_batch = p.micro_batch;
-        q.layer = p.layer;
-        put(q.op, p.op, "localised op");
-        put(q.pass, p.pass, "localised pass");
+        put_site(q, p, "localised");
         q.depth = p.depth;
         q.rel_diff = p.rel_diff;
         q.norm_rel_diff = p.norm_rel_diff;

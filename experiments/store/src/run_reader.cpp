@@ -173,22 +173,34 @@ std::vector<EvalRow> RunFileReader::eval(const std::string& leg, std::size_t fir
     return read_table<EvalRow>(path_.string(), file_, leg_path(leg) + "/eval", eval_type(false), first_row);
 }
 
+namespace {
+// A record's attribute read and removed, so that what is left of the group's attributes is the
+// record's `extra` (keys a later version or another tool wrote).
+double take_double(Attributes& a, const char* key) {
+    const double value = double_attr(a, key);
+    a.erase(key);
+    return value;
+}
+std::int64_t take_int(Attributes& a, const char* key) {
+    const std::int64_t value = int_attr(a, key, -1);
+    a.erase(key);
+    return value;
+}
+}  // namespace
+
 std::optional<LegTiming> RunFileReader::timing(const std::string& leg) const {
     validate_leg_name(leg);
     const std::string path = leg_path(leg) + "/timing";
     if (!h5::exists(file_, path)) return std::nullopt;
     Attributes a = attributes(path);
     LegTiming t;
-    t.model_load_s = double_attr(a, "model_load_s");
-    t.tokenize_s = double_attr(a, "tokenize_s");
-    t.median_update_s = double_attr(a, "median_update_s");
-    t.window_first = int_attr(a, "window_first", -1);
-    t.window_last = int_attr(a, "window_last", -1);
-    t.tokens_per_s = double_attr(a, "tokens_per_s");
-    t.total_s = double_attr(a, "total_s");
-    for (const char* known : {"model_load_s", "tokenize_s", "median_update_s", "window_first", "window_last",
-                              "tokens_per_s", "total_s"})
-        a.erase(known);
+    t.model_load_s = take_double(a, "model_load_s");
+    t.tokenize_s = take_double(a, "tokenize_s");
+    t.median_update_s = take_double(a, "median_update_s");
+    t.window_first = take_int(a, "window_first");
+    t.window_last = take_int(a, "window_last");
+    t.tokens_per_s = take_double(a, "tokens_per_s");
+    t.total_s = take_double(a, "total_s");
     t.extra = std::move(a);
     return t;
 }
@@ -198,13 +210,7 @@ std::optional<LegMemory> RunFileReader::memory(const std::string& leg) const {
     const std::string path = leg_path(leg) + "/memory";
     if (!h5::exists(file_, path)) return std::nullopt;
     Attributes a = attributes(path);
-    LegMemory m;
-    m.peak_device_bytes = int_attr(a, "peak_device_bytes", -1);
-    m.peak_host_bytes = int_attr(a, "peak_host_bytes", -1);
-    a.erase("peak_device_bytes");
-    a.erase("peak_host_bytes");
-    m.extra = std::move(a);
-    return m;
+    return LegMemory{take_int(a, "peak_device_bytes"), take_int(a, "peak_host_bytes"), std::move(a)};
 }
 
 std::optional<std::string> RunFileReader::check(const std::string& leg, CheckLevel level) const {

@@ -5,6 +5,7 @@
 
 #include "cli_inputs.h"
 
+#include "tandem/join.h"
 #include "tandem/studies/envelope_run.h"
 
 #include <cstdio>
@@ -47,16 +48,7 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
         o.experiment = env->experiment;
         o.seeds = env->seeds;
         o.legs = env->legs;
-        if (!env->vary.empty()) {
-            o.vary.emplace();
-            if (env->vary != "none")
-                for (size_t p = 0; p <= env->vary.size();) {
-                    size_t q = env->vary.find(',', p);
-                    if (q == std::string::npos) q = env->vary.size();
-                    if (q > p) o.vary->push_back(env->vary.substr(p, q - p));
-                    p = q + 1;
-                }
-        }
+        if (!env->vary.empty()) o.vary = env->vary == "none" ? std::vector<std::string>{} : split_list(env->vary);
         apply_run_places(env->places, o);
         o.parallel = env->parallel;
         experiments::EnvelopeOutcome r = experiments::run_envelope(o);

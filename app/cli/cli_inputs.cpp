@@ -75,6 +75,13 @@ CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_
     return cmd->add_option("--threads", p.threads, threads_help);
 }
 
+CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help) {
+    auto* threads = add_run_places(cmd, a, "folder for run folders", threads_help);
+    cmd->add_option("--format", a.format, format_help)->capture_default_str();
+    cmd->add_flag("--no-probe", a.no_probe, "skip the bandwidth probes");
+    return threads;
+}
+
 fs::path tokenizer_folder(const std::string& flag) {
     if (!flag.empty()) return flag;
     return tokenizer_dir(require_asset_root());

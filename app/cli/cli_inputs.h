@@ -64,6 +64,21 @@ void apply_run_places(const RunPlaces& p, Options& o) {
     o.cpu_threads = p.threads;
 }
 
+// A command that starts the runner (run, faults): its run places (--out: run folders), the format of
+// the tables it prints and --no-probe. Returns --threads' option.
+struct RunnerArgs : RunPlaces {
+    std::string format = "text";
+    bool no_probe = false;
+};
+CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help);
+// Into RunnerOptions.
+template <typename RunnerOptions>
+void apply_runner_args(const RunnerArgs& a, RunnerOptions& o) {
+    apply_run_places(a, o);
+    o.probe = !a.no_probe;
+    o.report_format = a.format;
+}
+
 // A per-line failure: names the field at fault.
 struct LineError {
     std::string field;

@@ -81,6 +81,18 @@ def encode(tok, record, max_len, late=0):
                    full_length=len(ids), boundary=boundary, supervised_count=sum(sup[:max_len]), text=full)
 
 
+def batch_recipe(run, threads):
+    """What both HF examples (this one and trl_sft_leg.py) read before they build a trainer, torch set to the
+    leg's --threads: (micro-batch size, gradient accumulation, max_len, plan.json's updates, the eval prefix)."""
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    spec = run.spec
+    return (int(spec["batch"]["micro_batch"]), int(spec["batch"]["accumulation"]), int(spec["sequence"]["max_len"]),
+            run.plan_updates(), run.eval_prefix())
+
+
 def main():
     ap = tandem_leg.leg_arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--trainer-eval", action="store_true", help="held-out loss from Trainer.evaluate (eval_loss)")
@@ -97,11 +109,7 @@ def main():
 
     from tandem_leg.hf import TandemCallback, plan_sampler
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    micro, accumulation = int(spec["batch"]["micro_batch"]), int(spec["batch"]["accumulation"])
-    max_len = int(spec["sequence"]["max_len"])
-    updates, prefix = run.plan_updates(), run.eval_prefix()
+    micro, accumulation, max_len, updates, prefix = batch_recipe(run, args.threads)
 
     def example(i):
         if i not in encoded:  # a record outside the plan and the prefix (only a sampler off the plan asks)

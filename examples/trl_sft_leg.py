@@ -24,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import tandem_leg  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_trainer_leg import encode  # noqa: E402  (the same data pipeline as the Trainer example)
+from hf_trainer_leg import batch_recipe, encode  # noqa: E402  (the same data pipeline as the Trainer example)
 
 
 def main():
@@ -41,11 +41,7 @@ def main():
 
     from tandem_leg.hf import TandemCallback, plan_sampler
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    micro, accumulation = int(spec["batch"]["micro_batch"]), int(spec["batch"]["accumulation"])
-    max_len = int(spec["sequence"]["max_len"])
-    updates, prefix = run.plan_updates(), run.eval_prefix()
+    micro, accumulation, max_len, updates, prefix = batch_recipe(run, args.threads)
 
     def heldout(model):
         """Token-weighted held-out CE over the eval prefix, in chunks of micro_batch (the SPEC's L1 / L4)."""

@@ -9,6 +9,7 @@
 #include "tandem/overwrite_guard.h"
 #include "tandem/strict_json.h"
 
+#include <cstdio>
 #include <iostream>
 #include <optional>
 
@@ -48,6 +49,37 @@ void require_out_folder(const std::string& option, const std::string& path, bool
 
 CLI::Option* add_force_flag(CLI::App* cmd, bool& force) {
     return cmd->add_flag("--force", force, "replace an existing --out file even when it is a run's file, an HDF5 file or a catalog");
+}
+
+void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalog_help) {
+    cmd->add_option("--format", o.format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
+    cmd->add_option("--out", o.out, "write to this file instead of stdout (never over a run's file unless --force)");
+    add_force_flag(cmd, o.force);
+    cmd->add_option("--catalog", o.catalog, catalog_help)->capture_default_str();
+}
+
+ReportFormat checked_report_format(const ReportOutput& o) {
+    refuse_protected_out("--out", o.out, o.force);
+    return parse_report_format(o.format);
+}
+
+void write_report_output(const ReportOutput& o, const std::string& text) {
+    if (o.out.empty()) std::fwrite(text.data(), 1, text.size(), stdout);
+    else write_file_atomic(o.out, text);
+}
+
+CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_help, const std::string& threads_help) {
+    cmd->add_option("--out", p.out, out_help)->capture_default_str();
+    cmd->add_option("--catalog", p.catalog, "SQLite catalog")->capture_default_str();
+    cmd->add_option("--assets", p.assets, "folder holding assets/qwen3-tokenizer and data/corpora");
+    return cmd->add_option("--threads", p.threads, threads_help);
+}
+
+CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help) {
+    auto* threads = add_run_places(cmd, a, "folder for run folders", threads_help);
+    cmd->add_option("--format", a.format, format_help)->capture_default_str();
+    cmd->add_flag("--no-probe", a.no_probe, "skip the bandwidth probes");
+    return threads;
 }
 
 fs::path tokenizer_folder(const std::string& flag) {

@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tandem/table.h"
+
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -28,6 +30,54 @@ void refuse_protected_out(const std::string& option, const std::string& path, bo
 void require_out_folder(const std::string& option, const std::string& path, bool replaces_files = false, bool force = false);
 // The --force flag of a command with a file --out.
 CLI::Option* add_force_flag(CLI::App* cmd, bool& force);
+
+// A command that prints a report (report, compare; docs/report.md): --format, --out FILE (stdout when
+// not given; never over a run's file unless --force) and the --catalog whose seed envelopes judge it.
+struct ReportOutput {
+    std::string format = "text";
+    std::string out;
+    std::string catalog = "tandem.db";
+    bool force = false;
+};
+void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalog_help);
+// Refuses a protected --out (refuse_protected_out) and returns the parsed --format, before anything
+// is read or written.
+ReportFormat checked_report_format(const ReportOutput& o);
+// The rendered report to --out (atomically), else stdout.
+void write_report_output(const ReportOutput& o, const std::string& text);
+
+// A command that runs legs (run, faults, envelope): the folder its run folders go into (--out), the
+// catalog, the assets folder and the CPU threads its legs share. Returns --threads' option.
+struct RunPlaces {
+    std::string out = "runs";
+    std::string catalog = "tandem.db";
+    std::string assets;  // "": the shared assets (tandem/assets.h)
+    int threads = 0;
+};
+CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_help, const std::string& threads_help);
+// Into RunnerOptions or EnvelopeOptions (the same four fields).
+template <typename Options>
+void apply_run_places(const RunPlaces& p, Options& o) {
+    o.out_dir = p.out;
+    o.catalog = p.catalog;
+    if (!p.assets.empty()) o.assets = p.assets;
+    o.cpu_threads = p.threads;
+}
+
+// A command that starts the runner (run, faults): its run places (--out: run folders), the format of
+// the tables it prints and --no-probe. Returns --threads' option.
+struct RunnerArgs : RunPlaces {
+    std::string format = "text";
+    bool no_probe = false;
+};
+CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help);
+// Into RunnerOptions.
+template <typename RunnerOptions>
+void apply_runner_args(const RunnerArgs& a, RunnerOptions& o) {
+    apply_run_places(a, o);
+    o.probe = !a.no_probe;
+    o.report_format = a.format;
+}
 
 // A per-line failure: names the field at fault.
 struct LineError {

@@ -5,6 +5,7 @@
 
 #include "cli_inputs.h"
 
+#include "tandem/join.h"
 #include "tandem/studies/envelope_run.h"
 
 #include <cstdio>
@@ -20,10 +21,7 @@ struct EnvelopeArgs {
     int64_t seeds = 8;
     std::string legs = "reference";
     std::string vary;  // "": what the experiment's legs do not share (default_vary)
-    std::string out = "runs";
-    std::string catalog = "tandem.db";
-    std::string assets;
-    int threads = 0;
+    RunPlaces places;
     int parallel = 0;
 };
 
@@ -41,31 +39,17 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
                          "seeds that differ between the runs: split, base, adapter, plan, dropout, or none (default: what the "
                          "experiment's legs do not share — dropout for a leg on its own masks, plan too for one on its own "
                          "plan; dropout,plan,adapter when every leg is paired)");
-    envelope->add_option("--out", env->out, "folder for the envelope's folder (<name>-envelope-<stamp>)")->capture_default_str();
-    envelope->add_option("--catalog", env->catalog, "SQLite catalog")->capture_default_str();
-    envelope->add_option("--assets", env->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
-    envelope->add_option("--threads", env->threads, "CPU threads for all runs together (0: all cores)");
+    add_run_places(envelope, env->places, "folder for the envelope's folder (<name>-envelope-<stamp>)",
+                   "CPU threads for all runs together (0: all cores)");
     envelope->add_option("--parallel", env->parallel, "runs at once (0: threads / legs per run)");
     envelope->callback([env, &exit_code] {
-        require_out_folder("--out", env->out);  // new folders go inside it
+        require_out_folder("--out", env->places.out);  // new folders go inside it
         experiments::EnvelopeOptions o;
         o.experiment = env->experiment;
         o.seeds = env->seeds;
         o.legs = env->legs;
-        if (!env->vary.empty()) {
-            o.vary.emplace();
-            if (env->vary != "none")
-                for (size_t p = 0; p <= env->vary.size();) {
-                    size_t q = env->vary.find(',', p);
-                    if (q == std::string::npos) q = env->vary.size();
-                    if (q > p) o.vary->push_back(env->vary.substr(p, q - p));
-                    p = q + 1;
-                }
-        }
-        o.out_dir = env->out;
-        o.catalog = env->catalog;
-        if (!env->assets.empty()) o.assets = env->assets;
-        o.cpu_threads = env->threads;
+        if (!env->vary.empty()) o.vary = env->vary == "none" ? std::vector<std::string>{} : split_list(env->vary);
+        apply_run_places(env->places, o);
         o.parallel = env->parallel;
         experiments::EnvelopeOutcome r = experiments::run_envelope(o);
         for (const auto& e : r.envelopes) {
@@ -78,7 +62,7 @@ void add_envelope_command(CLI::App& app, int& exit_code) {
                 std::printf("  %-8lld %-4lld %-12.7f %-12.3e %-12.7f %-12.7f\n", static_cast<long long>(p.update),
                             static_cast<long long>(p.n), p.mean, p.std, p.min, p.max);
         }
-        std::printf("envelope: %s (%.0f s); catalog %s\n", (r.folder / "run.h5").string().c_str(), r.wall_s, env->catalog.c_str());
+        std::printf("envelope: %s (%.0f s); catalog %s\n", (r.folder / "run.h5").string().c_str(), r.wall_s, env->places.catalog.c_str());
         exit_code = kOk;
     });
 }

@@ -23,12 +23,7 @@ struct FaultsArgs {
     int search_steps = 6;
     int jobs = 2;
     int clean_seeds = 0;
-    std::string out = "runs";
-    std::string catalog = "tandem.db";
-    std::string assets;
-    std::string format = "text";
-    int threads = 0;
-    bool no_probe = false;
+    RunnerArgs runner;
     bool list = false;
 };
 
@@ -51,16 +46,11 @@ void add_faults_command(CLI::App& app, int& exit_code) {
     cmd->add_option("--clean-seeds", a->clean_seeds,
                     "instead of the matrix: the clean pair on N seeds (seed, seed+1, ...; one run each) and how often "
                     "each level fires");
-    cmd->add_option("--out", a->out, "folder for run folders")->capture_default_str();
-    cmd->add_option("--catalog", a->catalog, "SQLite catalog")->capture_default_str();
-    cmd->add_option("--assets", a->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
-    cmd->add_option("--threads", a->threads, "CPU threads shared by the running legs (0: all cores)");
-    cmd->add_option("--format", a->format, "tables printed: text, md, csv, tex")->capture_default_str();
-    cmd->add_flag("--no-probe", a->no_probe, "skip the bandwidth probes");
+    add_runner_args(cmd, a->runner, "CPU threads shared by the running legs (0: all cores)", "tables printed: text, md, csv, tex");
     cmd->add_flag("--list", a->list, "print the fault catalogue and exit");
     cmd->callback([a, faults, &exit_code] {
-        require_out_folder("--out", a->out);  // new folders go inside it
-        const auto fmt = experiments::parse_report_format(a->format);
+        require_out_folder("--out", a->runner.out);  // new folders go inside it
+        const auto fmt = experiments::parse_report_format(a->runner.format);
         if (a->list) {
             experiments::Table tb{"catalogue", "Fault catalogue (docs/faults.md)",
                                   {"fault", "category", "size (default)", "expected", "description"}, {}, {}};
@@ -86,12 +76,7 @@ void add_faults_command(CLI::App& app, int& exit_code) {
         o.search_steps = a->search_steps;
         o.jobs = a->jobs;
         o.clean_seeds = a->clean_seeds;
-        o.runner.out_dir = a->out;
-        o.runner.catalog = a->catalog;
-        if (!a->assets.empty()) o.runner.assets = a->assets;
-        o.runner.cpu_threads = a->threads;
-        o.runner.probe = !a->no_probe;
-        o.runner.report_format = a->format;
+        apply_runner_args(a->runner, o.runner);
         o.runner.say = [](const std::string& s) { std::fprintf(stderr, "tandem faults: %s\n", s.c_str()); };
         experiments::FaultsOutcome r = experiments::run_faults(o);
         std::fputs(r.text.c_str(), stdout);

@@ -5,6 +5,7 @@
 #include "tandem/studies/import.h"
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 namespace tandem::cli {
@@ -48,31 +49,37 @@ void finish(const ex::ImportedTrace& t, const ImportArgs& a, const std::string& 
     std::printf("compare: tandem report %s\n", a.into.c_str());
 }
 
+// tensorboard and csv: named series (`kind`: tag, column) read by `read` under the --loss/--eval-loss/...
+// mapping into an imported leg.
+CLI::App* add_series_import(CLI::App* imp, int& exit_code, const std::shared_ptr<ImportArgs>& a, const std::string& name,
+                            const std::string& description, const char* what, const char* kind,
+                            std::function<ex::ImportedTrace(const ImportArgs&)> read) {
+    auto* cmd = imp->add_subcommand(name, description);
+    add_common(cmd, a, what);
+    add_mapping(cmd, a, kind);
+    cmd->callback([a, read = std::move(read), &exit_code] {
+        a->mapping.steps_count_done = a->step_counts == "done";
+        finish(read(*a), *a, ex::kImportedImplementation);
+        exit_code = kOk;
+    });
+    return cmd;
+}
+
 }  // namespace
 
 void add_import_commands(CLI::App& app, int& exit_code) {
     auto* imp = group(app, "import", "Add a run made elsewhere (TensorBoard, CSV, leg events) to a tandem run as a read-only leg");
 
     auto tb = std::make_shared<ImportArgs>();
-    auto* tbc = imp->add_subcommand("tensorboard", "TensorBoard event files (a folder or one file), read with TensorBoard's own reader");
-    add_common(tbc, tb, "event file or folder of event files");
-    add_mapping(tbc, tb, "tag");
-    tbc->callback([tb, &exit_code] {
-        tb->mapping.steps_count_done = tb->step_counts == "done";
-        finish(ex::trace_from_tensorboard(tb->source, tb->mapping), *tb, ex::kImportedImplementation);
-        exit_code = kOk;
-    });
+    add_series_import(imp, exit_code, tb, "tensorboard",
+                      "TensorBoard event files (a folder or one file), read with TensorBoard's own reader",
+                      "event file or folder of event files", "tag",
+                      [](const ImportArgs& a) { return ex::trace_from_tensorboard(a.source, a.mapping); });
 
     auto csv = std::make_shared<ImportArgs>();
-    auto* csvc = imp->add_subcommand("csv", "a CSV file with a header line (a W&B or MLflow export, a spreadsheet)");
-    add_common(csvc, csv, "CSV file");
-    add_mapping(csvc, csv, "column");
+    auto* csvc = add_series_import(imp, exit_code, csv, "csv", "a CSV file with a header line (a W&B or MLflow export, a spreadsheet)",
+                                   "CSV file", "column", [](const ImportArgs& a) { return ex::trace_from_csv(a.source, a.mapping); });
     csvc->add_option("--step", csv->mapping.step, "column of the step")->capture_default_str();
-    csvc->callback([csv, &exit_code] {
-        csv->mapping.steps_count_done = csv->step_counts == "done";
-        finish(ex::trace_from_csv(csv->source, csv->mapping), *csv, ex::kImportedImplementation);
-        exit_code = kOk;
-    });
 
     auto ev = std::make_shared<ImportArgs>();
     auto* evc = imp->add_subcommand("events", "a leg's protocol events (JSON Lines, docs/leg-protocol.md), e.g. a leg run by hand");

@@ -4,7 +4,6 @@
 
 #include "cli_inputs.h"
 
-#include "tandem/atomic_file.h"
 #include "tandem/compare/report.h"
 
 #include <cstdio>
@@ -17,10 +16,7 @@ namespace {
 
 struct ReportArgs {
     std::string run;
-    std::string format = "text";
-    std::string out;
-    std::string catalog = "tandem.db";
-    bool force = false;
+    ReportOutput output;
 };
 
 }  // namespace
@@ -30,23 +26,13 @@ void add_report_command(CLI::App& app, int& exit_code) {
     auto* report = app.add_subcommand("report", "Print the L1-L4 comparison of a run, its two distances and its verdict "
                                                 "(exit 3 unless equivalent or within the seed envelope)");
     report->add_option("run", rep->run, "run folder or run.h5")->required();
-    report->add_option("--format", rep->format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
-    report->add_option("--out", rep->out, "write to this file instead of stdout (never over a run's file unless --force)");
-    add_force_flag(report, rep->force);
-    report->add_option("--catalog", rep->catalog,
-                       "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists)")
-        ->capture_default_str();
+    add_report_output(report, rep->output,
+                      "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists)");
     report->callback([rep, &exit_code] {
-        refuse_protected_out("--out", rep->out, rep->force);  // before anything is read or written
-        auto fmt = experiments::parse_report_format(rep->format);
+        const auto fmt = checked_report_format(rep->output);  // before anything is read or written
         std::string title;
-        experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->catalog);
-        std::string text = experiments::render_report(title, c, fmt);
-        if (rep->out.empty()) {
-            std::fwrite(text.data(), 1, text.size(), stdout);
-        } else {
-            write_file_atomic(rep->out, text);
-        }
+        experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->output.catalog);
+        write_report_output(rep->output, experiments::render_report(title, c, fmt));
         exit_code = c.passed() ? kOk : kCheckFailed;
     });
 }

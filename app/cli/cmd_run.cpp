@@ -24,12 +24,7 @@ struct RunArgs {
     std::string legs;  // empty: the experiment's legs, else engine,reference
     std::string devices = "cpu";
     std::string executor;  // empty: local (new runs); a resumed run keeps the executor it recorded
-    std::string out = "runs";
-    std::string catalog = "tandem.db";
-    std::string assets;
-    std::string format = "text";
-    int threads = 0;
-    bool no_probe = false;
+    RunnerArgs runner;
     bool quiet = false;
 };
 
@@ -53,17 +48,13 @@ void add_run_command(CLI::App& app, int& exit_code) {
     run->add_option("--executor", run_args->executor,
                     "where the legs run: local (child processes) or slurm (one sbatch job per leg; docs/cluster.md)")
         ->check(CLI::IsMember({"local", "slurm"}));
-    run->add_option("--out", run_args->out, "folder for run folders")->capture_default_str();
-    run->add_option("--catalog", run_args->catalog, "SQLite catalog")->capture_default_str();
-    run->add_option("--assets", run_args->assets, "folder holding assets/qwen3-tokenizer and data/corpora");
-    run->add_option("--threads", run_args->threads, "CPU threads shared by the CPU legs (0: all cores)")
+    add_runner_args(run, run_args->runner, "CPU threads shared by the CPU legs (0: all cores)",
+                    "report format printed at the end: text, md, csv, tex")
         ->check(CLI::NonNegativeNumber);
-    run->add_option("--format", run_args->format, "report format printed at the end: text, md, csv, tex")->capture_default_str();
-    run->add_flag("--no-probe", run_args->no_probe, "skip the bandwidth probes");
     run->add_flag("--quiet", run_args->quiet, "no progress lines");
     run->callback([run_args, &exit_code] {
         const RunArgs& a = *run_args;
-        require_out_folder("--out", a.out);  // new folders go inside it
+        require_out_folder("--out", a.runner.out);  // new folders go inside it
         if (a.experiment.empty() == a.resume.empty())
             throw CLI::ValidationError("run", "give an experiment file or --resume RUN_DIR (not both)");
         experiments::RunnerOptions o;
@@ -77,14 +68,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
             o.legs = a.legs;
             o.devices = a.devices;
         }
-        o.out_dir = a.out;
-        o.catalog = a.catalog;
-        if (!a.assets.empty()) o.assets = a.assets;
-        o.cpu_threads = a.threads;
-        o.probe = !a.no_probe;
+        apply_runner_args(a.runner, o);
         if (!a.quiet) o.on_progress = ProgressPrinter();
-        o.report_format = a.format;
-        experiments::parse_report_format(a.format);
+        experiments::parse_report_format(a.runner.format);
         exit_code = run_exit_code(experiments::run_experiment(o));
     });
 }

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "compare/finished_leg.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -109,20 +111,8 @@ SeedEnvelope envelope_for(const ExperimentSpec& spec, const std::string& stack) 
 }
 
 LegData leg_with(const std::string& name, const std::string& impl, std::vector<EvalRow> evals) {
-    LegData l;
-    l.name = name;
-    l.implementation = impl;
-    l.status = "finished";
+    LegData l = tandem::test::finished_leg(name, impl, {"w", "base", {1}, 1.0, 1.0, 1.0, "aa"}, "pubmedqa:1");
     l.trace.l1_ce = evals.front().heldout_ce;
-    l.trace.has_l2 = l.trace.has_l3 = true;
-    l.trace.l2.push_back({"w", "base", {1}, 1.0, 1.0, 1.0, "aa"});
-    L3Record r;
-    r.id = "pubmedqa:1";
-    r.ids = {1, 2, 3};
-    r.boundary = 1;
-    r.supervised_count = 2;
-    r.full_length = 3;
-    l.trace.l3.push_back(r);
     l.trace.evals = std::move(evals);
     return l;
 }
@@ -496,18 +486,27 @@ TEST(Verdict, EveryVerdictNameIsAVerdictWord) {
     EXPECT_FALSE(verdict_line_passes("incomplete: a: ..."));
 }
 
-TEST(Gate, ALegLeavingTheEnvelopeBandAndAPairBeyondTheBoundAreFlagged) {
+namespace {
+// The gate's context for the pair engine~reference of native_spec() on shared dropout masks, the
+// reference's seed envelope known.
+TrajectoryGate::Context paired_engine_reference_context() {
     ExperimentSpec spec = native_spec();
     spec.dropout_masks = "shared";
-    GateConfig cfg;
-    cfg.envelope = GateAction::Stop;
-    cfg.paired_bound = GateAction::Pause;
-    TrajectoryGate g(cfg);
     TrajectoryGate::Context ctx;
     ctx.implementation = {{"engine", "engine"}, {"reference", "reference"}};
     ctx.paired = {{"engine", "reference"}};
     ctx.model = error_model_for(spec);
     ctx.envelopes = {envelope_for(spec, "reference")};
+    return ctx;
+}
+}  // namespace
+
+TEST(Gate, ALegLeavingTheEnvelopeBandAndAPairBeyondTheBoundAreFlagged) {
+    GateConfig cfg;
+    cfg.envelope = GateAction::Stop;
+    cfg.paired_bound = GateAction::Pause;
+    TrajectoryGate g(cfg);
+    const TrajectoryGate::Context ctx = paired_engine_reference_context();
     g.set_context(ctx);
 
     LegTrace t;
@@ -554,15 +553,8 @@ TEST(Gate, NewFlagSettingsParseAndKeepOldHashes) {
 
 TEST(Gate, RowsRecordedBeforeTheGateExistedAreNotFlaggedAgain) {
     // A resumed run: the earlier runner judged (and flagged) these rows; a new gate marks them seen.
-    ExperimentSpec spec = native_spec();
-    spec.dropout_masks = "shared";
     TrajectoryGate g;
-    TrajectoryGate::Context ctx;
-    ctx.implementation = {{"engine", "engine"}, {"reference", "reference"}};
-    ctx.paired = {{"engine", "reference"}};
-    ctx.model = error_model_for(spec);
-    ctx.envelopes = {envelope_for(spec, "reference")};
-    g.set_context(ctx);
+    g.set_context(paired_engine_reference_context());
     LegTrace t, ref;
     t.evals = {{0, 3.0}, {2, 2.8}, {4, 2.9}};  // 4: outside the band, and far from the reference
     t.steps = {{0, std::nan(""), 1.0, 0, 1, 0.1}};

@@ -1,8 +1,10 @@
-"""Shared pieces of the runner fault tests: a small two-leg experiment, run.h5 series via h5py,
-reading a runner's output until a marker line, the verdict line of a report."""
+"""Shared pieces of the runner fault tests: a small two-leg experiment, the `tandem run` command line and a
+run of twin engine legs, run.h5 series via h5py, reading a runner's output until a marker line, the
+verdict line of a report."""
 import json
 import os
 import select
+import subprocess
 import time
 
 SOURCE_DIR = os.environ.get("TANDEM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -34,6 +36,31 @@ def small_experiment(tmp, name, **changes):
     with open(path, "w") as f:
         json.dump(spec, f)
     return path
+
+
+def run_cmd(tmp, spec, *extra):
+    """`tandem run SPEC` on 2 threads without probes, its run folders in tmp/runs and its catalog tmp/tandem.db."""
+    return [TANDEM, "run", spec, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs"),
+            "--catalog", os.path.join(tmp, "tandem.db"), *extra]
+
+
+def start_run(tmp, spec, legs="a=engine,b=engine"):
+    """run_cmd's run of `legs` (default: twin engine legs a and b) in the background, stdout and stderr
+    together, line by line."""
+    return subprocess.Popen(run_cmd(tmp, spec, "--legs", legs), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1)
+
+
+TWIN_SERIES = ("update", "loss", "grad_norm", "lr", "tokens", "eval_update", "heldout_ce")
+
+
+def assert_twins_equal(folder, updates=6):
+    """Two engine legs a and b of one run compute the same trajectory bit for bit: every recorded series
+    equal, over all `updates` updates."""
+    s = h5_series(folder)
+    for k in TWIN_SERIES:
+        assert s["a"][k] == s["b"][k], (k, s["a"][k], s["b"][k])
+    assert s["a"]["update"] == list(range(updates))
 
 
 def h5_series(folder):

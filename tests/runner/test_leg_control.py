@@ -12,7 +12,8 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runner"))
-from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, steps_seen, verdict_of  # noqa: E402
+from runner_fixture import (TANDEM, assert_twins_equal, h5_series, read_progress_until, run_cmd, small_experiment,  # noqa: E402
+                            start_run, steps_seen, verdict_of)
 
 
 def folder_of(tmp):
@@ -21,9 +22,7 @@ def folder_of(tmp):
 
 
 def run(tmp, spec, *extra, timeout=900):
-    cmd = [TANDEM, "run", spec, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs"),
-           "--catalog", os.path.join(tmp, "tandem.db"), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(run_cmd(tmp, spec, *extra), capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_command_leg_runs_like_a_built_in_one(tmp_path):
@@ -72,10 +71,7 @@ def test_a_broken_command_leg_fails_with_its_stderr_while_the_engine_finishes(tm
 
 def test_a_paused_leg_resumes_bit_identically_while_its_twin_goes_on(tmp_path):
     tmp = str(tmp_path)
-    spec = small_experiment(tmp, "pause")
-    cmd = [TANDEM, "run", spec, "--legs", "a=engine,b=engine", "--threads", "2", "--no-probe", "--out",
-           os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db")]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    p = start_run(tmp, small_experiment(tmp, "pause"))
     assert read_progress_until(p, "plan:", 120)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and steps_seen(folder_of(tmp), "a") < 2:
@@ -94,18 +90,12 @@ def test_a_paused_leg_resumes_bit_identically_while_its_twin_goes_on(tmp_path):
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         out = r.stdout
     assert verdict_of(out).startswith("equivalent: "), out[-3000:]
-    s = h5_series(folder_of(tmp))
-    for k in ("update", "loss", "grad_norm", "lr", "tokens", "eval_update", "heldout_ce"):
-        assert s["a"][k] == s["b"][k], (k, s["a"][k], s["b"][k])
-    assert s["a"]["update"] == list(range(6))
+    assert_twins_equal(folder_of(tmp))
 
 
 def test_a_stopped_leg_stays_stopped_on_resume_until_resumed(tmp_path):
     tmp = str(tmp_path)
-    spec = small_experiment(tmp, "stop")
-    cmd = [TANDEM, "run", spec, "--legs", "a=engine,b=engine", "--threads", "2", "--no-probe", "--out",
-           os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db")]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    p = start_run(tmp, small_experiment(tmp, "stop"))
     assert read_progress_until(p, "plan:", 120)
     while steps_seen(folder_of(tmp), "a") < 1:
         time.sleep(0.05)

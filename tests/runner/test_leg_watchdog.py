@@ -12,7 +12,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runner_fixture import TANDEM, h5_series, read_progress_until, small_experiment, steps_seen, verdict_of  # noqa: E402
+from runner_fixture import (TANDEM, assert_twins_equal, read_progress_until, small_experiment, start_run,  # noqa: E402
+                            steps_seen, verdict_of)
 
 
 def folder_of(tmp):
@@ -23,12 +24,6 @@ def folder_of(tmp):
 
 def steps_of(tmp, leg):
     return steps_seen(folder_of(tmp), leg)
-
-
-def start(tmp, spec, legs="a=engine,b=engine"):
-    cmd = [TANDEM, "run", spec, "--legs", legs, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs"),
-           "--catalog", os.path.join(tmp, "tandem.db")]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
 
 
 def wait_for_step(tmp, leg, update, timeout=300):
@@ -57,7 +52,7 @@ def stall_flags(folder, leg):
 def test_a_sigstopped_leg_is_stopped_as_stalled_and_resumes_equal_to_its_twin(tmp_path):
     tmp = str(tmp_path)
     spec = small_experiment(tmp, "stall", gate={"stall": "stop", "stall_seconds": 3})
-    p = start(tmp, spec)
+    p = start_run(tmp, spec)
     try:
         wait_for_step(tmp, "a", 1)
         pid = leg_pid(tmp, "a")
@@ -84,16 +79,13 @@ def test_a_sigstopped_leg_is_stopped_as_stalled_and_resumes_equal_to_its_twin(tm
     r = subprocess.run([TANDEM, "run", "--resume", folder, "--catalog", os.path.join(tmp, "tandem.db"), "--no-probe"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and verdict_of(r.stdout).startswith("equivalent: "), r.stdout[-3000:] + r.stderr[-2000:]
-    s = h5_series(folder)
-    for k in ("update", "loss", "grad_norm", "lr", "tokens", "eval_update", "heldout_ce"):
-        assert s["a"][k] == s["b"][k], (k, s["a"][k], s["b"][k])
-    assert s["a"]["update"] == list(range(6))
+    assert_twins_equal(folder)
 
 
 def test_with_default_settings_a_sigstopped_leg_is_flagged_within_120_s(tmp_path):
     tmp = str(tmp_path)
     spec = small_experiment(tmp, "stall-default")
-    p = start(tmp, spec, legs="a=engine")
+    p = start_run(tmp, spec, legs="a=engine")
     try:
         wait_for_step(tmp, "a", 1)
         pid = leg_pid(tmp, "a")
@@ -121,7 +113,7 @@ def test_a_catalog_deleted_mid_run_is_recreated_with_the_run_and_the_last_line_s
     tmp = str(tmp_path)
     spec = small_experiment(tmp, "catalog-gone")
     db_path = os.path.join(tmp, "tandem.db")
-    p = start(tmp, spec, legs="engine")
+    p = start_run(tmp, spec, legs="engine")
     try:
         wait_for_step(tmp, "engine", 1)
         for suffix in ("", "-wal", "-shm"):

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -15,6 +16,9 @@ from safetensors import safe_open
 
 from runner_fixture import cut_spec
 from test_run_end_to_end import SOURCE_DIR, TANDEM, check_json, h5, only_run_folder, tandem_run, write_spec
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python"))
+from tandem_leg.checkpoint import file_sha256  # noqa: E402  (the file hashes prepare.json must equal)
 
 ASSET = "qwen3-tiny-clinical"
 
@@ -30,14 +34,6 @@ def pretrained_spec(name):
     spec = cut_spec("clinical-tiny.json", name, 8, 4, 0, 60, 192, l3_records=16)
     assert spec["model"] == {"base": f"assets:{ASSET}"}  # the main job runs on the shipped base
     return spec
-
-
-def file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def test_both_legs_pass_on_the_shipped_bf16_base_and_its_hashes_are_recorded(tmp_path):

@@ -35,11 +35,21 @@ def write_spec(tmp, spec):
     return p
 
 
+def run_args(tmp, spec_path, *extra):
+    return [TANDEM, "run", spec_path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db"),
+            "--no-probe", *extra]
+
+
 def tandem_run(tmp, spec_path, *extra, timeout=1800):
-    cmd = [TANDEM, "run", spec_path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db"),
-           "--no-probe", *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(run_args(tmp, spec_path, *extra), capture_output=True, text=True, timeout=timeout)
     return p, only_run_folder(tmp, json.load(open(spec_path))["name"])
+
+
+def start_both_legs(tmp, name):
+    """small_spec(name) run with the engine and the reference leg in the background (pipes for stdout and stderr)."""
+    spec_path = write_spec(tmp, small_spec(name))
+    cmd = run_args(tmp, spec_path, "--legs", "engine,reference", "--threads", "2", "--quiet")
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), spec_path
 
 
 def only_run_folder(tmp, name):
@@ -167,10 +177,7 @@ def wait_for_event(path, pred, timeout):
 
 def test_killed_leg_is_recorded_and_resume_matches_uninterrupted(tmp_path):
     tmp = str(tmp_path)
-    spec_path = write_spec(tmp, small_spec("e2e-kill"))
-    cmd = [TANDEM, "run", spec_path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db"),
-           "--no-probe", "--legs", "engine,reference", "--threads", "2", "--quiet"]
-    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner, spec_path = start_both_legs(tmp, "e2e-kill")
     deadline = 1200
     t0 = time.time()
     while only_run_folder(tmp, "e2e-kill") is None or not os.path.exists(
@@ -215,10 +222,7 @@ def test_killed_leg_is_recorded_and_resume_matches_uninterrupted(tmp_path):
 
 def test_ctrl_c_stops_every_leg_and_leaves_a_readable_run_file(tmp_path):
     tmp = str(tmp_path)
-    spec_path = write_spec(tmp, small_spec("e2e-sigint"))
-    cmd = [TANDEM, "run", spec_path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "tandem.db"),
-           "--no-probe", "--legs", "engine,reference", "--threads", "2", "--quiet"]
-    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner, _ = start_both_legs(tmp, "e2e-sigint")
     t0 = time.time()
     while only_run_folder(tmp, "e2e-sigint") is None:
         assert time.time() - t0 < 600 and runner.poll() is None
@@ -261,9 +265,8 @@ def test_malformed_leg_output_is_recorded_and_does_not_stop_the_runner(tmp_path)
     spec = small_spec("e2e-malformed")
     spec["batch"]["max_updates"] = 1
     env = dict(os.environ, TANDEM_LEGS_DIR=legs)
-    cmd = [TANDEM, "run", write_spec(tmp, spec), "--out", os.path.join(tmp, "runs"), "--catalog",
-           os.path.join(tmp, "tandem.db"), "--no-probe", "--legs", "reference", "--quiet"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    p = subprocess.run(run_args(tmp, write_spec(tmp, spec), "--legs", "reference", "--quiet"), capture_output=True,
+                       text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     folder = only_run_folder(tmp, "e2e-malformed")
     with h5(folder) as f:

@@ -4,19 +4,26 @@
 
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 using namespace tandem::experiments;
 using nlohmann::json;
 
 namespace {
 json minimal() { return json{{"name", "x"}, {"model", {{"config", "tiny"}}}}; }
 
+// The message of the error parsing gives, "" when it parses.
+std::string parse_error(const std::function<void()>& parse) {
+    const std::string e = tandem::test::error_of(parse);
+    return e == "<no error>" ? "" : e;
+}
+
 std::string error_of(const json& j) {
-    try {
-        parse_experiment(j, "experiments/x.json");
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "";
+    return parse_error([&] { parse_experiment(j, "experiments/x.json"); });
+}
+
+std::string text_error_of(const std::string& text) {
+    return parse_error([&] { parse_experiment_text(text, "experiments/x.json"); });
 }
 }  // namespace
 
@@ -106,17 +113,6 @@ TEST(ExperimentFile, LimitsTheRunImposesAreCheckedWhenRead) {
     j["description"] = std::string(kMaxSpecJsonBytes - 2000, 'd');
     EXPECT_EQ(error_of(j), "");
 }
-
-namespace {
-std::string text_error_of(const std::string& text) {
-    try {
-        parse_experiment_text(text, "experiments/x.json");
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "";
-}
-}  // namespace
 
 // docs/run-folder.md: a null must not fall back to the default, a repeated key must not keep its
 // last value silently.

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compare/finished_leg.h"
 #include "qwen3_records.h"
 
 #include <cmath>
@@ -271,21 +272,9 @@ namespace {
 // A finished leg whose L1-L3 records agree with every other leg made here, with the given held-out CE
 // at updates 0, 2, 4 and losses at updates 0-3.
 LegData matrix_leg(const std::string& name, const std::string& implementation, double ce_shift, double loss_shift) {
-    LegData l;
-    l.name = name;
-    l.implementation = implementation;
-    l.status = "finished";
+    LegData l =
+        tandem::test::finished_leg(name, implementation, {"model.embed_tokens.weight", "base", {4, 2}, 1, 2, 3, "ab12"}, "r0");
     l.trace.l1_ce = 11.9 + ce_shift;
-    l.trace.has_l2 = true;
-    l.trace.l2 = {{"model.embed_tokens.weight", "base", {4, 2}, 1, 2, 3, "ab12"}};
-    l.trace.has_l3 = true;
-    L3Record rec;
-    rec.id = "r0";
-    rec.ids = {1, 2, 3};
-    rec.boundary = 1;
-    rec.supervised_count = 2;
-    rec.full_length = 3;
-    l.trace.l3 = {rec};
     // The lr the default spec's schedule gives (the lr series is judged too: a constant lr would be a caught fault).
     for (int64_t u = 0; u < 4; ++u)
         l.trace.steps.push_back({u, 11.0 - 0.1 * static_cast<double>(u) + loss_shift, 1.5, scheduled_lr(ExperimentSpec{}, u, 4), 40, 0.2});

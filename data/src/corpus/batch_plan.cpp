@@ -94,18 +94,11 @@ BatchPlan make_batch_plan(const std::vector<size_t>& train_indices, const std::v
     return plan;
 }
 
-nlohmann::json plan_to_json(const BatchPlan& plan) {
-    nlohmann::json j;
-    j["version"] = plan.version;
-    j["seed"] = plan.seed;
-    j["micro_batch"] = plan.micro_batch;
-    j["accumulation"] = plan.accumulation;
-    j["max_len"] = plan.max_len;
-    j["epochs"] = plan.epochs;
-    j["bucket_updates"] = plan.bucket_updates;
-    j["updates"] = plan.updates;
-    return j;
-}
+// plan.json's fields (docs/run-folder.md), each under its member's name. The macro's from_json goes
+// unused: plan.json is read by plan_from_json, which checks every field and names the one at fault.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BatchPlan, version, seed, micro_batch, accumulation, max_len, epochs, bucket_updates, updates)
+
+nlohmann::json plan_to_json(const BatchPlan& plan) { return plan; }
 
 namespace {
 size_t plan_size(const nlohmann::json& j, const char* field, const std::string& where) {

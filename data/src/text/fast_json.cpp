@@ -45,6 +45,19 @@ private:
         skip_ws();
         return p_ < s_.size() && s_[p_] == c;
     }
+    // Consumes c when it comes next (after white space).
+    bool take(char c) {
+        if (!peek_is(c)) return false;
+        ++p_;
+        return true;
+    }
+    // After a member or an element: true after a ',' (another follows), false after `close` (the
+    // object or array ends).
+    bool another(char close) {
+        if (take(',')) return true;
+        expect(close);
+        return false;
+    }
 
     unsigned hex4() {
         if (p_ + 4 > s_.size()) fail("short \\u escape");
@@ -124,11 +137,9 @@ private:
     void vocab_object() {
         expect('{');
         std::string key;
-        if (peek_is('}')) {
-            ++p_;
-            return;
-        }
-        for (;;) {
+        if (take('}')) return;
+        do {
+            skip_ws();
             string(key);
             expect(':');
             skip_ws();
@@ -137,26 +148,15 @@ private:
             if (id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX || (id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX))
                 fail("vocab id " + id.dump() + " is out of range");
             model_.vocab.emplace_back(key, static_cast<int32_t>(id.get<int64_t>()));
-            if (peek_is(',')) {
-                ++p_;
-                skip_ws();
-                continue;
-            }
-            expect('}');
-            return;
-        }
+        } while (another('}'));
     }
 
     void merges_array() {
         expect('[');
         std::string a, b;
-        if (peek_is(']')) {
-            ++p_;
-            return;
-        }
-        for (;;) {
-            if (peek_is('[')) {
-                ++p_;
+        if (take(']')) return;
+        do {
+            if (take('[')) {
                 skip_ws();
                 string(a);
                 expect(',');
@@ -171,13 +171,7 @@ private:
                 if (sp == std::string::npos) fail("merge \"" + a + "\" is not \"left right\"");
                 model_.merges.emplace_back(a.substr(0, sp), a.substr(sp + 1));
             }
-            if (peek_is(',')) {
-                ++p_;
-                continue;
-            }
-            expect(']');
-            return;
-        }
+        } while (another(']'));
     }
 
     // Nesting deeper than any tokenizer.json needs is refused (the reader recurses per level).
@@ -191,12 +185,9 @@ private:
         if (c == '{') {
             ++p_;
             nlohmann::json obj = nlohmann::json::object();
-            if (peek_is('}')) {
-                ++p_;
-                return obj;
-            }
+            if (take('}')) return obj;
             std::string key;
-            for (;;) {
+            do {
                 skip_ws();
                 string(key);
                 expect(':');
@@ -211,30 +202,17 @@ private:
                 } else {
                     obj[key] = value(depth + 1);
                 }
-                if (peek_is(',')) {
-                    ++p_;
-                    continue;
-                }
-                expect('}');
-                return obj;
-            }
+            } while (another('}'));
+            return obj;
         }
         if (c == '[') {
             ++p_;
             nlohmann::json arr = nlohmann::json::array();
-            if (peek_is(']')) {
-                ++p_;
-                return arr;
-            }
-            for (;;) {
+            if (take(']')) return arr;
+            do {
                 arr.push_back(value(depth + 1));
-                if (peek_is(',')) {
-                    ++p_;
-                    continue;
-                }
-                expect(']');
-                return arr;
-            }
+            } while (another(']'));
+            return arr;
         }
         if (c == '"') {
             std::string s;

@@ -4,6 +4,7 @@
 
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
+#include "tandem/number_or_na.h"
 #include "tandem/compare/compare.h"
 #include "tandem/spec/model.h"
 
@@ -152,13 +153,6 @@ std::string series_label(const std::string& series) {
     return series;
 }
 
-std::string g3(double x) {
-    if (!std::isfinite(x)) return "n/a";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g", x);
-    return b;
-}
-
 double sample_std(const std::vector<double>& v) {
     if (v.size() < 2) return 0;
     const double m = mean(v);
@@ -278,7 +272,7 @@ bool prediction_test(EnvelopeDistance& d, double value, const std::vector<double
 
 std::string EnvelopeDistance::effect() const {
     if (!available) return why_unavailable;
-    return "|z| " + g3(max_abs_z) + ", p " + g3(p);
+    return "|z| " + number_or_na(max_abs_z) + ", p " + number_or_na(p);
 }
 
 EnvelopeDistance envelope_distance(const std::string& leg, const std::vector<EvalRow>& evals, const SeedEnvelope& env,

@@ -5,20 +5,36 @@
 
 #include "tandem/data/token_diff.h"
 #include "tandem/engine/tensor.h"
+#include "tandem/number_or_na.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
 
 namespace tandem::experiments {
 
-L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t) {
-    L1Entry e;
+namespace {
+
+// A level's entry for the pair (a, b), its two legs named.
+template <typename Entry>
+Entry entry_for(const LegData& a, const LegData& b) {
+    Entry e;
     e.leg_a = a.name;
     e.leg_b = b.name;
+    return e;
+}
+
+// The leg of the pair that sent no data for a level (`has`: LegTrace::has_l2, has_l3).
+const std::string& leg_without(const LegData& a, const LegData& b, bool LegTrace::*has) {
+    return a.trace.*has ? b.name : a.name;
+}
+
+}  // namespace
+
+L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t) {
+    auto e = entry_for<L1Entry>(a, b);
     e.ce_a = a.trace.l1_ce;
     e.ce_b = b.trace.l1_ce;
     if (e.ce_a && e.ce_b && std::isfinite(*e.ce_a) && std::isfinite(*e.ce_b)) {
@@ -30,11 +46,9 @@ L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t) {
 }
 
 L2Entry compare_l2(const LegData& a, const LegData& b) {
-    L2Entry e;
-    e.leg_a = a.name;
-    e.leg_b = b.name;
+    auto e = entry_for<L2Entry>(a, b);
     if (!a.trace.has_l2 || !b.trace.has_l2) {
-        e.mismatches.push_back(std::string("no L2 digests from ") + (a.trace.has_l2 ? b.name : a.name));
+        e.mismatches.push_back("no L2 digests from " + leg_without(a, b, &LegTrace::has_l2));
         return e;
     }
     std::map<std::string, const TensorDigest*> mb;
@@ -66,12 +80,10 @@ L2Entry compare_l2(const LegData& a, const LegData& b) {
 }
 
 L3Entry compare_l3(const LegData& a, const LegData& b) {
-    L3Entry e;
-    e.leg_a = a.name;
-    e.leg_b = b.name;
+    auto e = entry_for<L3Entry>(a, b);
     if (!a.trace.has_l3 || !b.trace.has_l3) {
         e.what = "missing";
-        e.detail = std::string("no L3 records from ") + (a.trace.has_l3 ? b.name : a.name);
+        e.detail = "no L3 records from " + leg_without(a, b, &LegTrace::has_l3);
         return e;
     }
     std::map<int64_t, const L3Record*> mb;
@@ -139,13 +151,6 @@ L3Entry compare_l3(const LegData& a, const LegData& b) {
 
 namespace {
 
-std::string g3(double x) {
-    if (!std::isfinite(x)) return "n/a";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g", x);
-    return b;
-}
-
 // One reason a pair is `different` or outside the seed envelope: the update it starts at and its words.
 struct Finding {
     int64_t update;
@@ -162,9 +167,9 @@ std::string joined_by_update(std::vector<Finding> f) {
 // "held-out CE 45.9x the float32 error-model bound at update 10" (the first point beyond the bound),
 // "(largest 46.1x at update 20)" when that is another point.
 std::string beyond_text(const std::string& series, const PairedDistance& d, const char* bound_name) {
-    std::string o = series + " " + g3(d.first_beyond_ratio) + "x " + bound_name + " at update " + std::to_string(d.first_beyond_update);
+    std::string o = series + " " + number_or_na(d.first_beyond_ratio) + "x " + bound_name + " at update " + std::to_string(d.first_beyond_update);
     if (d.max_ratio_update != d.first_beyond_update)
-        o += " (largest " + g3(d.max_ratio) + "x at update " + std::to_string(d.max_ratio_update) + ")";
+        o += " (largest " + number_or_na(d.max_ratio) + "x at update " + std::to_string(d.max_ratio_update) + ")";
     return o;
 }
 
@@ -172,14 +177,15 @@ std::string beyond_text(const std::string& series, const PairedDistance& d, cons
 std::string outside_text(const std::string& series, const EnvelopeDistance& e) {
     std::string o = series + ":";
     if (e.test_rejects())
-        o += " mean " + g3(e.leg_mean) + " vs the members' " + g3(e.members_mean) + " (t " + g3(e.t) + ", two-sided p " + g3(e.p) +
-             " < " + g3(e.alpha) + ")";
+        o += " mean " + number_or_na(e.leg_mean) + " vs the members' " + number_or_na(e.members_mean) + " (t " +
+             number_or_na(e.t) + ", two-sided p " + number_or_na(e.p) + " < " + number_or_na(e.alpha) + ")";
     if (!e.outside_band.empty())
         o += std::string(e.test_rejects() ? ";" : "") + " outside the band at update " + std::to_string(e.outside_band.front()) +
              (e.outside_band.size() > 1 ? " (+" + std::to_string(e.outside_band.size() - 1) + " more)" : "") +
              // the prediction statistic against the family's factor (docs/thresholds.md section 3, "band per update")
-             (e.worst_band_z > e.band_factor ? ", largest |z| " + g3(e.worst_band_z) + " at update " + std::to_string(e.worst_band_update) +
-                                                   " > " + g3(e.band_factor) + " (" + std::to_string(e.band_family) + " updates judged)"
+             (e.worst_band_z > e.band_factor ? ", largest |z| " + number_or_na(e.worst_band_z) + " at update " +
+                                                   std::to_string(e.worst_band_update) + " > " + number_or_na(e.band_factor) +
+                                                   " (" + std::to_string(e.band_family) + " updates judged)"
                                              : "");
     return o;
 }
@@ -242,10 +248,10 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
         std::string series;
         if (l4.loss_numerics.applies && !l4.loss_numerics.points.empty())
             series = "; lr on the schedule, training loss and pre-clip grad norm within their bounds at all " +
-                     std::to_string(l4.loss_numerics.points.size()) + " updates (largest " + g3(l4.loss_numerics.max_ratio) +
-                     " and " + g3(l4.grad_numerics.max_ratio) + " of them)";
+                     std::to_string(l4.loss_numerics.points.size()) + " updates (largest " + number_or_na(l4.loss_numerics.max_ratio) +
+                     " and " + number_or_na(l4.grad_numerics.max_ratio) + " of them)";
         l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
-                            " paired evaluations (largest " + g3(n.max_ratio) + " of the bound, update " +
+                            " paired evaluations (largest " + number_or_na(n.max_ratio) + " of the bound, update " +
                             std::to_string(n.max_ratio_update) + ")" + series;
         return;
     }
@@ -326,9 +332,7 @@ void judge_series(L4Entry& l4, const LegData& a, const LegData& b, const L4Conte
 L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, const std::vector<std::string>& level_failures) {
     // An imported leg (TensorBoard, CSV): reported, not gated; only a seed envelope can judge it.
     const bool imported = is_imported(a) || is_imported(b);
-    L4Entry l4;
-    l4.leg_a = a.name;
-    l4.leg_b = b.name;
+    auto l4 = entry_for<L4Entry>(a, b);
     l4.eval_points = pair_evals(a.trace.evals, b.trace.evals);
     l4.loss_points = pair_losses(a.trace.steps, b.trace.steps);
     l4.grad_points = pair_grad_norms(a.trace.steps, b.trace.steps);

@@ -3,6 +3,7 @@
 
 #include "tandem/error.h"
 #include "tandem/join.h"
+#include "tandem/number_or_na.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/strict_json.h"
@@ -20,12 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fmt(double x, const char* f = "%.6g") {
-    if (!std::isfinite(x)) return "n/a";
-    char b[64];
-    std::snprintf(b, sizeof b, f, x);
-    return b;
-}
+std::string fmt(double x, const char* f = "%.6g") { return number_or_na(x, f); }
 std::string fmt_opt(const std::optional<double>& x, const char* f = "%.8f") { return x ? fmt(*x, f) : "n/a"; }
 // "1.234e-03% (update 40)": the largest |residual %| of a series, or "n/a" when it has no finite point.
 std::string percent_at(const PercentSeries& s) {

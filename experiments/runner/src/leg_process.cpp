@@ -70,18 +70,22 @@ ChildProcess spawn_process(const std::vector<std::string>& argv, const std::vect
     return c;
 }
 
+void append_lines(std::string& buf, std::string_view chunk, const std::function<void(std::string_view)>& on_line) {
+    buf.append(chunk);
+    size_t start = 0, pos;
+    while ((pos = buf.find('\n', start)) != std::string::npos) {
+        on_line(std::string_view(buf).substr(start, pos - start));
+        start = pos + 1;
+    }
+    buf.erase(0, start);
+}
+
 bool read_lines(int fd, std::string& buf, const std::function<void(std::string_view)>& on_line) {
     char chunk[65536];
     for (;;) {
         const ssize_t n = read(fd, chunk, sizeof chunk);
         if (n > 0) {
-            buf.append(chunk, static_cast<size_t>(n));
-            size_t start = 0, pos;
-            while ((pos = buf.find('\n', start)) != std::string::npos) {
-                on_line(std::string_view(buf).substr(start, pos - start));
-                start = pos + 1;
-            }
-            buf.erase(0, start);
+            append_lines(buf, std::string_view(chunk, static_cast<size_t>(n)), on_line);
             continue;
         }
         if (n == 0) {

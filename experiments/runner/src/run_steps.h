@@ -32,9 +32,6 @@ extern volatile std::sig_atomic_t g_interrupted;
 // Seconds a stopping leg gets between SIGTERM and SIGKILL.
 inline constexpr double kStopGraceSeconds = 10.0;
 
-// "a,b,,c" -> {"a", "b", "c"}.
-std::vector<std::string> split_list(const std::string& s);
-
 // ---- one leg while the runner supervises it -----------------------------------------------------
 
 struct LiveLeg {

@@ -38,7 +38,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "tandem/spec/leg_paths.h"
@@ -48,15 +47,6 @@ namespace tandem::experiments {
 namespace run_steps {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-
-std::vector<std::string> split_list(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
 
 LegProgress progress_of(const LiveLeg& l, int64_t total) {
     LegProgress p;

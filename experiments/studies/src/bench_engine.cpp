@@ -23,6 +23,7 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
+#include "tandem/number_or_na.h"
 #include "tandem/store/host_info.h"
 #include "tandem/store/probe.h"
 #include "tandem/version.h"
@@ -349,12 +350,7 @@ std::vector<BenchCase> run_engine_bench(const BenchOptions& o, const std::functi
 
 namespace {
 
-std::string num(double v, const char* f = "%.3f") {
-    if (!std::isfinite(v)) return "n/a";
-    char b[64];
-    std::snprintf(b, sizeof b, f, v);
-    return b;
-}
+std::string num(double v, const char* f = "%.3f") { return number_or_na(v, f); }
 std::string triple(const Spread& s, const char* f = "%.3f") { return num(s.min, f) + " / " + num(s.median, f) + " / " + num(s.max, f); }
 
 }  // namespace

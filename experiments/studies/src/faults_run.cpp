@@ -4,6 +4,7 @@
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
+#include "tandem/number_or_na.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/compare/report.h"
@@ -393,12 +394,7 @@ fs::path seeded_copy(const fs::path& experiment, const fs::path& dir, uint64_t s
     return out;
 }
 
-std::string fmt(double x, const char* f) {
-    if (!std::isfinite(x)) return "n/a";
-    char b[64];
-    std::snprintf(b, sizeof b, f, x);
-    return b;
-}
+std::string fmt(double x, const char* f) { return number_or_na(x, f); }
 
 FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
                           const std::function<void(const std::string&)>& say) {

@@ -25,30 +25,30 @@ class EngineError(RuntimeError):
         self.status = status
 
 
-def find_library():
-    env = os.environ.get("TANDEM_ENGINE_C_LIB")
+def _find(env_var, build_path, system_lookup, missing):
+    """$env_var, else <checkout>/<build_path> when it exists, else system_lookup()'s answer; else
+    FileNotFoundError(missing)."""
+    env = os.environ.get(env_var)
     if env:
         return env
-    local = os.path.join(_CHECKOUT, "build", "engine", "libtandem_engine_c.so")
+    local = os.path.join(_CHECKOUT, *build_path)
     if os.path.exists(local):
         return local
-    found = ctypes.util.find_library("tandem_engine_c")
+    found = system_lookup()
     if found:
         return found
-    raise FileNotFoundError("libtandem_engine_c.so not found: build tandem (scripts/build) or set TANDEM_ENGINE_C_LIB")
+    raise FileNotFoundError(missing)
+
+
+def find_library():
+    return _find("TANDEM_ENGINE_C_LIB", ("build", "engine", "libtandem_engine_c.so"),
+                 lambda: ctypes.util.find_library("tandem_engine_c"),
+                 "libtandem_engine_c.so not found: build tandem (scripts/build) or set TANDEM_ENGINE_C_LIB")
 
 
 def find_tandem_cli():
-    env = os.environ.get("TANDEM_BIN")
-    if env:
-        return env
-    local = os.path.join(_CHECKOUT, "build", "app", "tandem")
-    if os.path.exists(local):
-        return local
-    found = shutil.which("tandem")
-    if found:
-        return found
-    raise FileNotFoundError("the tandem command line was not found: build tandem (scripts/build) or set TANDEM_BIN")
+    return _find("TANDEM_BIN", ("build", "app", "tandem"), lambda: shutil.which("tandem"),
+                 "the tandem command line was not found: build tandem (scripts/build) or set TANDEM_BIN")
 
 
 class MicroBatch(ctypes.Structure):

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <sstream>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -78,15 +77,6 @@ std::vector<EnvelopePoint> series_over(const std::vector<EnvelopeMember>& member
     for (const auto& m : members) take(m, by_update);
     std::vector<EnvelopePoint> out;
     for (auto& [u, v] : by_update) out.push_back(point_of(u, std::move(v)));
-    return out;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream in(s);
-    std::string item;
-    while (std::getline(in, item, ','))
-        if (!item.empty()) out.push_back(item);
     return out;
 }
 

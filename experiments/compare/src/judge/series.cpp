@@ -4,22 +4,11 @@
 
 #include "tandem/compare/distance.h"
 #include "tandem/engine/optim.h"
+#include "tandem/number_or_na.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace tandem::experiments {
-
-namespace {
-
-std::string g3(double x) {
-    if (!std::isfinite(x)) return "n/a";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g", x);
-    return b;
-}
-
-}  // namespace
 
 double scheduled_lr(const ExperimentSpec& spec, int64_t update, int64_t total) {
     return engine::cosine_with_warmup_lr(spec.lr, update, engine::warmup_updates(spec.warmup_fraction, total), total);
@@ -52,8 +41,8 @@ ScheduleCheck schedule_check(const std::string& leg, const std::vector<StepRow>&
 
 std::string ScheduleCheck::describe() const {
     if (!off()) return "";
-    return "lr of " + leg + " off the spec's schedule at update " + std::to_string(first_off_update) + " (" + g3(lr) +
-           ", the schedule " + g3(expected) + "; " + std::to_string(off_updates) + " of " + std::to_string(checked) + " updates)";
+    return "lr of " + leg + " off the spec's schedule at update " + std::to_string(first_off_update) + " (" + number_or_na(lr) +
+           ", the schedule " + number_or_na(expected) + "; " + std::to_string(off_updates) + " of " + std::to_string(checked) + " updates)";
 }
 
 std::string pinned_at_clip(const std::string& leg, const std::vector<StepRow>& steps, double clip) {
@@ -65,7 +54,7 @@ std::string pinned_at_clip(const std::string& leg, const std::vector<StepRow>& s
         pinned += std::fabs(s.grad_norm - clip) <= 1e-4 * clip;
     }
     if (pinned < 2 || 2 * pinned < n) return "";
-    return leg + ": pre-clip grad norm reads the clip value " + g3(clip) + " on " + std::to_string(pinned) + " of " +
+    return leg + ": pre-clip grad norm reads the clip value " + number_or_na(clip) + " on " + std::to_string(pinned) + " of " +
            std::to_string(n) + " updates (a norm taken after clipping, or clipping per micro-batch?)";
 }
 

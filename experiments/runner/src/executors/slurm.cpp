@@ -88,13 +88,7 @@ public:
             if (n <= 0) break;
             got = true;
             offset_ += static_cast<uint64_t>(n);
-            buf_.append(chunk, static_cast<size_t>(n));
-            size_t start = 0, pos;
-            while ((pos = buf_.find('\n', start)) != std::string::npos) {
-                on_line(std::string_view(buf_).substr(start, pos - start));
-                start = pos + 1;
-            }
-            buf_.erase(0, start);
+            append_lines(buf_, std::string_view(chunk, static_cast<size_t>(n)), on_line);
         }
         ::close(fd);
         return got;

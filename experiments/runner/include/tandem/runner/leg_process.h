@@ -27,6 +27,9 @@ ChildProcess spawn_process(const std::vector<std::string>& argv, const std::vect
 // Reads what is available on `fd` and calls on_line for each complete line (without '\n'); at end of
 // file the unfinished rest, if any, is passed as a last line. Returns false at end of file.
 bool read_lines(int fd, std::string& buf, const std::function<void(std::string_view)>& on_line);
+// Appends `chunk` to `buf`, calls on_line for each complete line and keeps the unfinished rest in buf
+// (read_lines' and the Slurm executor's file follower's step).
+void append_lines(std::string& buf, std::string_view chunk, const std::function<void(std::string_view)>& on_line);
 
 // Waits for the child (its pipes should be at end of file); returns its exit code, or 128 + signal.
 // `signal_out` receives the terminating signal (0 when it exited).

@@ -7,6 +7,7 @@
 //   engine_io_tool gen-adapter DIR CONFIG SEED RANK ALPHA [TARGETS,...]
 //   engine_io_tool load-adapter DIR CONFIG OUT.safetensors  load_peft_adapter (prints config JSON)
 //   engine_io_tool time-load DIR REPEATS                    best wall seconds of load_hf_checkpoint (benchmark)
+#include "tandem/join.h"  // split_list
 #include "tandem/atomic_file.h"
 #include "tandem/engine/generate.h"
 #include "tandem/engine/io.h"
@@ -30,14 +31,6 @@ namespace {
 Qwen3Config config_arg(const std::string& s) {
     if (std::filesystem::exists(s)) return Qwen3Config::from_json(json::parse(tandem::read_file(s)), s);
     return Qwen3Config::named(s);
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty()) out.push_back(item);
-    return out;
 }
 
 int run(const std::vector<std::string>& a) {
@@ -68,7 +61,7 @@ int run(const std::vector<std::string>& a) {
         LoraConfig l;
         l.rank = std::stoll(a[4]);
         l.alpha = std::stod(a[5]);
-        if (a.size() > 6) l.targets = split_commas(a[6]);
+        if (a.size() > 6) l.targets = tandem::split_list(a[6]);
         write_initial_adapter(a[1], config_arg(a[2]), l, std::stoull(a[3]), "base");
     } else if (cmd == "load-adapter") {
         need(4);

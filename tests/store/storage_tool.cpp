@@ -59,6 +59,27 @@ json attributes_to(const ex::Attributes& attributes) {
     return out;
 }
 
+// A step row as the JSON array of its members in the list's order (tandem/store/row_columns.h), so a
+// column added to the list is written and read back here without naming it. A short array (older test
+// data: no cpu_s) or a null leaves the member's default; a non-finite value prints as null.
+ex::StepRow step_from_json(const json& s) {
+    ex::StepRow row;
+    std::size_t i = 0;
+#define STEP_FROM_JSON(member, ...)                                                          \
+    if (i < s.size() && !s[i].is_null()) row.member = s[i].get<decltype(row.member)>(); \
+    ++i;
+    TANDEM_STEP_ROW(STEP_FROM_JSON, STEP_FROM_JSON, STEP_FROM_JSON)
+#undef STEP_FROM_JSON
+    return row;
+}
+json step_to_json(const ex::StepRow& row) {
+    json out = json::array();
+#define STEP_TO_JSON(member, ...) out.push_back(row.member);
+    TANDEM_STEP_ROW(STEP_TO_JSON, STEP_TO_JSON, STEP_TO_JSON)
+#undef STEP_TO_JSON
+    return out;
+}
+
 ex::CheckLevel level_from(const std::string& name) {
     if (name == "l1") return ex::CheckLevel::L1;
     if (name == "l2") return ex::CheckLevel::L2;
@@ -81,9 +102,7 @@ int write_from_json(const std::string& in_path, const std::string& out_path) {
         // Several appends, to exercise growing the table.
         std::vector<ex::StepRow> batch;
         for (const json& s : l.at("steps")) {
-            ex::StepRow row{s[0], s[1], s[2], s[3], s[4], s[5]};
-            if (s.size() > 6) row.cpu_s = s[6];
-            batch.push_back(row);
+            batch.push_back(step_from_json(s));
             if (batch.size() == 7) {
                 writer.append_steps(leg, batch);
                 batch.clear();
@@ -119,8 +138,7 @@ int read_to_json(const std::string& path) {
         json l;
         l["attributes"] = attributes_to(reader.leg_attributes(leg));
         l["steps"] = json::array();
-        for (const auto& s : reader.steps(leg)) l["steps"].push_back({s.update, s.loss, s.grad_norm, s.lr, s.tokens, s.wall_s,
-                                                                            std::isfinite(s.cpu_s) ? json(s.cpu_s) : json(nullptr)});
+        for (const auto& s : reader.steps(leg)) l["steps"].push_back(step_to_json(s));
         l["eval"] = json::array();
         for (const auto& e : reader.eval(leg)) l["eval"].push_back({e.update, e.heldout_ce});
         if (auto t = reader.timing(leg)) l["timing"] = *t;

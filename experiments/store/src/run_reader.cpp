@@ -2,6 +2,7 @@
 #include "tandem/store/run_file.h"
 
 #include "run_schema.h"
+#include "tandem/join.h"  // split_list
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/version.h"
@@ -128,10 +129,10 @@ std::vector<ProbeResult> RunFileReader::probes() const {
         p.timestamp = text_attr(a, "timestamp");
         p.pcie_link = text_attr(a, "pcie_link");
         p.pcie_source = text_attr(a, "pcie_source");
-        for (const auto& name : split_commas(text_attr(a, "directions")))
+        for (const auto& name : split_list(text_attr(a, "directions")))
             p.directions.push_back({name, int_attr(a, "bytes_counted_" + name), double_attr(a, "best_s_" + name),
                                     double_attr(a, "median_s_" + name), double_attr(a, "gbps_" + name)});
-        for (const auto& t : split_commas(text_attr(a, "sgemm_threads"))) {
+        for (const auto& t : split_list(text_attr(a, "sgemm_threads"))) {
             if (t.size() > 4 || !std::all_of(t.begin(), t.end(), [](unsigned char ch) { return std::isdigit(ch); }))
                 throw Error(path_.string() + ": /probes/" + device + " attribute sgemm_threads: '" + t +
                             "' is not a thread count");

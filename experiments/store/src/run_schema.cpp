@@ -201,15 +201,6 @@ double double_attr(const Attributes& a, const std::string& key, double fallback)
     return fallback;
 }
 
-std::vector<std::string> split_commas(const std::string& text) {
-    std::vector<std::string> out;
-    std::stringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ','))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
-
 void validate_probe_device(const std::string& device) {
     if (device.empty() || device.size() > 64 || device.find('/') != std::string::npos || device == "." || device == "..")
         throw Error("invalid probe device name '" + device + "'");

@@ -123,7 +123,6 @@ void validate_direction(const std::string& name);
 std::string text_attr(const Attributes& a, const std::string& key);
 std::int64_t int_attr(const Attributes& a, const std::string& key, std::int64_t fallback = 0);
 double double_attr(const Attributes& a, const std::string& key, double fallback = -1);
-std::vector<std::string> split_commas(const std::string& text);
 
 // ---- file access -------------------------------------------------------------------------------------
 

@@ -19,6 +19,11 @@
 //                                 workbench, a figure, a CSV series): see MetricInfo in metrics.h for
 //                                 the meaning of the other arguments. Metrics are numbered (and their
 //                                 panels drawn) in the order they appear here, eval list first.
+// A new entry goes at the END of its list: rows are also written as aggregate literals
+// ({update, loss, grad_norm, ...} in tests and fixtures), which keep their meaning only when the
+// members before the new one stay where they are. A run.h5 written before it lacks the column, and
+// its rows read back with the member's `initial` value: give a new REAL or METRIC column
+// ::tandem::experiments::kNotReported there (as cpu_s), so old files read as "not reported", not 0.
 // The member's name is also its event field, its run.h5 column and its metric's series name, so a
 // quantity has one name from the leg's JSON line to the screen.
 #include <limits>

@@ -83,19 +83,9 @@ Attributes RunFileReader::attributes(const std::string& object_path) const {
 
 std::optional<HostInfo> RunFileReader::host() const {
     if (!h5::exists(file_, "/host")) return std::nullopt;
-    const Attributes a = attributes("/host");
+    Attributes a = attributes("/host");
     HostInfo h;
-    h.cpu_model = text_attr(a, "cpu_model");
-    h.logical_cores = int_attr(a, "logical_cores");
-    h.physical_cores = int_attr(a, "physical_cores");
-    h.memory_total_bytes = int_attr(a, "memory_total_bytes");
-    h.memory_available_bytes = int_attr(a, "memory_available_bytes");
-    h.llc_bytes = int_attr(a, "llc_bytes");
-    h.os = text_attr(a, "os");
-    h.kernel = text_attr(a, "kernel");
-    h.machine = text_attr(a, "machine");
-    h.hostname = text_attr(a, "hostname");
-    h.tandem_version = text_attr(a, "tandem_version");
+    take_fields(a, h, host_fields());
     h.built_with_cuda = int_attr(a, "built_with_cuda") != 0;
     return h;
 }
@@ -174,34 +164,13 @@ std::vector<EvalRow> RunFileReader::eval(const std::string& leg, std::size_t fir
     return read_table<EvalRow>(path_.string(), file_, leg_path(leg) + "/eval", eval_type(false), first_row);
 }
 
-namespace {
-// A record's attribute read and removed, so that what is left of the group's attributes is the
-// record's `extra` (keys a later version or another tool wrote).
-double take_double(Attributes& a, const char* key) {
-    const double value = double_attr(a, key);
-    a.erase(key);
-    return value;
-}
-std::int64_t take_int(Attributes& a, const char* key) {
-    const std::int64_t value = int_attr(a, key, -1);
-    a.erase(key);
-    return value;
-}
-}  // namespace
-
 std::optional<LegTiming> RunFileReader::timing(const std::string& leg) const {
     validate_leg_name(leg);
     const std::string path = leg_path(leg) + "/timing";
     if (!h5::exists(file_, path)) return std::nullopt;
     Attributes a = attributes(path);
     LegTiming t;
-    t.model_load_s = take_double(a, "model_load_s");
-    t.tokenize_s = take_double(a, "tokenize_s");
-    t.median_update_s = take_double(a, "median_update_s");
-    t.window_first = take_int(a, "window_first");
-    t.window_last = take_int(a, "window_last");
-    t.tokens_per_s = take_double(a, "tokens_per_s");
-    t.total_s = take_double(a, "total_s");
+    take_fields(a, t, timing_fields());
     t.extra = std::move(a);
     return t;
 }
@@ -211,7 +180,10 @@ std::optional<LegMemory> RunFileReader::memory(const std::string& leg) const {
     const std::string path = leg_path(leg) + "/memory";
     if (!h5::exists(file_, path)) return std::nullopt;
     Attributes a = attributes(path);
-    return LegMemory{take_int(a, "peak_device_bytes"), take_int(a, "peak_host_bytes"), std::move(a)};
+    LegMemory m;
+    take_fields(a, m, memory_fields());
+    m.extra = std::move(a);
+    return m;
 }
 
 std::optional<std::string> RunFileReader::check(const std::string& leg, CheckLevel level) const {

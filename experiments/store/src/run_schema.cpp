@@ -201,6 +201,29 @@ double double_attr(const Attributes& a, const std::string& key, double fallback)
     return fallback;
 }
 
+const std::vector<AttrField<HostInfo>>& host_fields() {
+    using H = HostInfo;
+    static const std::vector<AttrField<H>> fields{
+        {"cpu_model", &H::cpu_model}, {"logical_cores", &H::logical_cores}, {"physical_cores", &H::physical_cores},
+        {"memory_total_bytes", &H::memory_total_bytes}, {"memory_available_bytes", &H::memory_available_bytes},
+        {"llc_bytes", &H::llc_bytes}, {"os", &H::os}, {"kernel", &H::kernel}, {"machine", &H::machine},
+        {"hostname", &H::hostname}, {"tandem_version", &H::tandem_version}};
+    return fields;
+}
+const std::vector<AttrField<LegTiming>>& timing_fields() {
+    using T = LegTiming;
+    static const std::vector<AttrField<T>> fields{
+        {"model_load_s", &T::model_load_s}, {"tokenize_s", &T::tokenize_s}, {"median_update_s", &T::median_update_s},
+        {"window_first", &T::window_first}, {"window_last", &T::window_last}, {"tokens_per_s", &T::tokens_per_s},
+        {"total_s", &T::total_s}};
+    return fields;
+}
+const std::vector<AttrField<LegMemory>>& memory_fields() {
+    static const std::vector<AttrField<LegMemory>> fields{{"peak_device_bytes", &LegMemory::peak_device_bytes},
+                                                         {"peak_host_bytes", &LegMemory::peak_host_bytes}};
+    return fields;
+}
+
 void validate_probe_device(const std::string& device) {
     if (device.empty() || device.size() > 64 || device.find('/') != std::string::npos || device == "." || device == "..")
         throw Error("invalid probe device name '" + device + "'");

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace tandem::experiments::schema {
@@ -123,6 +125,44 @@ void validate_direction(const std::string& name);
 std::string text_attr(const Attributes& a, const std::string& key);
 std::int64_t int_attr(const Attributes& a, const std::string& key, std::int64_t fallback = 0);
 double double_attr(const Attributes& a, const std::string& key, double fallback = -1);
+
+// ---- records kept as attributes (/host, /legs/<leg>/timing, /legs/<leg>/memory) -------------------
+
+// One attribute of a record: its name and the member it holds, written and read through one list so
+// a field is named once. An absent attribute leaves the member's default.
+template <class Record>
+struct AttrField {
+    const char* name;
+    std::variant<double Record::*, std::int64_t Record::*, std::string Record::*> member;
+};
+const std::vector<AttrField<HostInfo>>& host_fields();  // all but built_with_cuda (a 0/1 integer)
+const std::vector<AttrField<LegTiming>>& timing_fields();
+const std::vector<AttrField<LegMemory>>& memory_fields();
+
+template <class Record>
+void put_fields(Attributes& a, const Record& record, const std::vector<AttrField<Record>>& fields) {
+    for (const auto& f : fields) std::visit([&](auto member) { a[f.name] = record.*member; }, f.member);
+}
+// Reads the fields' attributes into `record` and removes them from `a`: what is left is the
+// record's `extra` (keys a later version or another tool wrote).
+template <class Record>
+void take_fields(Attributes& a, Record& record, const std::vector<AttrField<Record>>& fields) {
+    for (const auto& f : fields) {
+        std::visit(
+            [&](auto member) {
+                auto& value = record.*member;
+                using T = std::remove_reference_t<decltype(value)>;
+                if constexpr (std::is_same_v<T, double>)
+                    value = double_attr(a, f.name, value);
+                else if constexpr (std::is_same_v<T, std::int64_t>)
+                    value = int_attr(a, f.name, value);
+                else
+                    value = text_attr(a, f.name);
+            },
+            f.member);
+        a.erase(f.name);
+    }
+}
 
 // ---- file access -------------------------------------------------------------------------------------
 

@@ -311,19 +311,10 @@ void RunFileWriter::write_host(const HostInfo& host) {
     guarded([=, this] {
         const std::string f = path_.string();
         Handle group = h5::require_group(f, file_, "/host");
-        h5::write_attributes(f, group,
-                             {{"cpu_model", host.cpu_model},
-                              {"logical_cores", host.logical_cores},
-                              {"physical_cores", host.physical_cores},
-                              {"memory_total_bytes", host.memory_total_bytes},
-                              {"memory_available_bytes", host.memory_available_bytes},
-                              {"llc_bytes", host.llc_bytes},
-                              {"os", host.os},
-                              {"kernel", host.kernel},
-                              {"machine", host.machine},
-                              {"hostname", host.hostname},
-                              {"tandem_version", host.tandem_version},
-                              {"built_with_cuda", std::int64_t{host.built_with_cuda ? 1 : 0}}});
+        Attributes attributes;
+        put_fields(attributes, host, host_fields());
+        attributes["built_with_cuda"] = std::int64_t{host.built_with_cuda ? 1 : 0};
+        h5::write_attributes(f, group, attributes);
     });
 }
 
@@ -456,13 +447,7 @@ void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing
     guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/timing");
         Attributes attributes = timing.extra;
-        attributes["model_load_s"] = timing.model_load_s;
-        attributes["tokenize_s"] = timing.tokenize_s;
-        attributes["median_update_s"] = timing.median_update_s;
-        attributes["window_first"] = timing.window_first;
-        attributes["window_last"] = timing.window_last;
-        attributes["tokens_per_s"] = timing.tokens_per_s;
-        attributes["total_s"] = timing.total_s;
+        put_fields(attributes, timing, timing_fields());
         h5::write_attributes(path_.string(), group, attributes);
     });
 }
@@ -472,8 +457,7 @@ void RunFileWriter::write_memory(const std::string& leg, const LegMemory& memory
     guarded([=, this] {
         Handle group = h5::require_group(path_.string(), file_, leg_path(leg) + "/memory");
         Attributes attributes = memory.extra;
-        attributes["peak_device_bytes"] = memory.peak_device_bytes;
-        attributes["peak_host_bytes"] = memory.peak_host_bytes;
+        put_fields(attributes, memory, memory_fields());
         h5::write_attributes(path_.string(), group, attributes);
     });
 }

@@ -189,11 +189,6 @@ std::vector<Row> read_table(const std::string& file_name, hid_t file, const std:
     Handle dataset(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
     if (!dataset.valid()) h5::fail(file_name, "cannot open " + path);
     const hsize_t total = h5::row_count(file_name, dataset);
-    if (first_row == 0) {
-        std::vector<Row> rows(total);
-        h5::read_rows(file_name, dataset, memory_type, rows.data());
-        return rows;
-    }
     if (first_row >= total) return {};
     std::vector<Row> rows(total - first_row);
     h5::read_rows(file_name, dataset, memory_type, first_row, rows.size(), rows.data());

@@ -418,29 +418,37 @@ void write_table_rows(const std::string& f, hid_t file, const std::string& leg, 
 }  // namespace
 
 // A leg's steps and eval tables: appended to, or emptied first (`replace`: a resumed leg's rows).
-struct RunFileWriter::Table {
-    const char* name;
-    Handle (*type)(bool file);
-    hsize_t chunk_rows;
-};
 namespace {
-const RunFileWriter::Table kStepsTable{"steps", step_type, kStepChunkRows};
-const RunFileWriter::Table kEvalTable{"eval", eval_type, kEvalChunkRows};
+template <class Row>
+struct LegTable;
+template <>
+struct LegTable<StepRow> {
+    static constexpr const char* name = "steps";
+    static Handle type(bool file) { return step_type(file); }
+    static constexpr hsize_t chunk_rows = kStepChunkRows;
+};
+template <>
+struct LegTable<EvalRow> {
+    static constexpr const char* name = "eval";
+    static Handle type(bool file) { return eval_type(file); }
+    static constexpr hsize_t chunk_rows = kEvalChunkRows;
+};
 }  // namespace
 
 template <class Row>
-void RunFileWriter::write_rows(const std::string& leg, const Table& table, const std::vector<Row>& rows, bool replace) {
+void RunFileWriter::write_rows(const std::string& leg, const std::vector<Row>& rows, bool replace) {
     validate_leg_name(leg);
     guarded([=, this] {  // by value: replayed in the next session (double buffering)
-        write_table_rows(path_.string(), file_, leg, table.name, table.type(true), table.type(false), table.chunk_rows,
-                         rows.data(), rows.size(), replace);
+        using T = LegTable<Row>;
+        write_table_rows(path_.string(), file_, leg, T::name, T::type(true), T::type(false), T::chunk_rows, rows.data(),
+                         rows.size(), replace);
     });
 }
 
-void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) { write_rows(leg, kStepsTable, rows, false); }
-void RunFileWriter::replace_steps(const std::string& leg, const std::vector<StepRow>& rows) { write_rows(leg, kStepsTable, rows, true); }
-void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) { write_rows(leg, kEvalTable, rows, false); }
-void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalRow>& rows) { write_rows(leg, kEvalTable, rows, true); }
+void RunFileWriter::append_steps(const std::string& leg, const std::vector<StepRow>& rows) { write_rows(leg, rows, false); }
+void RunFileWriter::replace_steps(const std::string& leg, const std::vector<StepRow>& rows) { write_rows(leg, rows, true); }
+void RunFileWriter::append_eval(const std::string& leg, const std::vector<EvalRow>& rows) { write_rows(leg, rows, false); }
+void RunFileWriter::replace_eval(const std::string& leg, const std::vector<EvalRow>& rows) { write_rows(leg, rows, true); }
 
 void RunFileWriter::write_timing(const std::string& leg, const LegTiming& timing) {
     validate_leg_name(leg);

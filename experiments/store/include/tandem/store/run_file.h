@@ -303,11 +303,9 @@ private:
     void forget_previous_version() noexcept;
     template <class F>
     void guarded(F&& write);
-public:
-    struct Table;  // a leg's per-update or per-evaluation table (run_writer.cpp)
-private:
+    // Appends `rows` to the leg's table of their type (steps or eval), emptied first when `replace`.
     template <class Row>
-    void write_rows(const std::string& leg, const Table& table, const std::vector<Row>& rows, bool replace);
+    void write_rows(const std::string& leg, const std::vector<Row>& rows, bool replace);
     std::filesystem::path path_;
     std::filesystem::path temp_path_;
     std::filesystem::path spare_path_;  // the version published before the last commit (hard link)

@@ -4,10 +4,12 @@ apply_shared_dropout) against its definition, on the CPU:
 - bit for bit equal to the numpy definition (keep_mask) and, on a slice of every case, to the pure-Python
   one (keep_mask_python, Python ints: no wrap-around or shift subtleties at all), across keys at the
   signed/unsigned edges, shapes, p in {0, 0.05, 0.5, 0.999} and flat indices beyond 2**32;
-- SharedMaskDropout's output equals the old host path x * shared_multiplier(...) to the bit, and so does a
-  whole paired update of a small Qwen3 + LoRA model (loss, every gradient, every parameter after AdamW):
-  the device-side generator changes the speed of the reference leg, not one bit of what it computes.
-The same checks run on a GPU from scripts/gpu-check (device=cuda)."""
+- SharedMaskDropout's output and its input gradient equal the old host path x * shared_multiplier(...) to
+  the bit, and so does a whole paired update of a small Qwen3 + LoRA model (loss, every gradient, every
+  parameter after AdamW), on both device-side paths: torch integer ops, and the one fused Triton kernel
+  (run here by Triton's CPU interpreter, TRITON_INTERPRET=1): they change the speed of the reference leg,
+  not one bit of what it computes.
+The same checks run on a GPU from scripts/gpu-check (TANDEM_TEST_DEVICE=cuda:N; the Triton kernel compiled)."""
 import os
 import sys
 
@@ -22,6 +24,30 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python"))
 from tandem_leg.torch import MaskContext, SharedMaskDropout, install_shared_masks, shared_dropout as sd  # noqa: E402
 
 DEVICE = os.environ.get("TANDEM_TEST_DEVICE", "cpu")
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused kernel on the CPU: Triton's interpreter
+IMPLEMENTATIONS = ["torch", "fused"]
+
+
+def _triton_present():
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def implementation(request, monkeypatch):
+    """Which device-side path apply_shared_dropout takes: torch ops, or the fused Triton kernel."""
+    if request.param == "fused":
+        if not _triton_present():
+            pytest.fail("Triton is not importable here: the fused shared-dropout kernel cannot be tested "
+                        "(PyTorch's CUDA wheels bring it; scripts/setup installs them)")
+        monkeypatch.delenv("TANDEM_SHARED_DROPOUT", raising=False)
+    else:
+        monkeypatch.setenv("TANDEM_SHARED_DROPOUT", "torch")
+    return request.param
 KEYS = [0, 1, 0x7FFFFFFFFFFFFFFF, 0x8000000000000000, 0xFFFFFFFFFFFFFFFF, 0x9E3779B97F4A7C15,
         sd.shared_key(1234, 0, 0, 0, "q_proj"), sd.shared_key(2 ** 64 - 1, 10535, 7, 27, "down_proj")]
 PS = [0.0, 0.05, 0.5, 0.999]
@@ -55,18 +81,23 @@ def test_threshold_is_the_float_comparison_at_every_edge():
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2, 5, 7), (3, 37, 64), (2, 129, 96)])
 @pytest.mark.parametrize("p", PS[1:])
-def test_shared_mask_dropout_equals_the_host_multiplier(shape, p):
+def test_shared_mask_dropout_equals_the_host_multiplier(shape, p, implementation):
     ctx = MaskContext()
     ctx.update, ctx.micro_batch = 7, 3
     gen = torch.Generator().manual_seed(sum(shape))
-    x = torch.randn(shape, generator=gen).to(DEVICE)
+    x = torch.randn(shape, generator=gen).to(DEVICE).requires_grad_(True)
+    assert sd.fused_available(x) == (implementation == "fused")
     layer, projection = 2, "gate_proj"
     y = SharedMaskDropout(ctx, 99, layer, projection, p)(x)
-    old = x * torch.as_tensor(sd.shared_multiplier(99, 7, 3, layer, projection, shape, p), dtype=x.dtype,
-                              device=x.device)
+    multiplier = torch.as_tensor(sd.shared_multiplier(99, 7, 3, layer, projection, shape, p), dtype=x.dtype,
+                                 device=x.device)
+    old = x.detach() * multiplier
     assert y.device == x.device and y.dtype == x.dtype
-    assert torch.equal(y, old)
-    assert torch.equal(y == 0, x.new_tensor(~sd.keep_mask(sd.shared_key(99, 7, 3, layer, projection),
+    assert torch.equal(y.detach(), old)
+    grad = torch.randn(shape, generator=gen).to(DEVICE)
+    y.backward(grad)
+    assert torch.equal(x.grad, grad * multiplier)  # what autograd computes for x * multiplier
+    assert torch.equal(y.detach() == 0, x.new_tensor(~sd.keep_mask(sd.shared_key(99, 7, 3, layer, projection),
                                                            x.numel(), p).reshape(shape), dtype=torch.bool))
 
 
@@ -120,7 +151,18 @@ def _one_paired_update(host_path):
     return losses, grads, [p.detach().clone() for p in params]
 
 
-def test_a_paired_update_is_bit_identical_to_the_host_path():
+def test_float16_and_bfloat16_take_the_torch_path_with_the_same_mask():
+    x = torch.randn(2, 9, 40).to(DEVICE)
+    for dtype in (torch.float16, torch.bfloat16):
+        h = x.to(dtype)
+        assert not sd.fused_available(h)
+        y = sd.apply_shared_dropout(h, 5, 1, 0, 3, "q_proj", 0.5)
+        expect = h * torch.as_tensor(sd.shared_multiplier(5, 1, 0, 3, "q_proj", tuple(h.shape), 0.5), dtype=dtype,
+                                     device=h.device)
+        assert y.dtype == dtype and torch.equal(y, expect)
+
+
+def test_a_paired_update_is_bit_identical_to_the_host_path(implementation):
     new_losses, new_grads, new_params = _one_paired_update(host_path=False)
     old_losses, old_grads, old_params = _one_paired_update(host_path=True)
     assert all(torch.equal(a, b) for a, b in zip(new_losses, old_losses))

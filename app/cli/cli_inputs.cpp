@@ -79,6 +79,8 @@ CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& th
     auto* threads = add_run_places(cmd, a, "folder for run folders", threads_help);
     cmd->add_option("--format", a.format, format_help)->capture_default_str();
     cmd->add_flag("--no-probe", a.no_probe, "skip the bandwidth probes");
+    cmd->add_flag("--share-devices", a.share_devices,
+                  "legs on one GPU run at the same time (their timings marked shared) instead of one after the other");
     return threads;
 }
 

@@ -69,6 +69,7 @@ void apply_run_places(const RunPlaces& p, Options& o) {
 struct RunnerArgs : RunPlaces {
     std::string format = "text";
     bool no_probe = false;
+    bool share_devices = false;
 };
 CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help);
 // Into RunnerOptions.
@@ -76,6 +77,7 @@ template <typename RunnerOptions>
 void apply_runner_args(const RunnerArgs& a, RunnerOptions& o) {
     apply_run_places(a, o);
     o.probe = !a.no_probe;
+    o.share_devices = a.share_devices;
     o.report_format = a.format;
 }
 

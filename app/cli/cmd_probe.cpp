@@ -98,9 +98,8 @@ void print_table(const std::vector<ex::ProbeResult>& results) {
         if (!r.pcie_link.empty())
             std::printf("%-8s PCIe link: %s (from %s)\n", r.device.c_str(), r.pcie_link.c_str(), r.pcie_source.c_str());
         for (const auto& s : r.sgemm)
-            std::printf("%-8s sgemm %ld^3 at %d thread%s: best %.1f GFLOP/s, median %.1f GFLOP/s\n", r.device.c_str(),
-                        static_cast<long>(s.m), s.threads, s.threads == 1 ? "" : "s", s.flops_per_s / 1e9,
-                        s.median_flops_per_s / 1e9);
+            std::printf("%-8s sgemm %ld^3, %s: best %.1f GFLOP/s, median %.1f GFLOP/s\n", r.device.c_str(),
+                        static_cast<long>(s.m), ex::sgemm_where(s).c_str(), s.flops_per_s / 1e9, s.median_flops_per_s / 1e9);
     }
     std::printf("GB/s = bytes counted / seconds / 1e9; memcpy and d2d count read+write (2 x copy size), "
                 "h2d and d2h count the copy size.\n");

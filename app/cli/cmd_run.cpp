@@ -48,7 +48,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
     run->add_option("--executor", run_args->executor,
                     "where the legs run: local (child processes) or slurm (one sbatch job per leg; docs/cluster.md)")
         ->check(CLI::IsMember({"local", "slurm"}));
-    add_runner_args(run, run_args->runner, "CPU threads shared by the CPU legs (0: all cores)",
+    add_runner_args(run, run_args->runner, "CPU threads split over the legs that run at once (0: all cores; docs/cli.md \"Legs on one GPU\")",
                     "report format printed at the end: text, md, csv, tex")
         ->check(CLI::NonNegativeNumber);
     run->add_flag("--quiet", run_args->quiet, "no progress lines");

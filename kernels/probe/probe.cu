@@ -1,9 +1,9 @@
 // Bandwidth probes and device facts (docs/spec.md §Records): host→device and device→host through pinned memory,
 // device→device copies, timed with CUDA events; the negotiated PCIe link from NVML or sysfs.
-// No kernels of our own: cudaMemcpyAsync is what is measured.
+// No kernels of our own: cudaMemcpyAsync and cublasSgemm are what is measured.
 #include "tandem/cuda_probe/probe.h"
 
-#include <cublas_api.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn_version.h>
 #include <dlfcn.h>
@@ -54,6 +54,31 @@ struct Event {
     ~Event() { cudaEventDestroy(event); }
 };
 
+struct Cublas {
+    cublasHandle_t handle = nullptr;
+    Cublas() {
+        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("probe.cu: cublasCreate failed");
+    }
+    ~Cublas() { cublasDestroy(handle); }
+};
+
+#define TANDEM_CUBLAS_PROBE_CHECK(call)                                                                        \
+    do {                                                                                                       \
+        const cublasStatus_t tandem_cublas_status = (call);                                                    \
+        if (tandem_cublas_status != CUBLAS_STATUS_SUCCESS)                                                     \
+            throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call         \
+                                     " failed: " + cublasGetStatusString(tandem_cublas_status));                \
+    } while (0)
+
+CopyTiming best_and_median(std::vector<double> seconds) {
+    std::sort(seconds.begin(), seconds.end());
+    CopyTiming t;
+    t.best_s = seconds.front();
+    t.median_s = seconds.size() % 2 ? seconds[seconds.size() / 2]
+                                    : 0.5 * (seconds[seconds.size() / 2 - 1] + seconds[seconds.size() / 2]);
+    return t;
+}
+
 CopyTiming time_copies(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, int warmup, int repeats,
                        cudaStream_t stream) {
     for (int i = 0; i < warmup; ++i) TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
@@ -69,12 +94,7 @@ CopyTiming time_copies(void* dst, const void* src, std::size_t bytes, cudaMemcpy
         TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event, stop.event));
         seconds.push_back(ms / 1000.0);
     }
-    std::sort(seconds.begin(), seconds.end());
-    CopyTiming t;
-    t.best_s = seconds.front();
-    t.median_s = seconds.size() % 2 ? seconds[seconds.size() / 2]
-                                    : 0.5 * (seconds[seconds.size() / 2 - 1] + seconds[seconds.size() / 2]);
-    return t;
+    return best_and_median(std::move(seconds));
 }
 
 std::string read_line(const std::string& path) {
@@ -241,6 +261,57 @@ CudaBandwidth measure_cuda_bandwidth(int index, std::int64_t bytes, int warmup, 
         if (probe_byte != 0x5a) throw std::runtime_error("CUDA probe: copied data does not match on cuda:" + std::to_string(index));
     }
     out.link = pcie_link(out.device.pci_bus_id);
+    return out;
+}
+
+CudaSgemm measure_cuda_sgemm(int index, std::int64_t m, int warmup, int repeats) {
+    if (m <= 0 || repeats <= 0 || warmup < 0)
+        throw std::runtime_error("CUDA sgemm probe: size and repeats must be positive, warmup non-negative");
+    TANDEM_CUDA_CHECK(cudaSetDevice(index));
+    CudaSgemm out;
+    out.m = m;
+    out.warmup = warmup;
+    out.repeats = repeats;
+    out.library = "cuBLAS " + cublas_version();
+    const auto count = static_cast<std::size_t>(m * m);
+    const int n = static_cast<int>(m);
+    DeviceBuffer a(count * sizeof(float)), b(count * sizeof(float)), c(count * sizeof(float));
+    {
+        std::vector<float> fill(count, 0.5f);
+        TANDEM_CUDA_CHECK(cudaMemcpy(a.ptr, fill.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+        std::fill(fill.begin(), fill.end(), 0.25f);
+        TANDEM_CUDA_CHECK(cudaMemcpy(b.ptr, fill.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    Stream stream;
+    Cublas blas;
+    TANDEM_CUBLAS_PROBE_CHECK(cublasSetStream(blas.handle, stream.stream));
+    TANDEM_CUBLAS_PROBE_CHECK(cublasSetMathMode(blas.handle, CUBLAS_DEFAULT_MATH));
+    const float one = 1.0f, zero = 0.0f;
+    // Row-major C = A B is column-major C^T = B^T A^T: the operands swap, no transposes.
+    auto product = [&] {
+        TANDEM_CUBLAS_PROBE_CHECK(cublasSgemm(blas.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one,
+                                              static_cast<const float*>(b.ptr), n, static_cast<const float*>(a.ptr), n,
+                                              &zero, static_cast<float*>(c.ptr), n));
+    };
+    for (int i = 0; i < warmup; ++i) product();
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    Event start, stop;
+    std::vector<double> seconds;
+    for (int i = 0; i < repeats; ++i) {
+        TANDEM_CUDA_CHECK(cudaEventRecord(start.event, stream.stream));
+        product();
+        TANDEM_CUDA_CHECK(cudaEventRecord(stop.event, stream.stream));
+        TANDEM_CUDA_CHECK(cudaEventSynchronize(stop.event));
+        float ms = 0;
+        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event, stop.event));
+        seconds.push_back(ms / 1000.0);
+    }
+    float last = 0;
+    TANDEM_CUDA_CHECK(cudaMemcpy(&last, static_cast<float*>(c.ptr) + count - 1, sizeof(float), cudaMemcpyDeviceToHost));
+    if (last != 0.125f * static_cast<float>(m))
+        throw std::runtime_error("CUDA sgemm probe: wrong product on cuda:" + std::to_string(index) + " (" +
+                                 std::to_string(last) + ", expected " + std::to_string(0.125 * double(m)) + ")");
+    out.time = best_and_median(std::move(seconds));
     return out;
 }
 

@@ -62,6 +62,8 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
                 return v && std::isfinite(*v) ? *v : -1.0;
             };
             l.flops = {number("flops_per_update"), number("flops_per_s"), number("peak_flops_per_s"), number("utilisation")};
+            if (auto it = tm->extra.find("device_shared_with"); it != tm->extra.end())
+                if (auto v = std::get_if<std::string>(&it->second)) l.device_shared_with = *v;
         }
         if (auto m = reader.memory(name)) {
             t.peak_device_bytes = m->peak_device_bytes;

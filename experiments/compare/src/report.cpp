@@ -323,17 +323,25 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                  {}, {}};
         auto giga = [](double v) { return v < 0 ? std::string("n/a") : fmt(v / 1e9, "%.1f"); };
         for (const auto& r : c.timing)
-            tb.rows.push_back({r.leg + " (" + r.implementation + ")", r.device, r.status, sec(r.setup_s), sec(r.model_load_s),
+            tb.rows.push_back({r.leg + " (" + r.implementation + ")",
+                               r.device + (r.device_shared_with.empty() ? "" : " (shared with " + r.device_shared_with + ")"),
+                               r.status, sec(r.setup_s), sec(r.model_load_s),
                                sec(r.tokenize_s),
                                sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
                                r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
                                giga(r.flops.flops_per_s),
                                r.flops.utilisation < 0 ? "n/a" : fmt(100.0 * r.flops.utilisation, "%.0f") + "%",
                                bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
+        for (const auto& r : c.timing)
+            if (!r.device_shared_with.empty()) {
+                tb.notes.push_back("shared: legs that ran at the same time on one GPU (--share-devices) slow each other; their "
+                                   "timings are not each leg's own (docs/cli.md \"Legs on one GPU\")");
+                break;
+            }
         tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
         tb.notes.push_back("GFLOP: one formula for every leg, from the shared plan (docs/benchmarks.md \"FLOPs and utilisation\"; n/a for a leg "
                            "with its own plan); GFLOP/s over the window's update wall time; of sgemm peak: the matrix library's "
-                           "float32 GEMM probe at the leg's threads (n/a: not probed, or a GPU leg: no cuBLAS probe yet)");
+                           "float32 GEMM probe at the leg's threads (a GPU leg: the device's cuBLAS float32 GEMM; n/a: not probed)");
         out.push_back(tb);
     }
     {
@@ -343,7 +351,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                 tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), fmt(d.best_seconds, "%.5f"),
                                    fmt(d.gbps, "%.2f")});
             for (const auto& s : p.sgemm)
-                tb.rows.push_back({p.device, p.device_name, "sgemm, " + std::to_string(s.threads) + " thread" + (s.threads == 1 ? "" : "s"),
+                tb.rows.push_back({p.device, p.device_name, "sgemm, " + sgemm_where(s),
                                    std::to_string(s.m) + "^3", fmt(s.best_seconds, "%.5f"), fmt(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
         }
         if (c.probes.empty()) tb.notes.push_back("no probe recorded");

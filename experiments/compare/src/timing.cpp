@@ -40,6 +40,7 @@ TimingRow timing_row(const LegData& l) {
     r.device = l.device;
     r.status = l.status;
     r.flops = l.flops;
+    r.device_shared_with = l.device_shared_with;
     return r;
 }
 

@@ -1,4 +1,5 @@
 // Step 1 of `tandem run` (run_steps.h): a new run folder prepared, or an interrupted one reopened.
+#include "device_sharing.h"
 #include "run_steps.h"
 #include "tandem/strict_json.h"
 
@@ -63,22 +64,6 @@ json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& thread
     return lj;
 }
 
-// CPU threads per leg: the CPU legs that run at once (all of them, or at most max_concurrent) split the
-// total evenly. Recorded in legs.json, because a resumed leg must use the same count to continue
-// bit-identically (docs/decisions.md).
-std::vector<int> threads_per_leg(const std::vector<LegPlan>& plans, int cpu_threads, int max_concurrent = 0) {
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    const int total = cpu_threads > 0 ? cpu_threads : static_cast<int>(hw);
-    int cpu_legs = 0;
-    for (const auto& p : plans) cpu_legs += p.device == "cpu";
-    if (max_concurrent > 0) cpu_legs = std::min(cpu_legs, max_concurrent);
-    std::vector<int> out;
-    // Slurm legs count as if they ran here: the same count under either executor gives bit-identical
-    // CPU trajectories (docs/cluster.md); a Slurm CPU leg asks its job for that many CPUs.
-    for (const auto& p : plans) out.push_back(p.device == "cpu" ? std::max(1, total / std::max(1, cpu_legs)) : 1);
-    return out;
-}
-
 void take_folder_lock(Run& run) {
     if (!run.lock.try_lock(run.folder / ".runner.lock"))
         throw Error(run.folder.string() + ": run folder is in use by another `tandem run` (lock " +
@@ -133,7 +118,7 @@ Run prepare_new_run(const RunnerOptions& opt, const std::function<void(const std
     }
     ResourceEstimate est = preflight(run.spec, plans, opt.out_dir, opt.assets, opt.max_concurrent_legs);
     say("estimate: " + est.summary());
-    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
+    std::vector<int> threads = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs, opt.share_devices);
     run.folder = fs::absolute(create_run_folder(opt.out_dir, run.spec.name));
     try {
         take_folder_lock(run);
@@ -185,7 +170,7 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
             plans.push_back(std::move(p));
             threads.push_back(e.contains("threads") ? e.at("threads").get<int>() : 0);
         }
-        auto fallback = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs);
+        auto fallback = threads_per_leg(plans, opt.cpu_threads, opt.max_concurrent_legs, opt.share_devices);
         for (size_t i = 0; i < threads.size(); ++i)
             if (threads[i] <= 0) threads[i] = fallback[i];
     } catch (const json::exception& e) {

@@ -6,6 +6,7 @@
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
+#include "tandem/join.h"
 #include "tandem/store/host_info.h"
 #include "tandem/store/row_bits.h"
 #include "tandem/compare/comparison_io.h"
@@ -343,8 +344,9 @@ void RunRecorder::set_flags(const std::string& leg, const std::vector<GateFlag>&
         }
 }
 
-void RunRecorder::set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s) {
-    work_[leg] = Work{std::move(update_flops), peak_flops_per_s};
+void RunRecorder::set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s,
+                           std::vector<std::string> device_shared_with) {
+    work_[leg] = Work{std::move(update_flops), peak_flops_per_s, std::move(device_shared_with)};
 }
 
 void RunRecorder::write_leg_summary(const LegState& l) {
@@ -356,6 +358,7 @@ void RunRecorder::write_leg_summary(const LegState& l) {
         tm.extra["flops_per_s"] = f.flops_per_s;
         tm.extra["peak_flops_per_s"] = f.peak_flops_per_s;
         tm.extra["utilisation"] = f.utilisation;
+        if (!w->second.device_shared_with.empty()) tm.extra["device_shared_with"] = join(w->second.device_shared_with, ",");
     }
     const LegMemory m = memory_record(t);
     Attributes a{{"status", l.status}, {"exit_status", static_cast<int64_t>(l.exit_status)},

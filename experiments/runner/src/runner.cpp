@@ -6,6 +6,7 @@
 #include "tandem/runner/runner.h"
 #include "tandem/strict_json.h"
 
+#include "device_sharing.h"
 #include "run_steps.h"
 #include "executors/executor.h"
 #include "tandem/runner/leg_process.h"
@@ -176,8 +177,10 @@ std::vector<ProbeResult> run_probes(const Run& run, RunRecorder& rec, const std:
 // Each leg's work for its FLOP/s in the timing table (flops.h): the shared plan's FLOPs per update
 // for the legs that follow it, and the sgemm peak at the leg's threads when its device was probed.
 // FLOPs that cannot be computed are said, not guessed; the run goes on.
-void attach_work(const Run& run, RunRecorder& rec, const std::vector<ProbeResult>& probes,
+void attach_work(const Run& run, RunRecorder& rec, const std::vector<ProbeResult>& probes, bool share_devices,
                  const std::function<void(const std::string&)>& say) {
+    std::vector<LegPlan> plans;
+    for (const auto& l : run.legs) plans.push_back(l.plan);
     std::vector<double> flops;
     try {
         flops = run_update_flops(run.folder, run.spec);
@@ -188,9 +191,11 @@ void attach_work(const Run& run, RunRecorder& rec, const std::vector<ProbeResult
         double peak = -1;
         for (const auto& p : probes)
             if (p.device == l.plan.device)
-                if (const SgemmFigure* s = p.sgemm_at(l.threads)) peak = s->flops_per_s;
+                // a CPU leg's peak at its own thread count; a GPU leg's is its device's (threads 0)
+                if (const SgemmFigure* s = p.sgemm_at(l.plan.device == "cpu" ? l.threads : 0)) peak = s->flops_per_s;
         const bool shared = run.spec.leg_setting(l.plan.name, "plan") == "shared";
-        rec.set_work(l.plan.name, shared ? flops : std::vector<double>{}, peak);
+        rec.set_work(l.plan.name, shared ? flops : std::vector<double>{}, peak,
+                     device_shared_with(l.plan, plans, share_devices));
     }
 }
 
@@ -345,6 +350,15 @@ std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devic
     return out;
 }
 
+namespace {
+// Which legs share a GPU and whether they run at once (device_sharing.h), said before any leg starts.
+void say_device_sharing(const Run& run, bool share_devices, const std::function<void(const std::string&)>& say) {
+    std::vector<LegPlan> plans;
+    for (const auto& l : run.legs) plans.push_back(l.plan);
+    for (const auto& [device, legs] : shared_gpus(plans)) say(sharing_line(device, legs, share_devices));
+}
+}  // namespace
+
 RunOutcome run_experiment(const RunnerOptions& opt) {
     std::function<void(const std::string&)> say = opt.say ? opt.say : [](const std::string& s) {
         std::fprintf(stderr, "tandem run: %s\n", s.c_str());
@@ -356,11 +370,12 @@ RunOutcome run_experiment(const RunnerOptions& opt) {
         for (const auto& l : run.legs) used = used || l.plan.name == leg;
         if (!used) say("note: the experiment overrides settings of leg '" + leg + "', which this run does not have");
     }
+    say_device_sharing(run, opt.share_devices, say);
     RunRecorder rec(run.folder / "run.h5", opt.catalog);
     rec.on_catalog_warning(say);
     try {
         register_run(run, rec);
-        attach_work(run, rec, opt.probe ? run_probes(run, rec, say) : std::vector<ProbeResult>{}, say);
+        attach_work(run, rec, opt.probe ? run_probes(run, rec, say) : std::vector<ProbeResult>{}, opt.share_devices, say);
         const bool interrupted = supervise(run, rec, opt, say) || g_interrupted;
         return finish_run(run, rec, interrupted, opt, say);
     } catch (const std::exception& e) {

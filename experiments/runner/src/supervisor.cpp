@@ -1,5 +1,6 @@
 // Step 4 of `tandem run` (run_steps.h): the legs started, their events journalled and recorded, the
 // live gate, stop / pause / resume requests, until no leg runs or waits.
+#include "device_sharing.h"
 #include "run_steps.h"
 
 #include "executors/executor.h"
@@ -285,11 +286,10 @@ private:
         return running >= opt_.max_concurrent_legs;
     }
 
-    // One leg at a time per GPU here; CPU legs share the cores (threads split between them), and
-    // the cluster's scheduler places Slurm legs.
-    static std::vector<std::string> devices_of(const LegPlan& p) { return p.devices.empty() ? std::vector<std::string>{p.device} : p.devices; }
+    // One leg at a time per GPU here unless --share-devices (device_sharing.h); CPU legs share the
+    // cores (threads split between them), and the cluster's scheduler places Slurm legs.
     bool devices_busy(const LiveLeg& leg) const {
-        if (leg.plan.executor == "slurm") return false;
+        if (leg.plan.executor == "slurm" || opt_.share_devices) return false;
         for (const auto& d : devices_of(leg.plan)) {
             if (d == "cpu") continue;
             for (const auto& l : run_.legs) {

@@ -112,6 +112,27 @@ int cuda_device_count() {
 #endif
 }
 
+#ifdef TANDEM_WITH_CUDA
+namespace {
+// The device's sgemm figure (threads 0: the GPU's own GEMM; sgemm_at(0) finds it for a GPU leg).
+void add_cuda_sgemm(ProbeResult& r, int index, const CudaProbeOptions& options) {
+    const auto g = cuda_probe::measure_cuda_sgemm(index, options.sgemm_size, options.sgemm_warmup, options.sgemm_repeats);
+    SgemmFigure f;
+    f.threads = 0;
+    f.m = f.n = f.k = g.m;
+    f.best_seconds = g.time.best_s;
+    f.median_seconds = g.time.median_s;
+    const double flop = 2.0 * double(g.m) * double(g.m) * double(g.m);
+    f.flops_per_s = flop / g.time.best_s;
+    f.median_flops_per_s = flop / g.time.median_s;
+    r.sgemm.push_back(f);
+    r.sgemm_method = g.library + " cublasSgemm, CUBLAS_DEFAULT_MATH (float32, no TF32), row-major " + std::to_string(g.m) +
+                     "^3, no transposes, timed with CUDA events; best of " + std::to_string(g.repeats) + " after " +
+                     std::to_string(g.warmup) + " warm-up products; the product is checked";
+}
+}  // namespace
+#endif
+
 ProbeResult probe_cuda(int index, const CudaProbeOptions& options) {
 #ifdef TANDEM_WITH_CUDA
     try {
@@ -130,6 +151,7 @@ ProbeResult probe_cuda(int index, const CudaProbeOptions& options) {
         r.timestamp = utc_timestamp_now();
         r.pcie_link = m.link.link;
         r.pcie_source = m.link.source;
+        add_cuda_sgemm(r, index, options);
         return r;
     } catch (const std::runtime_error& e) {
         throw Error(std::string("CUDA probe of cuda:") + std::to_string(index) + ": " + e.what());

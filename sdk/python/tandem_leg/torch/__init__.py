@@ -99,9 +99,8 @@ class SharedMaskDropout(torch.nn.Module):
     def forward(self, x):
         if not self.training or self.p == 0.0:
             return x
-        mask = shared_dropout.shared_multiplier(self.seed, self.context.update, self.context.micro_batch,
-                                                 self.layer, self.projection, tuple(x.shape), self.p)
-        return x * torch.as_tensor(mask, dtype=x.dtype, device=x.device)
+        return shared_dropout.apply_shared_dropout(x, self.seed, self.context.update, self.context.micro_batch,
+                                                   self.layer, self.projection, self.p)
 
     def extra_repr(self):
         return f"shared mask, layer={self.layer}, projection={self.projection}, p={self.p}"

@@ -33,6 +33,7 @@ struct LegData {
     std::vector<GateFlag> flags;  // the live gate's flags (docs/gate.md)
     std::string faults;           // injected faults (docs/faults.md), "" = a clean leg
     FlopFigures flops;            // the runner's FLOP formula over the leg's timing window (flops.h)
+    std::string device_shared_with;  // legs that ran at the same time on its GPU ("a,b"; --share-devices)
     // An imported series' non-finite values, kept out of its series (docs/decisions.md "Imported series"):
     // "" none, else what `tandem import` stored ("2 non-finite values kept out of statistics: loss at step 2, ...").
     std::string non_finite_kept_out;
@@ -176,6 +177,7 @@ struct TimingRow {
     int64_t updates = 0;
     int64_t peak_device_bytes = -1, peak_host_bytes = -1;
     FlopFigures flops;  // FLOPs per update, achieved FLOP/s, the sgemm peak and the fraction of it
+    std::string device_shared_with;  // legs that ran at the same time on its GPU: its timing is not its own
 };
 
 // The timing figures of one leg's trace (leg, implementation, device and status left empty): the

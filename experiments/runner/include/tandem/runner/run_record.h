@@ -109,7 +109,8 @@ public:
     // The FLOPs of each of the leg's updates (flops.h; empty: unknown, e.g. a native plan) and the
     // sgemm peak at its device and threads (-1: not probed): its FLOP/s and utilisation in the
     // timing written by write_leg_summary.
-    void set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s);
+    void set_work(const std::string& leg, std::vector<double> update_flops, double peak_flops_per_s,
+                  std::vector<std::string> device_shared_with = {});
     void set_flags(const std::string& leg, const std::vector<GateFlag>& flags);  // written at the next flush
     void update_leg(const LegState& leg);         // the catalog's legs row
     // Compares the legs as run.h5 holds them, judges completeness, stores /comparisons.
@@ -148,6 +149,7 @@ private:
     struct Work {
         std::vector<double> update_flops;
         double peak_flops_per_s = -1;
+        std::vector<std::string> device_shared_with;  // legs that ran at the same time on its GPU
     };
     std::map<std::string, Work> work_;  // set_work
     ContinuousCatalog catalog_;

@@ -86,7 +86,10 @@ struct RunnerOptions {
     std::filesystem::path out_dir = "runs";
     std::filesystem::path catalog = "tandem.db";
     std::optional<std::filesystem::path> assets;
-    int cpu_threads = 0;                           // total for CPU legs; 0: hardware concurrency
+    int cpu_threads = 0;                           // --threads: split over the legs (device_sharing.h); 0: every core
+    // Legs that use one GPU run at the same time (their timings then marked shared) instead of one
+    // after the other (docs/cli.md "Legs on one GPU").
+    bool share_devices = false;
     bool probe = true;                             // bandwidth probes of every device used
     std::string report_format = "text";            // printed at the end ("" for none)
     // At most this many legs run at once (0: no limit; CPU legs then share the threads evenly). The

@@ -46,6 +46,11 @@ struct CudaProbeOptions {
     std::int64_t bytes = 256LL * 1000 * 1000;  // "256 MB" (docs/spec.md §Records)
     int warmup = 3;
     int repeats = 20;
+    // The cuBLAS float32 GEMM peak, recorded as the probe's sgemm figure with threads = 0 (a GPU's
+    // GEMM has no host thread count): 8192^3 is large enough to reach an H100/H200's plateau.
+    std::int64_t sgemm_size = 8192;
+    int sgemm_warmup = 3;
+    int sgemm_repeats = 10;
 };
 
 // true when this build has CUDA (TANDEM_WITH_CUDA).

@@ -63,12 +63,15 @@ struct ProbeDirection {
 // /probes/<device> sgemm_* attributes: the matrix library's float32 GEMM throughput at a thread
 // count (issue 28: the peak a leg's achieved FLOP/s is a fraction of).
 struct SgemmFigure {
-    std::int32_t threads = 0;
+    std::int32_t threads = 0;          // host threads of a CPU GEMM; 0: a GPU's own GEMM (cuBLAS)
     std::int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n], row-major, no transposes
     double best_seconds = 0, median_seconds = 0;
     double flops_per_s = 0;            // 2 m n k / best_seconds
     double median_flops_per_s = 0;     // 2 m n k / median_seconds
 };
+// Where the figure was measured, for tables and the probe's lines: "2 threads", "1 thread", "device (cuBLAS)".
+std::string sgemm_where(const SgemmFigure& s);
+
 
 struct ProbeResult {
     std::string device;          // "cpu", "cuda:0", ...

@@ -51,4 +51,16 @@ struct CudaBandwidth {
 };
 CudaBandwidth measure_cuda_bandwidth(int index, std::int64_t bytes, int warmup, int repeats);
 
+// The device's float32 GEMM peak as the engine's GEMMs see it: cublasSgemm under CUBLAS_DEFAULT_MATH
+// (float32 FFMA, never TF32, the handle mode of kernels/src/allocator.cu), C[m,m] = A[m,m] B[m,m],
+// `warmup` untimed products then `repeats` each timed with CUDA events. The product is checked (A = 0.5,
+// B = 0.25: every element of C is exactly m / 8) so a library that returns early cannot post a figure.
+struct CudaSgemm {
+    std::int64_t m = 0;
+    int warmup = 0, repeats = 0;
+    CopyTiming time;
+    std::string library;  // "cuBLAS 13.0.2"
+};
+CudaSgemm measure_cuda_sgemm(int index, std::int64_t m, int warmup, int repeats);
+
 }  // namespace tandem::cuda_probe

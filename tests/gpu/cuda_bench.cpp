@@ -43,8 +43,8 @@ struct Args {
     double peak_tflops = 67.0;
     int64_t ce_chunk = 256;
     bool kernels_only = false;
-    int attention_forward = 1;   // kernels::set_attention_forward_version
-    int attention_backward = 1;  // kernels::set_attention_backward_version
+    int attention_forward = 2;   // kernels::set_attention_forward_version
+    int attention_backward = 2;  // kernels::set_attention_backward_version
 };
 
 Args parse(int argc, char** argv) {
@@ -160,16 +160,17 @@ int run_kernels(const Args& a) {
     };
     report("sgemm_gate_proj_fwd [N,C]x[I,C]^T", time([&] { k::linear_forward(blas.get(), g.get(), x.get(), wg.get(), N, C, I); }),
            2.0 * double(N * C * I), 0, true);
-    for (int version : {1, 2}) {
+    // every attention kernel version, forward then backward, each under its own name
+    for (int version : k::attention_kernel_versions()) {
         k::set_attention_forward_version(version);
-        report(version == 1 ? "attention_forward_v1" : "attention_forward_v2", time([&] {
+        report(("attention_forward_v" + std::to_string(version)).c_str(), time([&] {
                    k::attention_forward(o.get(), lse.get(), q.get(), kk.get(), v.get(), lens_d.get(), B, T, H, KV, D, st);
                }), attn_f, 0);
     }
     k::set_attention_forward_version(a.attention_forward);
-    for (int version : {1, 2}) {
+    for (int version : k::attention_kernel_versions()) {
         k::set_attention_backward_version(version);
-        report(version == 1 ? "attention_backward_v1" : "attention_backward_v2", time([&] {
+        report(("attention_backward_v" + std::to_string(version)).c_str(), time([&] {
                    k::attention_backward(dq.get(), dk.get(), dv.get(), delta.get(), o.get(), o.get(), q.get(), kk.get(),
                                          v.get(), lse.get(), lens_d.get(), B, T, H, KV, D, st);
                }), 2.5 * attn_f, 0);

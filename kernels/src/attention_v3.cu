@@ -13,7 +13,7 @@ namespace tandem::kernels::attention_v3 {
 namespace {
 
 // Above 48 KB a kernel must opt in to its dynamic shared memory; the carveout preference asks for
-// the largest shared-memory split so that two 112 KB blocks fit on one SM.
+// the largest shared-memory split so that two 112 KB blocks (forward, dq) fit on one SM.
 template <class Kernel>
 void prepare(Kernel kernel, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -55,7 +55,7 @@ void backward_d(float* dq, float* dk, float* dv, const float* delta, const float
     dq_kernel<D><<<dim3(unsigned(qg.x), unsigned(qg.y)), kThreads, dq_bytes, stream>>>(
         dq, dout, q, k, v, lse, delta, lengths, int(T), int(H), int(KV), qg.heads, scale);
     CUDA_CHECK_LAUNCH();
-    dkv_kernel<D><<<dim3(unsigned(kg.x), unsigned(kg.y)), kThreads, dkv_bytes, stream>>>(
+    dkv_kernel<D><<<dim3(unsigned(kg.x), unsigned(kg.y)), kDkvThreads, dkv_bytes, stream>>>(
         dk, dv, dout, q, k, v, lse, delta, lengths, int(T), int(H), int(KV), scale);
     CUDA_CHECK_LAUNCH();
 }

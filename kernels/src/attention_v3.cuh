@@ -64,11 +64,12 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #define TANDEM_ATTN_GLOBAL __global__
 #define TANDEM_ATTN_DEVICE __device__ __forceinline__
-#define TANDEM_ATTN_BOUNDS __launch_bounds__(kThreads, 2)
+#define TANDEM_ATTN_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
 #define TANDEM_ATTN_SMEM(name) extern __shared__ __align__(16) float name[]
 #endif
 
-constexpr int kThreads = 128;     // 4 warps
+constexpr int kThreads = 128;     // forward and dq: 4 warps
+constexpr int kDkvThreads = 256;  // dk/dv: two groups of 4 warps
 constexpr int kRows = 64;         // rows of the block's tile, 16 per warp
 constexpr int kFwdKeys = 64;      // forward: keys per tile
 constexpr int kDqKeys = 32;       // dq: keys per tile
@@ -81,7 +82,7 @@ constexpr int forward_smem_floats() { return (kRows + 2 * kFwdKeys) * D + 4 * kF
 template <int D>
 constexpr int dq_smem_floats() { return (2 * kRows + 2 * kDqKeys) * D + 4 * kDqKeys * kStage; }
 template <int D>
-constexpr int dkv_smem_floats() { return (2 * kRows + 2 * kDkvQueries) * D + 2 * 4 * kDkvQueries * kStage; }
+constexpr int dkv_smem_floats() { return (2 * kRows + 4 * kDkvQueries) * D + 2 * 8 * kDkvQueries * kStage; }
 
 // Query rows per block (heads x positions = 64): the block takes `heads` query heads of one kv group
 // (they read the same K/V tiles) and 64 / heads positions. heads = the largest power of two <= 8
@@ -112,14 +113,15 @@ TANDEM_ATTN_DEVICE int swz(int row, int chunk) {
     return row * D + ((chunk ^ (row & 7)) << 2);
 }
 
-// Copies `rows` rows of D floats into a swizzled tile. Tile row r = hh * per_head + p reads position
-// first + p of head hh: src + hh * head_stride + (first + p) * pos_stride; positions >= limit are
-// zero-filled (nothing is read for them).
+// Copies `rows` rows of D floats into a swizzled tile, issued by `threads` threads of which the caller
+// is number `me`. Tile row r = hh * per_head + p reads position first + p of head hh:
+// src + hh * head_stride + (first + p) * pos_stride; positions >= limit are zero-filled (nothing is
+// read for them).
 template <int D>
 TANDEM_ATTN_DEVICE void load_rows(float* tile, const float* src, int rows, int per_head, int first, int limit,
-                                  int64_t head_stride, int64_t pos_stride) {
+                                  int64_t head_stride, int64_t pos_stride, int me, int threads) {
     constexpr int chunks = D / 4;
-    for (int idx = thread_index(); idx < rows * chunks; idx += kThreads) {
+    for (int idx = me; idx < rows * chunks; idx += threads) {
         const int r = idx / chunks, c = idx % chunks;
         const int hh = r / per_head, pos = first + (r - hh * per_head);
         const bool in = pos < limit;
@@ -233,7 +235,7 @@ TANDEM_ATTN_DEVICE QueryBlock query_block(int T, int H, int KV, int heads) {
 
 // out[B,T,H,D], lse[B,H,T] = m + log(l) of the scaled scores (natural log), online softmax.
 template <int D>
-TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS forward_kernel(float* __restrict__ out, float* __restrict__ lse,
+TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) forward_kernel(float* __restrict__ out, float* __restrict__ lse,
                                                           const float* __restrict__ q, const float* __restrict__ k,
                                                           const float* __restrict__ v,
                                                           const int32_t* __restrict__ lengths, int T, int H, int KV,
@@ -264,8 +266,8 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS forward_kernel(float* __restrict__ ou
     const int last_key = last_pos < len - 1 ? last_pos : len - 1;
     const int tiles = last_key / BK + 1;
 
-    load_rows<D>(sq, qbase, kRows, qb.per_head, qb.i0, T, D, q_pos);
-    load_rows<D>(sk, kbase, BK, BK, 0, T, 0, kv_pos);
+    load_rows<D>(sq, qbase, kRows, qb.per_head, qb.i0, T, D, q_pos, tid, kThreads);
+    load_rows<D>(sk, kbase, BK, BK, 0, T, 0, kv_pos, tid, kThreads);
     cp_async_commit();
 
     float m[4], l[4];
@@ -281,7 +283,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS forward_kernel(float* __restrict__ ou
         const int j0 = t * BK;
         cp_async_wait<0>();
         block_sync();  // K(t) (and Q) visible; every warp is done with V(t-1) and its staging buffer
-        load_rows<D>(sv, vbase, BK, BK, j0, T, 0, kv_pos);
+        load_rows<D>(sv, vbase, BK, BK, j0, T, 0, kv_pos, tid, kThreads);
         cp_async_commit();
 
         float s[4][TK];
@@ -321,7 +323,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS forward_kernel(float* __restrict__ ou
 
         cp_async_wait<0>();
         block_sync();  // V(t) visible; every warp is done with K(t)
-        if (t + 1 < tiles) load_rows<D>(sk, kbase, BK, BK, j0 + BK, T, 0, kv_pos);
+        if (t + 1 < tiles) load_rows<D>(sk, kbase, BK, BK, j0 + BK, T, 0, kv_pos, tid, kThreads);
         cp_async_commit();
         accumulate<D, BK>(acc, sp, sv, rg, cg);
     }
@@ -343,7 +345,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS forward_kernel(float* __restrict__ ou
 
 // dq[B,T,H,D] (=): dq_i = sum_j ds_ij k_j, ds = p (dp - delta) scale, p recomputed from lse.
 template <int D>
-TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dq_kernel(float* __restrict__ dq, const float* __restrict__ dout,
+TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) dq_kernel(float* __restrict__ dq, const float* __restrict__ dout,
                                                      const float* __restrict__ q, const float* __restrict__ k,
                                                      const float* __restrict__ v, const float* __restrict__ lse,
                                                      const float* __restrict__ delta,
@@ -381,9 +383,9 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dq_kernel(float* __restrict__ dq, con
     const int last_key = last_pos < len - 1 ? last_pos : len - 1;
     const int tiles = last_key / BK + 1;
 
-    load_rows<D>(sq, qbase, kRows, qb.per_head, qb.i0, T, D, q_pos);
-    load_rows<D>(so, obase, kRows, qb.per_head, qb.i0, T, D, q_pos);
-    load_rows<D>(sv, vbase, BK, BK, 0, T, 0, kv_pos);
+    load_rows<D>(sq, qbase, kRows, qb.per_head, qb.i0, T, D, q_pos, tid, kThreads);
+    load_rows<D>(so, obase, kRows, qb.per_head, qb.i0, T, D, q_pos, tid, kThreads);
+    load_rows<D>(sv, vbase, BK, BK, 0, T, 0, kv_pos, tid, kThreads);
     cp_async_commit();
 
     float4 acc[4][DC];
@@ -392,7 +394,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dq_kernel(float* __restrict__ dq, con
         const int j0 = t * BK;
         cp_async_wait<0>();
         block_sync();  // V(t) (and Q, dout) visible; every warp is done with K(t-1)
-        load_rows<D>(sk, kbase, BK, BK, j0, T, 0, kv_pos);
+        load_rows<D>(sk, kbase, BK, BK, j0, T, 0, kv_pos, tid, kThreads);
         cp_async_commit();
 
         float dp[4][TK];
@@ -400,7 +402,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dq_kernel(float* __restrict__ dq, con
 
         cp_async_wait<0>();
         block_sync();  // K(t) visible; every warp is done with V(t)
-        if (t + 1 < tiles) load_rows<D>(sv, vbase, BK, BK, j0 + BK, T, 0, kv_pos);
+        if (t + 1 < tiles) load_rows<D>(sv, vbase, BK, BK, j0 + BK, T, 0, kv_pos, tid, kThreads);
         cp_async_commit();
 
         float s[4][TK];
@@ -430,26 +432,28 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dq_kernel(float* __restrict__ dq, con
 }
 
 // dk, dv[B,T,KV,D] (=): blockIdx.x = (b, kv head g), blockIdx.y = 64-key block. The block walks the
-// group's query heads in order and, for each, the 32-query tiles from its first key on:
-// dv_j = sum_i p_ij dout_i, dk_j = sum_i ds_ij q_i.
+// group's query heads in order and, for each, the 32-query tiles from its first key on (steps s):
+// dv_j = sum_i p_ij dout_i, dk_j = sum_i ds_ij q_i. Two groups of 4 warps take the even and the odd
+// steps (each with its own q/dout buffers, both on the block's K, V tiles), which halves the longest
+// block's path (the first key block sees every query); at the end the odd group's sums are added to
+// the even group's (even + odd: a fixed order).
 template <int D>
-TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dkv_kernel(float* __restrict__ dk, float* __restrict__ dv,
-                                                      const float* __restrict__ dout, const float* __restrict__ q,
-                                                      const float* __restrict__ k, const float* __restrict__ v,
-                                                      const float* __restrict__ lse, const float* __restrict__ delta,
-                                                      const int32_t* __restrict__ lengths, int T, int H, int KV,
-                                                      float scale) {
+TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kDkvThreads, 1) dkv_kernel(
+    float* __restrict__ dk, float* __restrict__ dv, const float* __restrict__ dout, const float* __restrict__ q,
+    const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ lse,
+    const float* __restrict__ delta, const int32_t* __restrict__ lengths, int T, int H, int KV, float scale) {
     constexpr int BQ = kDkvQueries, TK = BQ / 8, DC = D / 32;
     TANDEM_ATTN_SMEM(smem);
-    float* sk = smem;              // [64][D]
-    float* sv = sk + kRows * D;    // [64][D]
-    float* sq = sv + kRows * D;    // [BQ][D]
-    float* so = sq + BQ * D;       // dout [BQ][D]
     const int tid = thread_index(), warp = tid >> 5, lane = tid & 31, rg = lane >> 3, cg = lane & 7;
-    float* sp = so + BQ * D + warp * BQ * kStage;
-    float* sds = so + BQ * D + (4 + warp) * BQ * kStage;
+    const int group = warp >> 2, wg = warp & 3, gtid = tid & (kThreads - 1);
+    float* sk = smem;                                  // [64][D]
+    float* sv = sk + kRows * D;                        // [64][D]
+    float* sq = sv + kRows * D + group * 2 * BQ * D;   // this group's q [BQ][D]
+    float* so = sq + BQ * D;                           // this group's dout [BQ][D]
+    float* sp = sv + kRows * D + 4 * BQ * D + warp * 2 * BQ * kStage;  // this warp's p [BQ][16]
+    float* sds = sp + BQ * kStage;                                     // and ds [BQ][16]
 
-    const int b = block_x() / KV, g = block_x() % KV, group = H / KV;
+    const int b = block_x() / KV, g = block_x() % KV, group_heads = H / KV;
     const int j0 = block_y() * kRows;
     const int len = lengths[b];
     const int64_t q_pos = int64_t(H) * D, kv_pos = int64_t(KV) * D;
@@ -457,82 +461,107 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS dkv_kernel(float* __restrict__ dk, fl
     const float* vbase = v + int64_t(b) * T * kv_pos + int64_t(g) * D;
     // keys >= len are visible to no query: their gradients stay zero and the block has no steps
     const int tiles_per_head = j0 < len ? (T - j0 + BQ - 1) / BQ : 0;
-    const int steps = group * tiles_per_head;
-    auto step_head = [&](int s) { return g * group + s / tiles_per_head; };
+    const int steps = group_heads * tiles_per_head, rounds = (steps + 1) / 2;
+    auto step_head = [&](int s) { return g * group_heads + s / tiles_per_head; };
     auto step_first = [&](int s) { return j0 + (s % tiles_per_head) * BQ; };
     auto load_queries = [&](float* tile, const float* src, int s) {
         if (s >= steps) return;
-        load_rows<D>(tile, src + int64_t(b) * T * q_pos + int64_t(step_head(s)) * D, BQ, BQ, step_first(s), T, 0, q_pos);
+        load_rows<D>(tile, src + int64_t(b) * T * q_pos + int64_t(step_head(s)) * D, BQ, BQ, step_first(s), T, 0,
+                     q_pos, gtid, kThreads);
     };
 
     int key[4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) key[r] = j0 + warp * 16 + rg + 4 * r;
+    for (int r = 0; r < 4; ++r) key[r] = j0 + wg * 16 + rg + 4 * r;
 
-    // groups in flight at the top of step s: {dout(s)}, {q(s)} (oldest first)
-    load_rows<D>(sk, kbase, kRows, kRows, j0, T, 0, kv_pos);
-    load_rows<D>(sv, vbase, kRows, kRows, j0, T, 0, kv_pos);
-    load_queries(so, dout, 0);
+    // groups in flight at the top of a round: {dout(s)}, {q(s)} (oldest first), s = 2 round + group
+    load_rows<D>(sk, kbase, kRows, kRows, j0, T, 0, kv_pos, tid, kDkvThreads);
+    load_rows<D>(sv, vbase, kRows, kRows, j0, T, 0, kv_pos, tid, kDkvThreads);
+    load_queries(so, dout, group);
     cp_async_commit();
-    load_queries(sq, q, 0);
+    load_queries(sq, q, group);
     cp_async_commit();
 
     float4 acc_k[4][DC], acc_v[4][DC];
     zero<D>(acc_k);
     zero<D>(acc_v);
-    for (int s = 0; s < steps; ++s) {
-        const int h = step_head(s), i0 = step_first(s);
+    for (int round = 0; round < rounds; ++round) {
+        const int s = 2 * round + group;
+        const bool active = s < steps;  // the odd group idles in the last round of an odd step count
+        const int h = active ? step_head(s) : 0, i0 = active ? step_first(s) : 0;
         float col_lse[TK], col_delta[TK];
 #pragma unroll
         for (int mm = 0; mm < TK; ++mm) {
             const int i = i0 + cg + 8 * mm;
             const int64_t at = (int64_t(b) * H + h) * T + i;
-            col_lse[mm] = i < T ? lse[at] : 0.0f;
-            col_delta[mm] = i < T ? delta[at] : 0.0f;
+            col_lse[mm] = active && i < T ? lse[at] : 0.0f;
+            col_delta[mm] = active && i < T ? delta[at] : 0.0f;
         }
+        float dp[4][TK], sc[4][TK];
         cp_async_wait<1>();
         block_sync();  // dout(s) (and K, V) visible
-        float dp[4][TK];
-        score_tile<D, TK>(dp, sv, warp * 16, so, rg, cg);
+        if (active) score_tile<D, TK>(dp, sv, wg * 16, so, rg, cg);
 
         cp_async_wait<0>();
         block_sync();  // q(s) visible
-        float sc[4][TK];
-        score_tile<D, TK>(sc, sk, warp * 16, sq, rg, cg);
+        if (active) {
+            score_tile<D, TK>(sc, sk, wg * 16, sq, rg, cg);
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+            for (int r = 0; r < 4; ++r)
 #pragma unroll
-            for (int mm = 0; mm < TK; ++mm) {
-                const int i = i0 + cg + 8 * mm;
-                const bool valid = i < T && key[r] <= i && key[r] < len;
-                const float p = valid ? expf(sc[r][mm] * scale - col_lse[mm]) : 0.0f;
-                sc[r][mm] = p;
-                dp[r][mm] = p * (dp[r][mm] - col_delta[mm]) * scale;
-            }
-        stage<TK>(sp, sc, rg, cg);
-        stage<TK>(sds, dp, rg, cg);
-        warp_sync();
-        accumulate<D, BQ>(acc_v, sp, so, rg, cg);
+                for (int mm = 0; mm < TK; ++mm) {
+                    const int i = i0 + cg + 8 * mm;
+                    const bool valid = i < T && key[r] <= i && key[r] < len;
+                    const float p = valid ? expf(sc[r][mm] * scale - col_lse[mm]) : 0.0f;
+                    sc[r][mm] = p;
+                    dp[r][mm] = p * (dp[r][mm] - col_delta[mm]) * scale;
+                }
+            stage<TK>(sp, sc, rg, cg);
+            stage<TK>(sds, dp, rg, cg);
+            warp_sync();
+            accumulate<D, BQ>(acc_v, sp, so, rg, cg);
+        }
 
         block_sync();  // every warp is done with dout(s)
-        load_queries(so, dout, s + 1);
+        load_queries(so, dout, s + 2);
         cp_async_commit();
-        accumulate<D, BQ>(acc_k, sds, sq, rg, cg);
+        if (active) accumulate<D, BQ>(acc_k, sds, sq, rg, cg);
 
         block_sync();  // every warp is done with q(s) (and its staging buffers)
-        load_queries(sq, q, s + 1);
+        load_queries(sq, q, s + 2);
         cp_async_commit();
     }
     cp_async_wait<0>();
 
+    // the odd group hands its sums over through the (now idle) q/dout buffers: [64][D] dk, [64][D] dv
+    float* hand_k = sv + kRows * D;
+    float* hand_v = hand_k + kRows * D;
+    block_sync();  // every thread's copies have landed and every q/dout read is done
+    if (group == 1) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int c = 0; c < DC; ++c) {
+                const int at = (wg * 16 + rg + 4 * r) * D + (cg + 8 * c) * 4;
+                *reinterpret_cast<float4*>(hand_k + at) = acc_k[r][c];
+                *reinterpret_cast<float4*>(hand_v + at) = acc_v[r][c];
+            }
+    }
+    block_sync();
+    if (group == 1) return;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         if (key[r] >= T) continue;
         const int64_t at = (int64_t(b) * T + key[r]) * kv_pos + int64_t(g) * D;
 #pragma unroll
         for (int c = 0; c < DC; ++c) {
-            *reinterpret_cast<float4*>(dk + at + (cg + 8 * c) * 4) = acc_k[r][c];
-            *reinterpret_cast<float4*>(dv + at + (cg + 8 * c) * 4) = acc_v[r][c];
+            const int h_at = (wg * 16 + rg + 4 * r) * D + (cg + 8 * c) * 4;
+            const float4 ok = *reinterpret_cast<const float4*>(hand_k + h_at);
+            const float4 ov = *reinterpret_cast<const float4*>(hand_v + h_at);
+            *reinterpret_cast<float4*>(dk + at + (cg + 8 * c) * 4) =
+                make_float4(acc_k[r][c].x + ok.x, acc_k[r][c].y + ok.y, acc_k[r][c].z + ok.z, acc_k[r][c].w + ok.w);
+            *reinterpret_cast<float4*>(dv + at + (cg + 8 * c) * 4) =
+                make_float4(acc_v[r][c].x + ov.x, acc_v[r][c].y + ov.y, acc_v[r][c].z + ov.z, acc_v[r][c].w + ov.w);
         }
     }
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Host stand-ins for the device primitives of kernels/src/attention_v3.cuh, so its kernels run on
-// the CPU (test_attention_emulated.cpp). One block at a time; each of its 128 threads is a fiber
+// the CPU (test_attention_emulated.cpp). One block at a time; each of its threads is a fiber
 // (ucontext) on the calling thread, switched only at the synchronisation points:
 //   - block_sync / warp_sync park the fiber until every thread of the block / warp has arrived;
 //     a barrier that some thread can never reach (it exited, or waits at another kind) is an error;
@@ -28,7 +28,7 @@
 #define __restrict__ __restrict
 #define TANDEM_ATTN_GLOBAL inline
 #define TANDEM_ATTN_DEVICE inline
-#define TANDEM_ATTN_BOUNDS
+#define TANDEM_ATTN_BOUNDS(threads, blocks_per_sm)
 #define TANDEM_ATTN_SMEM(name) float* name = ::tandem::kernels::attention_v3::emulator().smem()
 
 namespace tandem::kernels::attention_v3 {
@@ -41,22 +41,24 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 class Emulator {
 public:
     enum class Copies { Early, Late };
-    static constexpr int kThreads = 128;
+    static constexpr int kMaxThreads = 1024;
 
     // Global arrays the kernels may read asynchronously: [begin, end) in bytes.
     void allow_reads(const void* p, size_t bytes) { readable_.push_back({static_cast<const char*>(p), bytes}); }
     void clear_reads() { readable_.clear(); }
 
-    // Runs kernel() as every thread of block (bx, by) with smem_floats of shared memory.
-    void run_block(const std::function<void()>& kernel, int bx, int by, size_t smem_floats, Copies copies,
-                   bool reverse) {
+    // Runs kernel() as every one of `threads` threads of block (bx, by) with smem_floats of shared memory.
+    void run_block(const std::function<void()>& kernel, int bx, int by, int threads, size_t smem_floats,
+                   Copies copies, bool reverse) {
+        if (threads % 32 != 0 || threads > kMaxThreads) return error("block size not a multiple of 32 up to 1024");
+        threads_ = threads;
         bx_ = bx;
         by_ = by;
         copies_ = copies;
         kernel_ = &kernel;
         smem_.assign(smem_floats, std::numeric_limits<float>::quiet_NaN());
-        if (fibers_.empty()) fibers_.resize(kThreads);
-        for (int t = 0; t < kThreads; ++t) {
+        if (fibers_.size() < size_t(threads)) fibers_.resize(size_t(threads));
+        for (int t = 0; t < threads; ++t) {
             Fiber& f = fibers_[size_t(t)];
             f.state = State::Run;
             f.groups.clear();
@@ -69,8 +71,8 @@ public:
             makecontext(&f.ctx, &Emulator::trampoline, 0);
         }
         for (;;) {
-            for (int i = 0; i < kThreads; ++i) {
-                const int t = reverse ? kThreads - 1 - i : i;
+            for (int i = 0; i < threads; ++i) {
+                const int t = reverse ? threads - 1 - i : i;
                 if (fibers_[size_t(t)].state != State::Run) continue;
                 current_ = t;
                 swapcontext(&scheduler_, &fibers_[size_t(t)].ctx);
@@ -165,25 +167,20 @@ private:
     // its threads are there. False when the block is finished (or stuck: an error).
     bool release() {
         int done = 0, at_block = 0;
-        for (const Fiber& f : fibers_) {
-            done += f.state == State::Done;
-            at_block += f.state == State::BlockBarrier;
+        for (int t = 0; t < threads_; ++t) {
+            done += fibers_[size_t(t)].state == State::Done;
+            at_block += fibers_[size_t(t)].state == State::BlockBarrier;
         }
-        if (done == kThreads) {
-            for (int t = 0; t < kThreads; ++t)
+        if (done == threads_) {
+            for (int t = 0; t < threads_; ++t)
                 if (!fibers_[size_t(t)].groups.empty() || !fibers_[size_t(t)].open.empty()) {
                     current_ = t;
                     error("thread exits with cp.async copies in flight");
                 }
             return false;
         }
-        if (done > 0) {
-            error("some threads exited while others wait at a barrier");
-            abandon();
-            return false;
-        }
         bool released = false;
-        for (int w = 0; w < kThreads / 32; ++w) {
+        for (int w = 0; w < threads_ / 32; ++w) {
             int at_warp = 0;
             for (int l = 0; l < 32; ++l) at_warp += fibers_[size_t(w * 32 + l)].state == State::WarpBarrier;
             if (at_warp == 32) {
@@ -192,11 +189,14 @@ private:
             }
         }
         if (released) return true;
-        if (at_block == kThreads) {
-            for (Fiber& f : fibers_) f.state = State::Run;
+        // The kernels return only after their last block barrier: a thread that exited while others
+        // wait at one is a bug (the hardware would let the barrier go without it).
+        if (at_block > 0 && done == 0 && at_block == threads_) {
+            for (int t = 0; t < threads_; ++t) fibers_[size_t(t)].state = State::Run;
             return true;
         }
-        error("deadlock: a warp is split between a warp barrier and the block barrier");
+        error(done > 0 ? "some threads exited while others wait at a barrier"
+                       : "deadlock: a warp is split between a warp barrier and the block barrier");
         abandon();
         return false;
     }
@@ -205,13 +205,13 @@ private:
         for (Fiber& f : fibers_) f.state = State::Done;
     }
 
-    int bx_ = 0, by_ = 0, current_ = 0;
+    int bx_ = 0, by_ = 0, current_ = 0, threads_ = 0;
     Copies copies_ = Copies::Late;
     const std::function<void()>* kernel_ = nullptr;
     std::vector<float> smem_;
     std::vector<Fiber> fibers_;
     ucontext_t scheduler_{};
-    float slots_[kThreads] = {};
+    float slots_[kMaxThreads] = {};
     std::vector<Range> readable_;
     std::vector<std::string> errors_;
 };

@@ -92,17 +92,19 @@ TEST_F(GpuOps, LinearForwardAndBackwardMatchCpu) {
 }
 
 TEST_F(GpuOps, EmbeddingIsBitIdentical) {
-    const int64_t N = 29, C = 36, V = 50;
-    auto table = random_vector(V * C, 6);
-    std::vector<int32_t> ids(N);
-    for (int64_t i = 0; i < N; ++i) ids[i] = int32_t((i * 17 + 3) % V);
-    std::vector<float> out(N * C);
-    cpu::embedding_forward(out.data(), ids.data(), table.data(), N, C, V);
-    auto t_d = env->to_device(table);
-    auto ids_d = env->to_device(ids);
-    auto o_d = env->zeros<float>(N * C);
-    k::embedding_forward(o_d.get(), ids_d.get(), t_d.get(), N, C, V, env->stream);
-    EXPECT_EQ(env->to_host(o_d, N * C), out);
+    for (const int64_t C : {36, 37}) {  // float4 rows, and the scalar path
+        const int64_t N = 29, V = 50;
+        auto table = random_vector(V * C, 6);
+        std::vector<int32_t> ids(N);
+        for (int64_t i = 0; i < N; ++i) ids[i] = int32_t((i * 17 + 3) % V);
+        std::vector<float> out(N * C);
+        cpu::embedding_forward(out.data(), ids.data(), table.data(), N, C, V);
+        auto t_d = env->to_device(table);
+        auto ids_d = env->to_device(ids);
+        auto o_d = env->zeros<float>(N * C);
+        k::gather_rows(o_d.get(), t_d.get(), ids_d.get(), N, C, env->stream);  // the CUDA backend's embedding op
+        EXPECT_EQ(env->to_host(o_d, N * C), out) << "C " << C;
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -50,15 +50,11 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int64_t M, int64_t N,
 // elementwise helpers (elementwise.cu)
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);          // y += x
 void fill(float* y, float value, int64_t n, cudaStream_t stream);
-// out[j,:] = in[rows[j],:] for j < n_rows (rows are host-built index lists uploaded by the caller)
+// out[j,:] = in[rows[j],:] for j < n_rows (rows are host-built index lists uploaded by the caller;
+// the embedding lookup is gather_rows(out, table, ids, N, C): the table is frozen, no backward)
 void gather_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream);
 // out[rows[j],:] = in[j,:]; other rows of out untouched
 void scatter_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream);
-
-// ----------------------------------------------------------------------------------------------
-// embedding (embedding.cu): out[N,C] = table[ids[n], :]. Frozen: no backward.
-void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C, int64_t vocab,
-                       cudaStream_t stream);
 
 // ----------------------------------------------------------------------------------------------
 // RMSNorm (rmsnorm.cu), HF Qwen3RMSNorm; mean of squares accumulated in double as on the CPU.

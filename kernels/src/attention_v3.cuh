@@ -214,20 +214,38 @@ TANDEM_ATTN_DEVICE float row_max(float v) {
     return v;
 }
 
-// Where a query block sits: blockIdx.x = (b, kv group, head block), blockIdx.y = query block counted
-// from the end (the blocks with the most keys start first). Rows r of the tile: head h0 + r / per_head,
-// position i0 + r % per_head.
+// Where a query block sits, and this thread's four rows in it: blockIdx.x = (b, kv group, head block),
+// blockIdx.y = query block counted from the end (the blocks with the most keys start first). Row r of
+// the tile is head h0 + r / per_head, position i0 + r % per_head.
 struct QueryBlock {
-    int b, g, h0, per_head, i0;
+    int b, g, h0, per_head, i0, len;
+    int64_t q_at, kv_at;  // float offsets of (b, position 0, head h0) in q and of (b, 0, g) in k, v
+    int head[4], pos[4];  // this thread's rows warp * 16 + rg + 4r
+    int last_key;         // the last key any row of the block sees
 };
-TANDEM_ATTN_DEVICE QueryBlock query_block(int T, int H, int KV, int heads) {
-    const int per_head = kRows / heads, blocks_per_group = (H / KV) / heads;
-    const int x = block_x();
-    const int b = x / (KV * blocks_per_group), rest = x % (KV * blocks_per_group);
-    const int g = rest / blocks_per_group;
-    const int h0 = g * (H / KV) + (rest % blocks_per_group) * heads;
-    const int n_pos_blocks = (T + per_head - 1) / per_head;
-    return {b, g, h0, per_head, (n_pos_blocks - 1 - block_y()) * per_head};
+template <int D>
+TANDEM_ATTN_DEVICE QueryBlock query_block(const int32_t* lengths, int T, int H, int KV, int heads, int warp, int rg) {
+    QueryBlock qb;
+    qb.per_head = kRows / heads;
+    const int blocks_per_group = (H / KV) / heads, x = block_x();
+    qb.b = x / (KV * blocks_per_group);
+    const int rest = x % (KV * blocks_per_group);
+    qb.g = rest / blocks_per_group;
+    qb.h0 = qb.g * (H / KV) + (rest % blocks_per_group) * heads;
+    const int n_pos_blocks = (T + qb.per_head - 1) / qb.per_head;
+    qb.i0 = (n_pos_blocks - 1 - block_y()) * qb.per_head;
+    qb.len = lengths[qb.b];
+    qb.q_at = int64_t(qb.b) * T * H * D + int64_t(qb.h0) * D;
+    qb.kv_at = int64_t(qb.b) * T * KV * D + int64_t(qb.g) * D;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int row = warp * 16 + rg + 4 * r;
+        qb.head[r] = qb.h0 + row / qb.per_head;
+        qb.pos[r] = qb.i0 + row % qb.per_head;
+    }
+    const int last_pos = (qb.i0 + qb.per_head < T ? qb.i0 + qb.per_head : T) - 1;
+    qb.last_key = last_pos < qb.len - 1 ? last_pos : qb.len - 1;
+    return qb;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,11 +253,9 @@ TANDEM_ATTN_DEVICE QueryBlock query_block(int T, int H, int KV, int heads) {
 
 // out[B,T,H,D], lse[B,H,T] = m + log(l) of the scaled scores (natural log), online softmax.
 template <int D>
-TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) forward_kernel(float* __restrict__ out, float* __restrict__ lse,
-                                                          const float* __restrict__ q, const float* __restrict__ k,
-                                                          const float* __restrict__ v,
-                                                          const int32_t* __restrict__ lengths, int T, int H, int KV,
-                                                          int heads, float scale) {
+TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) forward_kernel(
+    float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ q, const float* __restrict__ k,
+    const float* __restrict__ v, const int32_t* __restrict__ lengths, int T, int H, int KV, int heads, float scale) {
     constexpr int BK = kFwdKeys, TK = BK / 8, DC = D / 32;
     TANDEM_ATTN_SMEM(smem);
     float* sq = smem;                  // [64][D]
@@ -248,23 +264,11 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) forward_kernel(float* __
     const int tid = thread_index(), warp = tid >> 5, lane = tid & 31, rg = lane >> 3, cg = lane & 7;
     float* sp = sv + BK * D + warp * BK * kStage;  // this warp's [BK][16]
 
-    const QueryBlock qb = query_block(T, H, KV, heads);
-    const int len = lengths[qb.b];
+    const QueryBlock qb = query_block<D>(lengths, T, H, KV, heads, warp, rg);
+    const int len = qb.len;
     const int64_t q_pos = int64_t(H) * D, kv_pos = int64_t(KV) * D;
-    const float* qbase = q + int64_t(qb.b) * T * q_pos + int64_t(qb.h0) * D;
-    const float* kbase = k + int64_t(qb.b) * T * kv_pos + int64_t(qb.g) * D;
-    const float* vbase = v + int64_t(qb.b) * T * kv_pos + int64_t(qb.g) * D;
-
-    int pos[4], head[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        const int row = warp * 16 + rg + 4 * r;
-        head[r] = qb.h0 + row / qb.per_head;
-        pos[r] = qb.i0 + row % qb.per_head;
-    }
-    const int last_pos = (qb.i0 + qb.per_head < T ? qb.i0 + qb.per_head : T) - 1;
-    const int last_key = last_pos < len - 1 ? last_pos : len - 1;
-    const int tiles = last_key / BK + 1;
+    const float *qbase = q + qb.q_at, *kbase = k + qb.kv_at, *vbase = v + qb.kv_at;
+    const int tiles = qb.last_key / BK + 1;
 
     load_rows<D>(sq, qbase, kRows, qb.per_head, qb.i0, T, D, q_pos, tid, kThreads);
     load_rows<D>(sk, kbase, BK, BK, 0, T, 0, kv_pos, tid, kThreads);
@@ -294,7 +298,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) forward_kernel(float* __
 #pragma unroll
             for (int mm = 0; mm < TK; ++mm) {
                 const int j = j0 + cg + 8 * mm;
-                const bool valid = j <= pos[r] && j < len;
+                const bool valid = j <= qb.pos[r] && j < len;
                 s[r][mm] = valid ? s[r][mm] * scale : -INFINITY;
                 mx = fmaxf(mx, s[r][mm]);
             }
@@ -332,25 +336,23 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) forward_kernel(float* __
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const float lt = row_sum(l[r]);
-        if (pos[r] >= T) continue;
+        if (qb.pos[r] >= T) continue;
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        float* o = out + (int64_t(qb.b) * T + pos[r]) * q_pos + int64_t(head[r]) * D;
+        float* o = out + (int64_t(qb.b) * T + qb.pos[r]) * q_pos + int64_t(qb.head[r]) * D;
 #pragma unroll
         for (int c = 0; c < DC; ++c)
             *reinterpret_cast<float4*>(o + (cg + 8 * c) * 4) =
                 make_float4(acc[r][c].x * inv, acc[r][c].y * inv, acc[r][c].z * inv, acc[r][c].w * inv);
-        if (cg == 0) lse[(int64_t(qb.b) * H + head[r]) * T + pos[r]] = m[r] + logf(lt);
+        if (cg == 0) lse[(int64_t(qb.b) * H + qb.head[r]) * T + qb.pos[r]] = m[r] + logf(lt);
     }
 }
 
 // dq[B,T,H,D] (=): dq_i = sum_j ds_ij k_j, ds = p (dp - delta) scale, p recomputed from lse.
 template <int D>
-TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) dq_kernel(float* __restrict__ dq, const float* __restrict__ dout,
-                                                     const float* __restrict__ q, const float* __restrict__ k,
-                                                     const float* __restrict__ v, const float* __restrict__ lse,
-                                                     const float* __restrict__ delta,
-                                                     const int32_t* __restrict__ lengths, int T, int H, int KV,
-                                                     int heads, float scale) {
+TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) dq_kernel(
+    float* __restrict__ dq, const float* __restrict__ dout, const float* __restrict__ q, const float* __restrict__ k,
+    const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ delta,
+    const int32_t* __restrict__ lengths, int T, int H, int KV, int heads, float scale) {
     constexpr int BK = kDqKeys, TK = BK / 8, DC = D / 32;
     TANDEM_ATTN_SMEM(smem);
     float* sq = smem;              // [64][D]
@@ -360,28 +362,18 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) dq_kernel(float* __restr
     const int tid = thread_index(), warp = tid >> 5, lane = tid & 31, rg = lane >> 3, cg = lane & 7;
     float* sds = sv + BK * D + warp * BK * kStage;
 
-    const QueryBlock qb = query_block(T, H, KV, heads);
-    const int len = lengths[qb.b];
+    const QueryBlock qb = query_block<D>(lengths, T, H, KV, heads, warp, rg);
+    const int len = qb.len;
     const int64_t q_pos = int64_t(H) * D, kv_pos = int64_t(KV) * D;
-    const float* qbase = q + int64_t(qb.b) * T * q_pos + int64_t(qb.h0) * D;
-    const float* obase = dout + int64_t(qb.b) * T * q_pos + int64_t(qb.h0) * D;
-    const float* kbase = k + int64_t(qb.b) * T * kv_pos + int64_t(qb.g) * D;
-    const float* vbase = v + int64_t(qb.b) * T * kv_pos + int64_t(qb.g) * D;
-
-    int pos[4], head[4];
+    const float *qbase = q + qb.q_at, *obase = dout + qb.q_at, *kbase = k + qb.kv_at, *vbase = v + qb.kv_at;
+    const int tiles = qb.last_key / BK + 1;
     float row_lse[4], row_delta[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const int row = warp * 16 + rg + 4 * r;
-        head[r] = qb.h0 + row / qb.per_head;
-        pos[r] = qb.i0 + row % qb.per_head;
-        const int64_t at = (int64_t(qb.b) * H + head[r]) * T + pos[r];
-        row_lse[r] = pos[r] < T ? lse[at] : 0.0f;
-        row_delta[r] = pos[r] < T ? delta[at] : 0.0f;
+        const int64_t at = (int64_t(qb.b) * H + qb.head[r]) * T + qb.pos[r];
+        row_lse[r] = qb.pos[r] < T ? lse[at] : 0.0f;
+        row_delta[r] = qb.pos[r] < T ? delta[at] : 0.0f;
     }
-    const int last_pos = (qb.i0 + qb.per_head < T ? qb.i0 + qb.per_head : T) - 1;
-    const int last_key = last_pos < len - 1 ? last_pos : len - 1;
-    const int tiles = last_key / BK + 1;
 
     load_rows<D>(sq, qbase, kRows, qb.per_head, qb.i0, T, D, q_pos, tid, kThreads);
     load_rows<D>(so, obase, kRows, qb.per_head, qb.i0, T, D, q_pos, tid, kThreads);
@@ -412,7 +404,7 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) dq_kernel(float* __restr
 #pragma unroll
             for (int mm = 0; mm < TK; ++mm) {
                 const int j = j0 + cg + 8 * mm;
-                const bool valid = pos[r] < T && j <= pos[r] && j < len;
+                const bool valid = qb.pos[r] < T && j <= qb.pos[r] && j < len;
                 const float p = valid ? expf(s[r][mm] * scale - row_lse[r]) : 0.0f;
                 s[r][mm] = p * (dp[r][mm] - row_delta[r]) * scale;
             }
@@ -424,8 +416,8 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kThreads, 2) dq_kernel(float* __restr
 
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        if (pos[r] >= T) continue;
-        float* o = dq + (int64_t(qb.b) * T + pos[r]) * q_pos + int64_t(head[r]) * D;
+        if (qb.pos[r] >= T) continue;
+        float* o = dq + (int64_t(qb.b) * T + qb.pos[r]) * q_pos + int64_t(qb.head[r]) * D;
 #pragma unroll
         for (int c = 0; c < DC; ++c) *reinterpret_cast<float4*>(o + (cg + 8 * c) * 4) = acc[r][c];
     }

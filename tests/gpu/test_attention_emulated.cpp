@@ -18,6 +18,7 @@
 
 #include "kernel_emulation.h"  // first: attention_v3.cuh then takes its primitives from it
 #include "attention_v3.cuh"
+#include "attention_cases.h"
 #include "tandem/engine/ops.h"
 
 namespace {
@@ -61,17 +62,8 @@ struct Guarded {
     std::vector<float> mem;
 };
 
-struct Case {
-    int64_t B, T, H, KV, D;
-    std::vector<int32_t> lengths;
-};
-
-std::string name(const Case& c) {
-    return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) + "_KV" +
-           std::to_string(c.KV) + "_D" + std::to_string(c.D);
-}
-
-void PrintTo(const Case& c, std::ostream* os) { *os << name(c); }
+using Case = tandem::gputest::AttnCase;
+using tandem::gputest::attn_name;
 
 // One schedule of the emulator: copy timing and thread order.
 struct Schedule {
@@ -91,7 +83,7 @@ void run_grid(int64_t gx, int64_t gy, int threads, size_t smem_floats, const Sch
 
 template <int D>
 void check_case(const Case& c) {
-    SCOPED_TRACE(name(c));
+    SCOPED_TRACE(attn_name(c));
     const int64_t nq = c.B * c.T * c.H * D, nk = c.B * c.T * c.KV * D, nrow = c.B * c.H * c.T;
     const auto q = random_vector(size_t(nq), 12), k = random_vector(size_t(nk), 13), v = random_vector(size_t(nk), 14),
                dout = random_vector(size_t(nq), 15);
@@ -200,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionV3Emulated,
                                            Case{1, 1, 2, 2, 32, {1}},            // one token
                                            Case{1, 75, 8, 1, 64, {61}},          // GQA 8:1
                                            Case{2, 150, 4, 2, 128, {150, 97}}),  // 3 key blocks, 5 dq tiles
-                         [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
+                         [](const ::testing::TestParamInfo<Case>& i) { return attn_name(i.param); });
 
 TEST(AttentionV3Geometry, HeadsPerBlockDivideTheGroup) {
     EXPECT_EQ(v3::heads_per_block(1), 1);

@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "attention_cases.h"
 #include "dropout_cases.h"
 #include "gpu_test_util.h"
 #include "tandem/engine/dropout.h"
@@ -148,17 +149,8 @@ TEST_F(GpuOps, RopeForwardBackwardMatchCpu) {
 }
 
 // ------------------------------------------------------------------------------------------------
-struct AttnCase {
-    int64_t B, T, H, KV, D;
-    std::vector<int32_t> lengths;
-};
-
-std::string attn_name(const AttnCase& c) {
-    return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) + "_KV" +
-           std::to_string(c.KV) + "_D" + std::to_string(c.D);
-}
-
-void PrintTo(const AttnCase& c, std::ostream* os) { *os << attn_name(c); }
+using gputest::AttnCase;
+using gputest::attn_name;
 
 // The CPU op in double on the case's inputs (computed once per shape, shared by every kernel version):
 // the device kernels are compared with the exact function, not with another float32 summation order.

@@ -7,8 +7,9 @@
 // Mask (the CPU op's): query i of sequence b attends to key j iff j <= i and j < lengths[b]. Key 0
 // is always visible (lengths >= 1), so every query row, padded or not, has a finite row maximum.
 //
-// Common shape of the three kernels: 128 threads = 4 warps; a block works on a tile of 64 "rows"
-// (queries in the forward and dq, keys in dk/dv), 16 per warp; its lanes are lane = rg * 8 + cg, and
+// Common shape of the three kernels: groups of 128 threads = 4 warps (forward and dq blocks are one
+// group, dk/dv blocks two: see dkv_kernel); a group works on a tile of 64 "rows" (queries in the
+// forward and dq, keys in dk/dv), 16 per warp; its lanes are lane = rg * 8 + cg, and
 // a thread owns rows warp * 16 + rg + 4 r (r < 4) and columns cg + 8 m (m < BK / 8) of every
 // 64 x BK score tile (BK = 64 keys in the forward, 32 keys in dq, 32 queries in dk/dv).
 //   - scores: s[r][m] = A[row r] . B[column m] over D from two shared-memory tiles; per 4 dims a
@@ -20,13 +21,13 @@
 //     cg + 8 c of each row), summing over the BK staged columns in ascending order.
 // Shared-memory tiles hold D floats per row with the 16-byte chunk index XOR-swizzled by row & 7:
 // the row-wise (cp.async) writes and the column-strided float4 reads are both free of bank
-// conflicts, and no padding is needed (the forward and dk/dv kernels use 112 KB, dq 104 KB: two
-// blocks per H100/H200 SM).
+// conflicts, and no padding is needed (the forward uses 112 KB, dq 104 KB: two blocks per H100/H200
+// SM; dk/dv 160 KB: one 8-warp block).
 // Loads: cp.async (16 bytes, .cg: through L2 only) with zero fill for rows past the sequence end.
 // Each kernel streams two tiles through one buffer each, staggered so that one loads while the
-// other is in use (forward: V(t) loads during Q K(t)^T, K(t+1) during P V(t)); the two block
-// barriers per step both publish the tile just waited for and free the buffer about to be refilled.
-// Determinism: every sum has one fixed order (no atomics, no split reductions across blocks).
+// other is in use (forward: V(t) loads during Q K(t)^T, K(t+1) during P V(t)); each block barrier of
+// a step both publishes the tile just waited for and frees the buffer about to be refilled.
+// Determinism: every sum has one fixed order (no atomics, no reductions across blocks).
 #pragma once
 
 #include <cmath>

@@ -44,7 +44,6 @@
 
 #ifdef TANDEM_TEST_CUDA_BACKEND
 #include "tandem/engine_cuda/cuda_backend.h"
-#include "tandem/kernels/ops.h"
 #endif
 
 namespace {
@@ -672,29 +671,18 @@ INSTANTIATE_TEST_SUITE_P(Table, BackendOp, ::testing::Range(0, kOpCount),
                          [](const ::testing::TestParamInfo<int>& i) { return std::string(op_name(Op(i.param))); });
 
 #ifdef TANDEM_TEST_CUDA_BACKEND
-// The attention ops once more on every attention kernel version of the CUDA backend (the table runs
-// the default one).
-class CudaBackendAttentionVersion : public ::testing::TestWithParam<int> {};
-
-TEST_P(CudaBackendAttentionVersion, MatchesTheFloat64ReferenceOnRandomShapes) {
+// The attention ops once more, on six further draws of shapes and lengths (both directions), on the
+// CUDA backend only: its attention kernels are its largest hand-written device code. Seed 3003 is the
+// one these draws had in the H200 run of 2026-12-04.
+TEST(CudaBackendAttention, MatchesTheFloat64ReferenceOnMoreRandomShapes) {
     TANDEM_BACKEND_OR_SKIP(be);
-    const int forward_before = tandem::kernels::attention_forward_version(),
-              backward_before = tandem::kernels::attention_backward_version();
-    tandem::kernels::set_attention_forward_version(GetParam());
-    tandem::kernels::set_attention_backward_version(GetParam());
-    Rng rng(3000 + uint64_t(GetParam()));
+    Rng rng(3003);
     for (int draw = 0; draw < 6; ++draw) {
         SCOPED_TRACE("draw " + std::to_string(draw));
         check_attention(*be, rng, false);
         check_attention(*be, rng, true);
     }
-    tandem::kernels::set_attention_forward_version(forward_before);
-    tandem::kernels::set_attention_backward_version(backward_before);
 }
-
-INSTANTIATE_TEST_SUITE_P(Versions, CudaBackendAttentionVersion,
-                         ::testing::ValuesIn(tandem::kernels::attention_kernel_versions()),
-                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
 #endif
 
 #ifndef TANDEM_TEST_CUDA_BACKEND

@@ -1,5 +1,5 @@
 #pragma once
-// Host stand-ins for the device primitives of kernels/src/attention_v3.cuh, so its kernels run on
+// Host stand-ins for the device primitives of kernels/src/attention.cuh, so its kernels run on
 // the CPU (test_attention_emulated.cpp). One block at a time; each of its threads is a fiber
 // (ucontext) on the calling thread, switched only at the synchronisation points:
 //   - block_sync / warp_sync park the fiber until every thread of the block / warp has arrived;
@@ -29,9 +29,9 @@
 #define TANDEM_ATTN_GLOBAL inline
 #define TANDEM_ATTN_DEVICE inline
 #define TANDEM_ATTN_BOUNDS(threads, blocks_per_sm)
-#define TANDEM_ATTN_SMEM(name) float* name = ::tandem::kernels::attention_v3::emulator().smem()
+#define TANDEM_ATTN_SMEM(name) float* name = ::tandem::kernels::attention::emulator().smem()
 
-namespace tandem::kernels::attention_v3 {
+namespace tandem::kernels::attention {
 
 struct alignas(16) float4 {
     float x, y, z, w;
@@ -241,4 +241,4 @@ inline void cp_async_wait() {
     emulator().wait(pending);
 }
 
-}  // namespace tandem::kernels::attention_v3
+}  // namespace tandem::kernels::attention

@@ -1,4 +1,4 @@
-// Attention version 3's kernels (kernels/src/attention_v3.cuh) run on the host through
+// The attention kernels (kernels/src/attention.cuh) run on the host through
 // kernel_emulation.h — every block of the real launch geometry, 128 fiber threads each — against
 // the CPU op (label `unit`: no GPU needed). What this checks: the tiling and index arithmetic, the
 // causal and padding masks on partial tiles, the GQA head mapping, lse, the zero gradients of keys
@@ -16,16 +16,16 @@
 #include <string>
 #include <vector>
 
-#include "kernel_emulation.h"  // first: attention_v3.cuh then takes its primitives from it
-#include "attention_v3.cuh"
+#include "kernel_emulation.h"  // first: attention.cuh then takes its primitives from it
+#include "attention.cuh"
 #include "attention_cases.h"
 #include "tandem/engine/ops.h"
 
 namespace {
 
 namespace cpu = tandem::engine::ops;
-namespace v3 = tandem::kernels::attention_v3;
-using Emu = v3::Emulator;
+namespace attn = tandem::kernels::attention;
+using Emu = attn::Emulator;
 
 constexpr double kTol = 1e-5;  // as test_gpu_ops: relative to the tensor's largest magnitude
 constexpr size_t kGuard = 64;  // floats of guard zone before and after every output
@@ -78,7 +78,7 @@ void run_grid(int64_t gx, int64_t gy, int threads, size_t smem_floats, const Sch
               const std::function<void()>& kernel) {
     for (int64_t y = 0; y < gy; ++y)
         for (int64_t x = 0; x < gx; ++x)
-            v3::emulator().run_block(kernel, int(x), int(y), threads, smem_floats, s.copies, s.reverse);
+            attn::emulator().run_block(kernel, int(x), int(y), threads, smem_floats, s.copies, s.reverse);
 }
 
 template <int D>
@@ -121,29 +121,29 @@ void check_case(const Case& c) {
                 delta[size_t((b * c.H + h) * c.T + i)] = float(dot);
             }
 
-    const v3::Grid qg = v3::query_grid(c.B, c.T, c.H, c.KV), kg = v3::key_grid(c.B, c.T, c.KV);
+    const attn::Grid qg = attn::query_grid(c.B, c.T, c.H, c.KV), kg = attn::key_grid(c.B, c.T, c.KV);
     const float fscale = 1.0f / std::sqrt(float(D));
     std::vector<float> first_out, first_lse, first_dq, first_dk, first_dv;
     for (const Schedule& s : kSchedules) {
         SCOPED_TRACE(std::string(s.copies == Emu::Copies::Late ? "late" : "early") + " copies, " +
                      (s.reverse ? "reverse" : "forward") + " thread order");
-        Emu& e = v3::emulator();
+        Emu& e = attn::emulator();
         e.clear_errors();
         e.clear_reads();
         for (const std::vector<float>* a : {&q, &k, &v, &dout}) e.allow_reads(a->data(), a->size() * sizeof(float));
         Guarded o{size_t(nq)}, lse{size_t(nrow)}, gq{size_t(nq)}, gk{size_t(nk)}, gv{size_t(nk)};
-        run_grid(qg.x, qg.y, v3::kThreads, size_t(v3::forward_smem_floats<D>()), s, [&] {
-            v3::forward_kernel<D>(o.data(), lse.data(), q.data(), k.data(), v.data(), c.lengths.data(), int(c.T),
+        run_grid(qg.x, qg.y, attn::kThreads, size_t(attn::forward_smem_floats<D>()), s, [&] {
+            attn::forward_kernel<D>(o.data(), lse.data(), q.data(), k.data(), v.data(), c.lengths.data(), int(c.T),
                                   int(c.H), int(c.KV), qg.heads, fscale);
         });
         // the backward recomputes from the emulated forward's lse, as on the device
-        const std::vector<float> lse_v3 = lse.values();
-        run_grid(qg.x, qg.y, v3::kThreads, size_t(v3::dq_smem_floats<D>()), s, [&] {
-            v3::dq_kernel<D>(gq.data(), dout.data(), q.data(), k.data(), v.data(), lse_v3.data(), delta.data(),
+        const std::vector<float> fwd_lse = lse.values();
+        run_grid(qg.x, qg.y, attn::kThreads, size_t(attn::dq_smem_floats<D>()), s, [&] {
+            attn::dq_kernel<D>(gq.data(), dout.data(), q.data(), k.data(), v.data(), fwd_lse.data(), delta.data(),
                              c.lengths.data(), int(c.T), int(c.H), int(c.KV), qg.heads, fscale);
         });
-        run_grid(kg.x, kg.y, v3::kDkvThreads, size_t(v3::dkv_smem_floats<D>()), s, [&] {
-            v3::dkv_kernel<D>(gk.data(), gv.data(), dout.data(), q.data(), k.data(), v.data(), lse_v3.data(),
+        run_grid(kg.x, kg.y, attn::kDkvThreads, size_t(attn::dkv_smem_floats<D>()), s, [&] {
+            attn::dkv_kernel<D>(gk.data(), gv.data(), dout.data(), q.data(), k.data(), v.data(), fwd_lse.data(),
                               delta.data(), c.lengths.data(), int(c.T), int(c.H), int(c.KV), fscale);
         });
         for (const std::string& err : e.errors()) ADD_FAILURE() << err;
@@ -177,13 +177,13 @@ void check(const Case& c) {
     }
 }
 
-class AttentionV3Emulated : public ::testing::TestWithParam<Case> {};
+class AttentionEmulated : public ::testing::TestWithParam<Case> {};
 
-TEST_P(AttentionV3Emulated, MatchesCpuUnderEverySchedule) { check(GetParam()); }
+TEST_P(AttentionEmulated, MatchesCpuUnderEverySchedule) { check(GetParam()); }
 
 // test_gpu_ops' shapes, the op table's head_dim 32/64 shapes, GQA 8:1 (8 heads per block, 8
 // positions each), several key blocks with padding in the middle of a tile, a length-1 sequence.
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionV3Emulated,
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionEmulated,
                          ::testing::Values(Case{2, 45, 4, 2, 64, {45, 30}},     // padding, GQA 2:1
                                            Case{1, 70, 2, 2, 32, {70}},          // MHA, 2 forward key tiles
                                            Case{2, 33, 16, 8, 128, {1, 33}},     // Qwen3 heads, length 1
@@ -194,21 +194,21 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionV3Emulated,
                                            Case{2, 150, 4, 2, 128, {150, 97}}),  // 3 key blocks, 5 dq tiles
                          [](const ::testing::TestParamInfo<Case>& i) { return attn_name(i.param); });
 
-TEST(AttentionV3Geometry, HeadsPerBlockDivideTheGroup) {
-    EXPECT_EQ(v3::heads_per_block(1), 1);
-    EXPECT_EQ(v3::heads_per_block(2), 2);
-    EXPECT_EQ(v3::heads_per_block(3), 1);
-    EXPECT_EQ(v3::heads_per_block(4), 4);
-    EXPECT_EQ(v3::heads_per_block(6), 2);
-    EXPECT_EQ(v3::heads_per_block(8), 8);
-    EXPECT_EQ(v3::heads_per_block(16), 8);
-    const v3::Grid g = v3::query_grid(2, 512, 16, 8);  // the benchmark's shape
+TEST(AttentionGeometry, HeadsPerBlockDivideTheGroup) {
+    EXPECT_EQ(attn::heads_per_block(1), 1);
+    EXPECT_EQ(attn::heads_per_block(2), 2);
+    EXPECT_EQ(attn::heads_per_block(3), 1);
+    EXPECT_EQ(attn::heads_per_block(4), 4);
+    EXPECT_EQ(attn::heads_per_block(6), 2);
+    EXPECT_EQ(attn::heads_per_block(8), 8);
+    EXPECT_EQ(attn::heads_per_block(16), 8);
+    const attn::Grid g = attn::query_grid(2, 512, 16, 8);  // the benchmark's shape
     EXPECT_EQ(g.heads, 2);
     EXPECT_EQ(g.x, 16);
     EXPECT_EQ(g.y, 16);
-    EXPECT_EQ(v3::forward_smem_floats<128>() * 4, 112 * 1024);  // two blocks per 228 KB SM
-    EXPECT_EQ(v3::dq_smem_floats<128>() * 4, 104 * 1024);
-    EXPECT_EQ(v3::dkv_smem_floats<128>() * 4, 160 * 1024);  // one 8-warp block per SM
+    EXPECT_EQ(attn::forward_smem_floats<128>() * 4, 112 * 1024);  // two blocks per 228 KB SM
+    EXPECT_EQ(attn::dq_smem_floats<128>() * 4, 104 * 1024);
+    EXPECT_EQ(attn::dkv_smem_floats<128>() * 4, 160 * 1024);  // one 8-warp block per SM
 }
 
 }  // namespace

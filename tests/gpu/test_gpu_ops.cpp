@@ -7,9 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <map>
 #include <string>
-#include <tuple>
 
 #include "attention_cases.h"
 #include "dropout_cases.h"
@@ -152,16 +150,12 @@ TEST_F(GpuOps, RopeForwardBackwardMatchCpu) {
 using gputest::AttnCase;
 using gputest::attn_name;
 
-// The CPU op in double on the case's inputs (computed once per shape, shared by every kernel version):
-// the device kernels are compared with the exact function, not with another float32 summation order.
+// The CPU op in double on the case's inputs: the device kernels are compared with the exact
+// function, not with another float32 summation order.
 struct AttnReference {
     std::vector<float> q, k, v, dout, out, dq, dk, dv;
 };
-const AttnReference& attn_reference(const AttnCase& c) {
-    static std::map<std::string, AttnReference> cache;
-    std::string key = attn_name(c);
-    for (int32_t len : c.lengths) key += "_" + std::to_string(len);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
+AttnReference attn_reference(const AttnCase& c) {
     const int64_t nq = c.B * c.T * c.H * c.D, nk = c.B * c.T * c.KV * c.D;
     AttnReference r{random_vector(nq, 12), random_vector(nk, 13), random_vector(nk, 14), random_vector(nq, 15),
                     {}, {}, {}, {}};
@@ -177,25 +171,20 @@ const AttnReference& attn_reference(const AttnCase& c) {
     r.dq = narrow(dq);
     r.dk = narrow(dk);
     r.dv = narrow(dv);
-    return cache.emplace(key, std::move(r)).first->second;
+    return r;
 }
 
-// (shape, kernel version): the version sets both directions (forward and backward of one version
-// run together; tandem_cuda_bench --kernels times them separately).
-class GpuAttention : public GpuOps, public ::testing::WithParamInterface<std::tuple<AttnCase, int>> {};
+class GpuAttention : public GpuOps, public ::testing::WithParamInterface<AttnCase> {};
 
 TEST_P(GpuAttention, ForwardBackwardMatchCpu) {
-    const auto& [c, version] = GetParam();
-    const AttnReference& ref = attn_reference(c);
+    const AttnCase& c = GetParam();
+    const AttnReference ref = attn_reference(c);
     const int64_t nq = c.B * c.T * c.H * c.D, nk = c.B * c.T * c.KV * c.D;
     auto q_d = env->to_device(ref.q), k_d = env->to_device(ref.k), v_d = env->to_device(ref.v),
          do_d = env->to_device(ref.dout);
     auto len_d = env->to_device(c.lengths);
     auto o_d = env->zeros<float>(nq), lse_d = env->zeros<float>(c.B * c.H * c.T), dq_d = env->zeros<float>(nq),
          dk_d = env->zeros<float>(nk), dv_d = env->zeros<float>(nk), ws = env->zeros<float>(c.B * c.H * c.T);
-    const int forward_before = k::attention_forward_version(), backward_before = k::attention_backward_version();
-    k::set_attention_forward_version(version);
-    k::set_attention_backward_version(version);
     k::attention_forward(o_d.get(), lse_d.get(), q_d.get(), k_d.get(), v_d.get(), len_d.get(), c.B, c.T, c.H, c.KV,
                          c.D, env->stream);
     k::attention_backward(dq_d.get(), dk_d.get(), dv_d.get(), ws.get(), do_d.get(), o_d.get(), q_d.get(), k_d.get(),
@@ -215,29 +204,24 @@ TEST_P(GpuAttention, ForwardBackwardMatchCpu) {
     EXPECT_EQ(env->to_host(dq_d, nq), dq);
     EXPECT_EQ(env->to_host(dk_d, nk), dk);
     EXPECT_EQ(env->to_host(dv_d, nk), dv);
-    k::set_attention_forward_version(forward_before);
-    k::set_attention_backward_version(backward_before);
 }
 
 // Awkward small shapes (padding, lengths 1, tiles + 1, MQA) and the long Qwen3 shapes of issue-size
 // sequences (D 128, GQA 2:1 as Qwen3-0.6B's 16/8 heads and 8:1), some padded.
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuAttention,
-                         ::testing::Combine(::testing::Values(AttnCase{2, 45, 4, 2, 64, {45, 30}},   // padding, GQA 2:1
-                                                              AttnCase{1, 70, 2, 2, 32, {70}},        // MHA, 3 key tiles
-                                                              AttnCase{2, 33, 16, 8, 128, {1, 33}},   // Qwen3 heads, length 1
-                                                              AttnCase{1, 129, 4, 1, 128, {100}},     // MQA, tile + 1
-                                                              AttnCase{3, 7, 3, 3, 32, {7, 2, 5}},    // 3 heads
-                                                              AttnCase{1, 75, 8, 1, 64, {61}},        // GQA 8:1
-                                                              AttnCase{1, 512, 16, 8, 128, {512}},
-                                                              AttnCase{2, 512, 16, 2, 128, {512, 300}},
-                                                              AttnCase{1, 1024, 16, 8, 128, {1000}},
-                                                              AttnCase{1, 1024, 8, 1, 128, {1024}},
-                                                              AttnCase{1, 2048, 16, 8, 128, {2048}},
-                                                              AttnCase{1, 2048, 16, 2, 128, {1500}}),
-                                            ::testing::ValuesIn(k::attention_kernel_versions())),
-                         [](const ::testing::TestParamInfo<std::tuple<AttnCase, int>>& i) {
-                             return attn_name(std::get<0>(i.param)) + "_v" + std::to_string(std::get<1>(i.param));
-                         });
+                         ::testing::Values(AttnCase{2, 45, 4, 2, 64, {45, 30}},     // padding, GQA 2:1
+                                           AttnCase{1, 70, 2, 2, 32, {70}},          // MHA, 3 key tiles
+                                           AttnCase{2, 33, 16, 8, 128, {1, 33}},     // Qwen3 heads, length 1
+                                           AttnCase{1, 129, 4, 1, 128, {100}},       // MQA, tile + 1
+                                           AttnCase{3, 7, 3, 3, 32, {7, 2, 5}},      // 3 heads
+                                           AttnCase{1, 75, 8, 1, 64, {61}},          // GQA 8:1
+                                           AttnCase{1, 512, 16, 8, 128, {512}},
+                                           AttnCase{2, 512, 16, 2, 128, {512, 300}},
+                                           AttnCase{1, 1024, 16, 8, 128, {1000}},
+                                           AttnCase{1, 1024, 8, 1, 128, {1024}},
+                                           AttnCase{1, 2048, 16, 8, 128, {2048}},
+                                           AttnCase{1, 2048, 16, 2, 128, {1500}}),
+                         [](const ::testing::TestParamInfo<AttnCase>& i) { return attn_name(i.param); });
 
 // ------------------------------------------------------------------------------------------------
 TEST_F(GpuOps, SwigluForwardBackwardMatchCpu) {

@@ -11,7 +11,6 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/engine_cuda/cuda_backend.h"
-#include "tandem/kernels/ops.h"
 
 namespace {
 
@@ -146,21 +145,6 @@ TEST_F(GpuTrainer, TenUpdatesMatchCpuWithSharedDropout) {
 TEST_F(GpuTrainer, TenUpdatesMatchCpuWithNativeDropout) {
     expect_ten_updates_match(cfg, lora, base(), base(), adapter(), DropoutMode::Native);
 }
-
-// The same comparison on every attention kernel version (the tests above run the default one).
-class GpuTrainerAttention : public GpuTrainer, public ::testing::WithParamInterface<int> {};
-
-TEST_P(GpuTrainerAttention, TenUpdatesMatchCpu) {
-    const int forward_before = kernels::attention_forward_version(), backward_before = kernels::attention_backward_version();
-    kernels::set_attention_forward_version(GetParam());
-    kernels::set_attention_backward_version(GetParam());
-    expect_ten_updates_match(cfg, lora, base(), base(), adapter(), DropoutMode::Native);
-    kernels::set_attention_forward_version(forward_before);
-    kernels::set_attention_backward_version(backward_before);
-}
-
-INSTANTIATE_TEST_SUITE_P(Versions, GpuTrainerAttention, ::testing::ValuesIn(kernels::attention_kernel_versions()),
-                         [](const ::testing::TestParamInfo<int>& i) { return "v" + std::to_string(i.param); });
 
 TEST_F(GpuTrainer, ResumeOnGpuIsBitIdentical) {
     const auto updates = make_updates(6, cfg.vocab_size);

@@ -25,7 +25,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "tandem/kernels/element_ops.h"
 
@@ -74,22 +73,15 @@ void rope_backward(float* din, const float* dout, const float* cos, const float*
                    int64_t H, int64_t D, cudaStream_t stream);
 
 // ----------------------------------------------------------------------------------------------
-// Causal GQA attention with right padding (attention.cu), the CPU op's mask: query i of sequence b
-// attends to key j iff j <= i and j < lengths[b]. scale = 1/sqrt(D). Tiled, online softmax;
-// lse[B,H,T] (natural-log log-sum-exp of the scaled scores per query row) is the only cache.
+// Causal GQA attention with right padding (attention.cu; the kernels: attention.cuh), the CPU op's
+// mask: query i of sequence b attends to key j iff j <= i and j < lengths[b]. scale = 1/sqrt(D).
+// Tiled, online softmax; lse[B,H,T] (natural-log log-sum-exp of the scaled scores per query row) is
+// the only cache.
 // D is 32, 64 or 128 (Qwen3: 128; tests: 32, 64); every pointer 16-byte aligned.
 // out[B,T,H,D], lse[B,H,T], q[B,T,H,D], k,v[B,T,KV,D], lengths[B] (device)
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                        cudaStream_t stream);
-// Kernel versions, process-wide, per direction: 2 (the default) and 3 (64-row register tiles with
-// cp.async, attention_v3.cuh). Both compute the same function; the GPU op tests run every version
-// and tandem_cuda_bench --kernels times each, until a device run decides which one stays.
-std::vector<int> attention_kernel_versions();
-void set_attention_forward_version(int version);
-int attention_forward_version();
-void set_attention_backward_version(int version);
-int attention_backward_version();
 // dq[B,T,H,D] (=), dk, dv[B,T,KV,D] (=). workspace: B*H*T floats (row dot(dout, out)).
 // Deterministic: dq by query rows, dk/dv by key rows, no atomics.
 void attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* out,

@@ -1,8 +1,8 @@
-// Causal GQA attention, version 3: 64-row register-tiled blocks, float32 FFMA (no TF32, no atomics).
+// Causal GQA attention's kernels: 64-row register-tiled blocks, float32 FFMA (no TF32, no atomics).
 // The kernels live in this header so that tests/gpu/test_attention_emulated.cpp can run the very
 // same source on the host (TANDEM_KERNEL_EMULATION: threads become fibers, cp.async becomes a
 // deferred copy), which checks the index arithmetic, the masks and the barrier placement without a
-// GPU. attention.cu launches them.
+// GPU. attention.cu launches them (and computes the backward's delta = rowsum(dout * out)).
 //
 // Mask (the CPU op's): query i of sequence b attends to key j iff j <= i and j < lengths[b]. Key 0
 // is always visible (lengths >= 1), so every query row, padded or not, has a finite row maximum.
@@ -37,7 +37,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace tandem::kernels::attention_v3 {
+namespace tandem::kernels::attention {
 
 #ifndef TANDEM_KERNEL_EMULATION
 // ---------------------------------------------------------------------------------------------
@@ -559,4 +559,4 @@ TANDEM_ATTN_GLOBAL void TANDEM_ATTN_BOUNDS(kDkvThreads, 1) dkv_kernel(
     }
 }
 
-}  // namespace tandem::kernels::attention_v3
+}  // namespace tandem::kernels::attention

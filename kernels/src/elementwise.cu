@@ -1,5 +1,6 @@
 // Small elementwise and row-movement kernels the model glues ops with: residual adds, fills, and
-// gathering / scattering token rows (the LM head only sees supervised positions).
+// gathering / scattering token rows (the embedding lookup is a gather of table rows; the LM head only
+// sees supervised positions).
 #include "tandem/kernels/ops.h"
 #include "common.cuh"
 
@@ -18,12 +19,13 @@ __global__ void fill_kernel(float* __restrict__ y, float value, int64_t n) {
         y[i] = value;
 }
 
-// one block per output row
-__global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ in,
-                                   const int32_t* __restrict__ rows, int64_t C) {
+// one block per output row; T = float4 when rows are 16-byte aligned (C counts T elements)
+template <class T>
+__global__ void gather_rows_kernel(T* __restrict__ out, const T* __restrict__ in, const int32_t* __restrict__ rows,
+                                   int64_t C) {
     const int64_t j = blockIdx.x;
-    const float* src = in + int64_t(rows[j]) * C;
-    float* dst = out + j * C;
+    const T* src = in + int64_t(rows[j]) * C;
+    T* dst = out + j * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
 }
 
@@ -52,7 +54,15 @@ void fill(float* y, float value, int64_t n, cudaStream_t stream) {
 
 void gather_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream) {
     if (n_rows <= 0) return;
-    gather_rows_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(out, in, rows, C);
+    // rows were validated on the host (MicroBatch::validate, the supervised-row lists)
+    const bool aligned =
+        C % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
+    if (aligned) {
+        gather_rows_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
+            reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(in), rows, C / 4);
+    } else {
+        gather_rows_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(out, in, rows, C);
+    }
     CUDA_CHECK_LAUNCH();
 }
 

@@ -43,8 +43,6 @@ struct Args {
     double peak_tflops = 67.0;
     int64_t ce_chunk = 256;
     bool kernels_only = false;
-    int attention_forward = 1;   // kernels::set_attention_forward_version
-    int attention_backward = 1;  // kernels::set_attention_backward_version
 };
 
 Args parse(int argc, char** argv) {
@@ -66,8 +64,6 @@ Args parse(int argc, char** argv) {
         else if (k == "--peak-tflops") a.peak_tflops = std::stod(next());
         else if (k == "--ce-chunk") a.ce_chunk = std::stoll(next());
         else if (k == "--kernels") a.kernels_only = true;
-        else if (k == "--attention-forward") a.attention_forward = std::stoi(next());
-        else if (k == "--attention-backward") a.attention_backward = std::stoi(next());
         else throw Error("tandem_cuda_bench: unknown argument " + k);
     }
     return a;
@@ -160,21 +156,13 @@ int run_kernels(const Args& a) {
     };
     report("sgemm_gate_proj_fwd [N,C]x[I,C]^T", time([&] { k::linear_forward(blas.get(), g.get(), x.get(), wg.get(), N, C, I); }),
            2.0 * double(N * C * I), 0, true);
-    for (int version : {1, 2}) {
-        k::set_attention_forward_version(version);
-        report(version == 1 ? "attention_forward_v1" : "attention_forward_v2", time([&] {
-                   k::attention_forward(o.get(), lse.get(), q.get(), kk.get(), v.get(), lens_d.get(), B, T, H, KV, D, st);
-               }), attn_f, 0);
-    }
-    k::set_attention_forward_version(a.attention_forward);
-    for (int version : {1, 2}) {
-        k::set_attention_backward_version(version);
-        report(version == 1 ? "attention_backward_v1" : "attention_backward_v2", time([&] {
-                   k::attention_backward(dq.get(), dk.get(), dv.get(), delta.get(), o.get(), o.get(), q.get(), kk.get(),
-                                         v.get(), lse.get(), lens_d.get(), B, T, H, KV, D, st);
-               }), 2.5 * attn_f, 0);
-    }
-    k::set_attention_backward_version(a.attention_backward);
+    report("attention_forward", time([&] {
+               k::attention_forward(o.get(), lse.get(), q.get(), kk.get(), v.get(), lens_d.get(), B, T, H, KV, D, st);
+           }), attn_f, 0);
+    report("attention_backward", time([&] {
+               k::attention_backward(dq.get(), dk.get(), dv.get(), delta.get(), o.get(), o.get(), q.get(), kk.get(),
+                                     v.get(), lse.get(), lens_d.get(), B, T, H, KV, D, st);
+           }), 2.5 * attn_f, 0);
     report("rmsnorm_forward [N,C]", time([&] { k::rmsnorm_forward(y.get(), rstd.get(), x.get(), w.get(), N, C, 1e-6, st); }),
            0, 2.0 * 4 * double(N * C));
     report("rmsnorm_backward [N,C]", time([&] {
@@ -206,8 +194,6 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "tandem_cuda_bench: no CUDA device: %s\n", why.c_str());
             return 1;
         }
-        tandem::kernels::set_attention_forward_version(a.attention_forward);
-        tandem::kernels::set_attention_backward_version(a.attention_backward);
         if (a.kernels_only) return run_kernels(a);
         const Qwen3Config cfg = Qwen3Config::named(a.config);
         LoraConfig lora;  // docs/spec.md §Recipe defaults: r 16, alpha 32, rsLoRA, dropout 0.05, all seven projections
@@ -249,13 +235,13 @@ int main(int argc, char** argv) {
         size_t free_b = 0, total_b = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         std::printf(
-            "{\"leg\":\"engine\",\"attention_forward_version\":%d,\"attention_backward_version\":%d,\"config\":\"%s\",\"seq\":%lld,\"micro_batch\":%lld,\"accumulation\":%lld,"
+            "{\"leg\":\"engine\",\"config\":\"%s\",\"seq\":%lld,\"micro_batch\":%lld,\"accumulation\":%lld,"
             "\"warmup_updates\":%d,\"timed_updates\":%d,\"generate_s\":%.3f,\"load_s\":%.3f,"
             "\"s_per_update_mean\":%.6f,\"s_per_update_median\":%.6f,\"tokens_per_s\":%.1f,"
             "\"flops_per_update\":%.6e,\"achieved_tflops\":%.3f,\"peak_fp32_tflops\":%.1f,\"fraction_of_peak\":%.4f,"
             "\"peak_device_bytes\":%zu,\"peak_block_bytes\":%zu,\"peak_reserved_bytes\":%zu,"
             "\"device_used_bytes_now\":%zu,\"loss_first\":%.6f,\"loss_last\":%.6f,\"memory\":%s}\n",
-            a.attention_forward, a.attention_backward, a.config.c_str(), (long long)a.seq, (long long)a.micro, (long long)a.accum, a.warmup, a.timed, gen_s, load_s,
+            a.config.c_str(), (long long)a.seq, (long long)a.micro, (long long)a.accum, a.warmup, a.timed, gen_s, load_s,
             mean, median, tokens / median, flops, flops / median / 1e12, a.peak_tflops,
             flops / median / 1e12 / a.peak_tflops, mem.peak_bytes, mem.peak_block_bytes, mem.peak_reserved_bytes,
             total_b - free_b, losses.front(), losses.back(), mem.to_json().c_str());

@@ -28,6 +28,7 @@
 #include "tandem/engine/faults.h"
 #include "tandem/engine/optim.h"
 #include "tandem/engine/tensor.h"
+#include "tandem/pool_buffer.h"
 
 namespace tandem::engine {
 
@@ -173,45 +174,9 @@ public:
 #undef TANDEM_OP_VIRTUAL
 };
 
-// An owning typed allocation on a backend (move-only). The backend must outlive it.
+// An owning typed allocation on a backend (move-only; tandem/pool_buffer.h). The backend must outlive it.
 template <class T>
-class Buffer {
-public:
-    Buffer() = default;
-    Buffer(Backend& b, int64_t count, MemoryKind kind)
-        : backend_(&b), count_(count), ptr_(count > 0 ? static_cast<T*>(b.allocate(size_t(count) * sizeof(T), kind)) : nullptr) {}
-    ~Buffer() { reset(); }
-    Buffer(Buffer&& o) noexcept : backend_(o.backend_), count_(o.count_), ptr_(o.ptr_) {
-        o.ptr_ = nullptr;
-        o.count_ = 0;
-    }
-    Buffer& operator=(Buffer&& o) noexcept {
-        if (this != &o) {
-            reset();
-            backend_ = o.backend_;
-            count_ = o.count_;
-            ptr_ = o.ptr_;
-            o.ptr_ = nullptr;
-            o.count_ = 0;
-        }
-        return *this;
-    }
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    void reset() {
-        if (ptr_) backend_->release(ptr_);
-        ptr_ = nullptr;
-        count_ = 0;
-    }
-    T* get() const { return ptr_; }
-    int64_t size() const { return count_; }
-    size_t bytes() const { return size_t(count_) * sizeof(T); }
-
-private:
-    Backend* backend_ = nullptr;
-    int64_t count_ = 0;
-    T* ptr_ = nullptr;
-};
+using Buffer = PoolBuffer<T, Backend, MemoryKind>;
 
 // The CPU backend. With `threads`, sets the engine's thread count (ops::set_num_threads; <= 0: all
 // cores); without, leaves it as it is. The count is process-wide (one pool, one OpenBLAS).

@@ -24,6 +24,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "tandem/pool_buffer.h"
+
 namespace tandem::kernels {
 
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
@@ -110,45 +112,9 @@ private:
     MemoryReport r_{};
 };
 
-// An owning typed buffer from a DeviceAllocator (move-only). count elements of T.
+// An owning typed buffer from a DeviceAllocator (move-only; tandem/pool_buffer.h). count elements of T.
 template <class T>
-class DeviceBuffer {
-public:
-    DeviceBuffer() = default;
-    DeviceBuffer(DeviceAllocator& a, size_t count, MemoryCategory c)
-        : alloc_(&a), count_(count), ptr_(count ? static_cast<T*>(a.allocate(count * sizeof(T), c)) : nullptr) {}
-    ~DeviceBuffer() { reset(); }
-    DeviceBuffer(DeviceBuffer&& o) noexcept : alloc_(o.alloc_), count_(o.count_), ptr_(o.ptr_) {
-        o.ptr_ = nullptr;
-        o.count_ = 0;
-    }
-    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-        if (this != &o) {
-            reset();
-            alloc_ = o.alloc_;
-            count_ = o.count_;
-            ptr_ = o.ptr_;
-            o.ptr_ = nullptr;
-            o.count_ = 0;
-        }
-        return *this;
-    }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    void reset() {
-        if (ptr_ && alloc_) alloc_->release(ptr_);
-        ptr_ = nullptr;
-        count_ = 0;
-    }
-    T* get() const { return ptr_; }
-    size_t size() const { return count_; }
-    size_t bytes() const { return count_ * sizeof(T); }
-
-private:
-    DeviceAllocator* alloc_ = nullptr;
-    size_t count_ = 0;
-    T* ptr_ = nullptr;
-};
+using DeviceBuffer = PoolBuffer<T, DeviceAllocator, MemoryCategory>;
 
 // A cuBLAS handle bound to a stream, in CUBLAS_DEFAULT_MATH (float32 compute, never TF32: docs/spec.md §Recipe).
 class BlasHandle {

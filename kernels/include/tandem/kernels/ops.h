@@ -49,15 +49,11 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int64_t M, int64_t N,
 // elementwise helpers (elementwise.cu)
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);          // y += x
 void fill(float* y, float value, int64_t n, cudaStream_t stream);
-// out[j,:] = in[rows[j],:] for j < n_rows (rows are host-built index lists uploaded by the caller)
+// out[j,:] = in[rows[j],:] for j < n_rows (rows are host-built index lists uploaded by the caller;
+// the embedding lookup is gather_rows(out, table, ids, N, C): the table is frozen, no backward)
 void gather_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream);
 // out[rows[j],:] = in[j,:]; other rows of out untouched
 void scatter_rows(float* out, const float* in, const int32_t* rows, int64_t n_rows, int64_t C, cudaStream_t stream);
-
-// ----------------------------------------------------------------------------------------------
-// embedding (embedding.cu): out[N,C] = table[ids[n], :]. Frozen: no backward.
-void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C, int64_t vocab,
-                       cudaStream_t stream);
 
 // ----------------------------------------------------------------------------------------------
 // RMSNorm (rmsnorm.cu), HF Qwen3RMSNorm; mean of squares accumulated in double as on the CPU.
@@ -77,21 +73,15 @@ void rope_backward(float* din, const float* dout, const float* cos, const float*
                    int64_t H, int64_t D, cudaStream_t stream);
 
 // ----------------------------------------------------------------------------------------------
-// Causal GQA attention with right padding (attention.cu), the CPU op's mask: query i of sequence b
-// attends to key j iff j <= i and j < lengths[b]. scale = 1/sqrt(D). Tiled, online softmax;
-// lse[B,H,T] (natural-log log-sum-exp of the scaled scores per query row) is the only cache.
-// D must be a multiple of 32 and <= 256 (Qwen3: 128; tests: 32, 64).
+// Causal GQA attention with right padding (attention.cu; the kernels: attention.cuh), the CPU op's
+// mask: query i of sequence b attends to key j iff j <= i and j < lengths[b]. scale = 1/sqrt(D).
+// Tiled, online softmax; lse[B,H,T] (natural-log log-sum-exp of the scaled scores per query row) is
+// the only cache.
+// D is 32, 64 or 128 (Qwen3: 128; tests: 32, 64); every pointer 16-byte aligned.
 // out[B,T,H,D], lse[B,H,T], q[B,T,H,D], k,v[B,T,KV,D], lengths[B] (device)
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const int32_t* lengths, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                        cudaStream_t stream);
-// Forward kernel version: 1 (default; one row at a time) or 2 (register-tiled over the warp's 4 rows).
-// Both compute the same function; tests run both; tandem_cuda_bench --kernels times both. Process-wide.
-void set_attention_forward_version(int version);
-int attention_forward_version();
-// Backward kernel version: 1 (default) or 2 (register-tiled dq and dk/dv kernels). Same contract.
-void set_attention_backward_version(int version);
-int attention_backward_version();
 // dq[B,T,H,D] (=), dk, dv[B,T,KV,D] (=). workspace: B*H*T floats (row dot(dout, out)).
 // Deterministic: dq by query rows, dk/dv by key rows, no atomics.
 void attention_backward(float* dq, float* dk, float* dv, float* workspace, const float* dout, const float* out,

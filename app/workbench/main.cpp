@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     window.show();
 
     if (!options.screenshot_dir.isEmpty()) {
-        // Wait for the run's first snapshot (or give up after 20 s), then grab every page and quit.
+        // Wait for the run's first snapshot (or its load error), then grab every page and quit.
         auto shoot = [&window, dir = options.screenshot_dir, figure = options.export_figure, wide = options.export_wide_figure,
                       heatmap = options.export_heatmap,
                       compared = options.compare.size()] {
@@ -163,10 +163,20 @@ int main(int argc, char** argv) {
         if (options.run.isEmpty()) {
             QTimer::singleShot(500, &window, shoot);
         } else {
+            // The loader's own signals decide, not a clock: its first snapshot shoots, its failure (shown in the
+            // window's error line) ends with that message. On a busy machine loading takes what it takes; a loader
+            // that neither delivers nor fails within 10 minutes is reported as hung.
             QObject::connect(&window, &tandem::views::MainWindow::run_snapshot_shown, &window,
                              [shoot] { QTimer::singleShot(800, shoot); }, Qt::SingleShotConnection);
-            QTimer::singleShot(20000, &window, [] {
-                std::fprintf(stderr, "tandem-workbench: the run did not load within 20 s\n");
+            auto* failed = new QTimer(&window);
+            QObject::connect(failed, &QTimer::timeout, &window, [&window] {
+                if (window.error_text().isEmpty()) return;
+                std::fprintf(stderr, "tandem-workbench: %s\n", qPrintable(window.error_text()));
+                QCoreApplication::exit(1);
+            });
+            failed->start(200);
+            QTimer::singleShot(600000, &window, [] {
+                std::fprintf(stderr, "tandem-workbench: the run neither loaded nor failed within 10 minutes\n");
                 QCoreApplication::exit(1);
             });
         }

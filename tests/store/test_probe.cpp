@@ -13,18 +13,19 @@
 
 namespace ex = tandem::experiments;
 
-// MemAvailable read here independently of host_info.cpp (kB in /proc/meminfo); 0 when absent.
-static std::int64_t mem_available_from_proc() {
+// A /proc/meminfo field read here independently of host_info.cpp (kB); 0 when absent.
+static std::int64_t meminfo_from_proc(const std::string& field) {
     std::FILE* f = std::fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char key[64];
     long long kb = 0;
     std::int64_t out = 0;
     while (std::fscanf(f, "%63s %lld kB", key, &kb) == 2)
-        if (std::string(key) == "MemAvailable:") out = kb * 1024;
+        if (std::string(key) == field) out = kb * 1024;
     std::fclose(f);
     return out;
 }
+static std::int64_t mem_total_from_proc() { return meminfo_from_proc("MemTotal:"); }
 
 TEST(Probe, BufferRuleIsBeyondTheCacheAndCappedByAvailableMemory) {
     constexpr std::int64_t MiB = 1LL << 20, GiB = 1LL << 30;
@@ -43,18 +44,21 @@ TEST(Probe, BufferRuleIsBeyondTheCacheAndCappedByAvailableMemory) {
 }
 
 TEST(Probe, CpuMemcpyIsPositiveAndPlausible) {
-    const std::int64_t avail = mem_available_from_proc();
     const ex::ProbeResult r = ex::probe_cpu();
     EXPECT_EQ(r.device, "cpu");
-    // The default size is the rule's, and the record says which size was used.
-    EXPECT_EQ(r.bytes, ex::cpu_probe_buffer().bytes);
-    EXPECT_NE(r.method.find(ex::format_bytes(r.bytes) + " each"), std::string::npos) << r.method;
+    // The default size is the rule's applied to the MemAvailable the probe itself read (recorded beside the
+    // size: MemAvailable moves between any two reads on a busy machine), and the record says which size was used.
+    ASSERT_GT(r.memory_available_bytes, 0) << "the rule's MemAvailable is not recorded";
+    EXPECT_LE(r.memory_available_bytes, mem_total_from_proc()) << "recorded MemAvailable exceeds MemTotal";
+    const ex::CpuProbeBuffer rule = ex::cpu_probe_buffer(ex::last_level_cache_bytes(), r.memory_available_bytes);
+    EXPECT_EQ(r.bytes, rule.bytes);
+    EXPECT_NE(r.method.find(ex::format_bytes(r.bytes) + " each (" + rule.rule + ")"), std::string::npos) << r.method;
     const std::int64_t want = std::max<std::int64_t>(256LL << 20, 8 * ex::last_level_cache_bytes());
-    if (avail / 8 >= want) {
+    if (r.memory_available_bytes / 8 >= want) {
         EXPECT_GE(r.bytes, want / 4096 * 4096) << "buffer is not well beyond the last-level cache";
     } else {
-        // Two buffers take at most a quarter of the memory available (MemAvailable moves a little in between).
-        EXPECT_LE(2 * r.bytes, avail / 4 + (64LL << 20)) << r.method;
+        // Two buffers take at most a quarter of the memory that was available.
+        EXPECT_LE(2 * r.bytes, r.memory_available_bytes / 4) << r.method;
         EXPECT_NE(r.method.find("capped at MemAvailable"), std::string::npos) << r.method;
     }
     EXPECT_EQ(r.repeats, 10);

@@ -267,7 +267,7 @@ def test_workbench_draws_the_heatmap(matrix):
     shots = os.path.join(matrix["tmp"], "shots")
     svg = os.path.join(shots, "heatmap.svg")
     p = subprocess.run([workbench, matrix["folder"], "--screenshot-dir", shots, "--export-heatmap", svg],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+                       capture_output=True, text=True, timeout=900, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert p.returncode == 0, p.stderr[-2000:]
     assert os.path.exists(os.path.join(shots, "faults.png"))
     with open(svg) as f:

@@ -38,6 +38,7 @@ ProbeDirection make_direction(const std::string& name, std::int64_t bytes_counte
 CpuProbeBuffer cpu_probe_buffer(std::int64_t llc_bytes, std::int64_t memory_available_bytes) {
     constexpr std::int64_t kMin = 256LL << 20, kFloor = 16LL << 20;
     CpuProbeBuffer b;
+    b.memory_available_bytes = memory_available_bytes;
     const std::int64_t want = std::max<std::int64_t>(kMin, 8 * llc_bytes);
     b.bytes = want;
     b.rule = "max(256 MiB, 8 x LLC " + format_bytes(llc_bytes) + ")";
@@ -87,6 +88,7 @@ ProbeResult probe_cpu(const CpuProbeOptions& options) {
     r.device = "cpu";
     r.device_name = collect_host_info().cpu_model;
     r.bytes = bytes;
+    r.memory_available_bytes = options.bytes > 0 ? 0 : rule.memory_available_bytes;
     r.repeats = options.repeats;
     r.warmup = options.warmup;
     r.method = "std::memcpy between two page-aligned, pre-touched buffers of " + format_bytes(bytes) + " each (" +

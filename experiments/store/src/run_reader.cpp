@@ -113,6 +113,7 @@ std::vector<ProbeResult> RunFileReader::probes() const {
         if (p.device.empty()) p.device = device;
         p.device_name = text_attr(a, "device_name");
         p.bytes = int_attr(a, "bytes");
+        p.memory_available_bytes = int_attr(a, "memory_available_bytes", 0);
         p.repeats = static_cast<std::int32_t>(int_attr(a, "repeats"));
         p.warmup = static_cast<std::int32_t>(int_attr(a, "warmup"));
         p.method = text_attr(a, "method");

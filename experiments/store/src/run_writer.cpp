@@ -354,6 +354,7 @@ void RunFileWriter::write_probe(const ProbeResult& probe) {
         Attributes attributes{{"device", probe.device},
                               {"device_name", probe.device_name},
                               {"bytes", probe.bytes},
+                              {"memory_available_bytes", probe.memory_available_bytes},
                               {"repeats", std::int64_t{probe.repeats}},
                               {"warmup", std::int64_t{probe.warmup}},
                               {"method", probe.method},

@@ -21,6 +21,7 @@ namespace tandem::experiments {
 struct CpuProbeBuffer {
     std::int64_t bytes = 0;
     std::string rule;
+    std::int64_t memory_available_bytes = 0;  // the MemAvailable the rule read (0: unknown or not used)
 };
 CpuProbeBuffer cpu_probe_buffer(std::int64_t llc_bytes, std::int64_t memory_available_bytes);
 CpuProbeBuffer cpu_probe_buffer();  // this machine: last_level_cache_bytes() and MemAvailable now

@@ -77,6 +77,9 @@ struct ProbeResult {
     std::string device;          // "cpu", "cuda:0", ...
     std::string device_name;     // CPU model or GPU name
     std::int64_t bytes = 0;      // buffer (copy) size in bytes
+    // The MemAvailable the CPU buffer rule read when it chose `bytes` (cpu_probe_buffer), so the size can be
+    // re-derived from the record; 0 for an explicit size and for device probes.
+    std::int64_t memory_available_bytes = 0;
     std::int32_t repeats = 0;    // timed repeats (best of N)
     std::int32_t warmup = 0;     // untimed warm-up copies
     std::string method;          // how it was timed, one line

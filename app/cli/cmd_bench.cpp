@@ -240,7 +240,7 @@ void run_bench_engine(const BenchEngineArgs& a) {
 }
 
 
-// tandem bench engine (issue 28): the CPU engine vs PyTorch + peft across shapes and thread counts,
+// tandem bench engine: the CPU engine vs PyTorch + peft across shapes and thread counts,
 // interleaved, with FLOP/s and the fraction of the measured sgemm peak (studies/bench_engine.h;
 // docs/benchmarks.md). The same binary is the engine worker (--worker REQUEST), so the command is
 // self-contained: only the reference Python environment is needed beside it.

@@ -18,7 +18,6 @@ namespace {
 struct FaultsArgs {
     std::string experiment;
     std::string faults;
-    bool faults_given = false;
     bool size_search = false;
     int search_steps = 6;
     int jobs = 2;

@@ -137,7 +137,7 @@ void add_probe_command(CLI::App& app, int& exit_code) {
             std::fprintf(stderr, "probing %s ...\n", device.c_str());
             if (device == "cpu") {
                 results.push_back(ex::probe_cpu());
-                // the float32 GEMM peak beside memcpy (issue 28), at 1 thread and at every core
+                // the float32 GEMM peak beside memcpy, at 1 thread and at every core
                 const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
                 std::vector<int> threads{1};
                 if (cores > 1) threads.push_back(cores);

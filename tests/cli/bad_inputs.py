@@ -690,7 +690,7 @@ def out_guard_cases():
     return c
 
 
-# ---- the environment and odd experiment files (issue 27) -----------------------------------------
+# ---- the environment and odd experiment files -----------------------------------------
 
 def environment_cases():
     good = json.dumps(GOOD)

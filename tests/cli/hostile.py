@@ -84,7 +84,7 @@ def classify(case, rc, out, err, case_dir):
         return "silent", "exit 0"
     if "Traceback (most recent call last)" in text:
         return "unclear", "a Python traceback reached the user"
-    # A library's own words are not a message for a user (issue 27): nlohmann's "[json.exception.*]",
+    # A library's own words are not a message for a user: nlohmann's "[json.exception.*]",
     # HDF5's error stack ("H5E..."), a bare exception's what().
     for leak in ("json.exception", "Traceback", "what()", "H5E"):
         if leak in text:

@@ -1,8 +1,8 @@
-"""The FLOP formula every leg is credited with (tandem/compare/flops.h, issue 28) against an
+"""The FLOP formula every leg is credited with (tandem/compare/flops.h) against an
 independent count: torch.utils.flop_counter.FlopCounterMode around the reference leg's training
 step (experiments/legs/bench_reference.py: transformers Qwen3 + peft rsLoRA, eager attention, the
 LM head on the supervised rows, reference_leg.summed_loss) on the same micro-batch. Must agree within
-2 % (issue 28); the formula counts exactly what autograd runs, so it is checked to 1e-9 too.
+2 %; the formula counts exactly what autograd runs, so it is checked to 1e-9 too.
 
 The formula's side comes from `tandem bench engine --flops REQUEST` (the C++ code the runner and the
 bench use), on requests in the bench's own format.

@@ -42,7 +42,7 @@ TEST(Gate, AnUpdateFarAboveTheRunningMedianIsAStepTimeFlag) {
 }
 
 TEST(Gate, StepTimeIsMeasuredInCpuTimeWhenTheLegReportsIt) {
-    // A loaded machine: wall time of clean updates jumps 6x while the CPU they cost stays put (issue 24:
+    // A loaded machine: wall time of clean updates jumps 6x while the CPU they cost stays put (before CPU time,
     // the wall-time flag fired on 3 of 10 clean seeds). In CPU time: no flag.
     TrajectoryGate g;
     LegTrace t = steady(20);

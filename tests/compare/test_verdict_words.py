@@ -1,9 +1,9 @@
 """Every verdict word in the docs, the CLI, the catalog and the workbench is from the one list
-(docs/thresholds.md "The verdict"; issue 24): equivalent, different, within the seed envelope, outside
+(docs/thresholds.md "The verdict"): equivalent, different, within the seed envelope, outside
 the seed envelope, not judged, incomplete. A grep over the source tree, against the list the code
 itself holds (verdict_words() in experiments/compare/src/distance.cpp) and the table of the docs.
 
-Old words (the verdicts before issue 24) must be gone from every file a user or a developer reads: a
+Old words (the verdicts before the one list) must be gone from every file a user or a developer reads: a
 verdict that says "not comparable" when tandem did compare, or "numerically different but within the
 seed envelope" over a difference it detected, is the bug the list replaced."""
 import os

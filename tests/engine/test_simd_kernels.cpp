@@ -1,5 +1,5 @@
 // The AVX-512 kernels of the CPU ops (engine/src/model/simd.h) must return exactly the bits of the
-// scalar loops they replace (issue 28: speed without changing a number). Each op runs on the same
+// scalar loops they replace (speed without changing a number). Each op runs on the same
 // inputs with the kernels off and on, and the outputs are compared byte for byte; exp is compared
 // with glibc's expf (std::exp) on a sample of every float bit pattern. On a CPU without AVX-512 the
 // kernels never run, and the suite says so and skips.

@@ -1,4 +1,4 @@
-// Work and utilisation in every run (issue 28): the sgemm probe and its run-file attributes, a leg's
+// Work and utilisation in every run: the sgemm probe and its run-file attributes, a leg's
 // FLOP/s over its timing window, the FLOPs of a run folder's shared plan, and the timing table that
 // shows them. The formula itself is checked against torch's FlopCounterMode in test_flops.py.
 #include <gtest/gtest.h>

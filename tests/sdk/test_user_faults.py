@@ -1,4 +1,4 @@
-"""The user-stack fault matrix (issue 30): examples/hf_trainer_leg.py commits one known bug of real
+"""The user-stack fault matrix: examples/hf_trainer_leg.py commits one known bug of real
 training stacks at a time (its test-only --test-bug), and tandem judges it against the reference leg of
 the same run folder — clinical-tiny on the pretrained base, cut to 6 updates (evaluations at 0, 2, 4, 6).
 
@@ -10,7 +10,7 @@ then judged alone against the reference by `tandem import events` into its own c
 
 Unpaired (the same Trainer on peft's own dropout masks: `"dropout_masks": "native"` for its legs): a
 reference envelope built with `tandem envelope`'s default, which varies only what the legs do not share
-(the dropout masks); the bugs of issue 30's unpaired list and the clean leg on the envelope's 5 member
+(the dropout masks); the bugs of the unpaired list and the clean leg on the envelope's 5 member
 folders (dropout seeds 1234-1238), each judged against that envelope.
 
 What is asserted, per bug: the judge's verdict (`different`, exit 3) and its first signal — the level
@@ -63,7 +63,7 @@ LATE = {"adamw-eps-x100"}
 # stack) stays below the float32 bound on every series; reported as such (docs/legs.md), not as caught.
 BELOW_THE_BOUND = ["weight-decay"]
 BUGS = list(FIRST_SIGNAL) + BELOW_THE_BOUND
-# The unpaired list of issue 30: each `outside the seed envelope`, or `different` through its lr.
+# The unpaired list: each `outside the seed envelope`, or `different` through its lr.
 UNPAIRED_BUGS = ["ga-mean-of-means", "linear-schedule", "warmup-plus-one", "clip-per-micro-batch"]
 ENVELOPE_MEMBERS = 5
 # the bounds of docs/thresholds.md: held-out CE k 2, training loss k 3, pre-clip grad norm k 28

@@ -165,7 +165,7 @@ def test_rows_agree_with_the_recorded_series(matrix):
 
 
 def test_the_report_calls_every_faulty_pair_different_with_its_first_update_and_localised_point(matrix):
-    """Issue 24: a paired pair beyond a bound is `different` (exit 3), never passed; the reason names the
+    """A paired pair beyond a bound is `different` (exit 3), never passed; the reason names the
     level and the first update, says that no envelope sized the effect here (test_envelope.py has the
     run with one), and ends with the localised point (the experiment records fingerprints)."""
     p = subprocess.run([TANDEM, "report", matrix["folder"], "--catalog", os.path.join(matrix["tmp"], "none.db")],

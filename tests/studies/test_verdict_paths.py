@@ -1,4 +1,4 @@
-"""A verdict that never passes a detected difference, on every judging path (issue 24; docs/thresholds.md
+"""A verdict that never passes a detected difference, on every judging path (docs/thresholds.md
 "The verdict", "One judging path"), end to end on the 6-update experiment of runner_fixture:
 
 - every catalogued L4 fault (`tandem faults --list`, expected level L4 only), paired with the reference,

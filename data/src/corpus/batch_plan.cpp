@@ -32,12 +32,6 @@ void fisher_yates_shuffle(std::vector<size_t>& values, PlanRng& rng) {
     }
 }
 
-size_t BatchPlan::micro_batch_count() const {
-    size_t n = 0;
-    for (const auto& u : updates) n += u.size();
-    return n;
-}
-
 size_t BatchPlan::sequence_count() const {
     size_t n = 0;
     for (const auto& u : updates)

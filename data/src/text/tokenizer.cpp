@@ -181,7 +181,6 @@ struct Tokenizer::Impl {
     std::vector<AddedToken> added;
     std::array<std::vector<int>, 256> added_by_first_byte;  // indices into `added`, longest first
     std::array<bool, 256> added_first{};
-    std::string chat_template;
 
     void bpe_word(std::string_view word, std::vector<WordPiece>& out) const;
     const std::vector<WordPiece>& cached_word(std::string_view word) const;
@@ -466,9 +465,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     const std::filesystem::path config = dir / "tokenizer_config.json";
     if (std::filesystem::exists(config)) {
         try {
-            auto c = nlohmann::json::parse(read_file(config));
-            auto it = c.find("chat_template");
-            if (it != c.end() && it->is_string()) tok.impl_->chat_template = it->get<std::string>();
+            // Only checked here (the template is read by data/template): a broken file is named where the
+            // tokenizer is loaded, before anything renders with it.
+            (void)nlohmann::json::parse(read_file(config));
         } catch (const nlohmann::json::exception& e) {
             throw Error(config.string() + ": not valid JSON (" + json_error_text(e) + ")");
         }
@@ -622,7 +621,6 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
 
 size_t Tokenizer::vocab_size() const { return impl_->id_to_token.size(); }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
-const std::string& Tokenizer::chat_template_source() const { return impl_->chat_template; }
 const std::filesystem::path& Tokenizer::directory() const { return impl_->dir; }
 
 }  // namespace tandem::data

@@ -100,8 +100,6 @@ struct Pending {
 
 }  // namespace
 
-const char* unicode_version() { return kUnicodeVersion; }
-
 const std::array<CharClass, 128>& ascii_char_classes() {
     static const std::array<CharClass, 128> t = make_ascii_classes();
     return t;

@@ -17,14 +17,12 @@ void append_utf8(std::string& out, char32_t cp);
 // Byte offset of the first byte that does not start a well-formed UTF-8 sequence (overlong forms,
 // surrogates and code points above U+10FFFF are ill-formed); s.size() when all of `s` is valid.
 size_t first_invalid_utf8(std::string_view s);
-inline size_t utf8_length(char32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
 enum class CharClass : uint8_t { Other = 0, Letter = 1, Number = 2, Space = 3 };
 CharClass char_class(char32_t cp);
 // char_class of the 128 ASCII characters, as one table (initialised on first use).
 const std::array<CharClass, 128>& ascii_char_classes();
 uint8_t combining_class(char32_t cp);
-const char* unicode_version();
 
 // One character of the normalised text and the range of ORIGINAL bytes it is aligned with.
 struct AlignedChar {

@@ -13,15 +13,15 @@ const std::vector<MetricInfo>& metric_table() {
     // The recorded metrics are the METRIC entries of tandem/store/row_columns.h; the member is the
     // run.h5 series.
 #define EVAL_METRIC(member, initial, enumerator, label, short_label, unit, tensorboard, smoothed, shown) \
-    {Metric::enumerator, label, short_label, unit, #member, tensorboard, true, smoothed, shown, nullptr,  \
+    {Metric::enumerator, label, short_label, unit, #member, tensorboard, smoothed, shown, nullptr,  \
      [](const EvalRow& r) { return r.member; }},
 #define STEP_METRIC(member, initial, enumerator, label, short_label, unit, tensorboard, smoothed, shown) \
-    {Metric::enumerator, label, short_label, unit, #member, tensorboard, false, smoothed, shown,          \
+    {Metric::enumerator, label, short_label, unit, #member, tensorboard, smoothed, shown,          \
      [](const StepRow& r) { return r.member; }},
     static const std::vector<MetricInfo> table{
         TANDEM_EVAL_ROW(TANDEM_ROW_SKIP, TANDEM_ROW_SKIP, EVAL_METRIC)
         TANDEM_STEP_ROW(TANDEM_ROW_SKIP, TANDEM_ROW_SKIP, STEP_METRIC)
-        {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", "train/tokens_per_second", false, true, false,
+        {Metric::Throughput, "throughput", "throughput", "tokens/s", "tokens_per_s", "train/tokens_per_second", true, false,
          update_tokens_per_second},
     };
 #undef EVAL_METRIC

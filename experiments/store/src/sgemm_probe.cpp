@@ -1,5 +1,5 @@
 // The sgemm probe (probe.h): OpenBLAS's float32 GEMM throughput at given thread counts, the peak
-// that achieved FLOP/s is read against (issue 28, docs/benchmarks.md "FLOPs and utilisation").
+// that achieved FLOP/s is read against (docs/benchmarks.md "FLOPs and utilisation").
 #include <cblas.h>
 
 #include <algorithm>

@@ -9,13 +9,6 @@ namespace {
 bool update_less(const SeriesPoint& p, double x) { return p.update < x; }
 }  // namespace
 
-QList<QPointF> raw_points(const Series& series) {
-    QList<QPointF> points;
-    points.reserve(static_cast<qsizetype>(series.size()));
-    for (const auto& p : series) points.append(QPointF(p.update, p.value));
-    return points;
-}
-
 QList<QPointF> envelope_points(const Series& series, double x_min, double x_max, int columns) {
     if (series.empty()) return {};
     auto first = std::lower_bound(series.begin(), series.end(), x_min, update_less);

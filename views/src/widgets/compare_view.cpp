@@ -110,12 +110,6 @@ QString CompareView::status_text() const { return status_->text(); }
 
 void CompareView::show_diff_tab() { tabs_->setCurrentIndex(1); }
 
-QStringList CompareView::run_paths() const {
-    QStringList out;
-    for (const auto& r : runs_) out << r->path;
-    return out;
-}
-
 bool CompareView::add_run(const QString& path) {
     const QString clean = QDir::cleanPath(QFileInfo(path).absoluteFilePath());
     for (const auto& r : runs_)

@@ -516,7 +516,6 @@ void MainWindow::dropEvent(QDropEvent* event) {
     }
 }
 
-QString MainWindow::fault_banner_text() const { return fault_banner_->isVisible() ? fault_banner_->text() : QString(); }
 
 bool MainWindow::export_fault_heatmap(const QString& path) {
     const auto& m = faults_->matrix();

@@ -43,7 +43,6 @@ struct BatchPlan {
     // updates[u][m] = record indices (into records.jsonl) of micro-batch m of update u, in order.
     std::vector<std::vector<std::vector<size_t>>> updates;
 
-    size_t micro_batch_count() const;
     size_t sequence_count() const;
 };
 

@@ -63,7 +63,6 @@ public:
     size_t vocab_size() const;                                       // highest id + 1 (added tokens included)
     const std::vector<AddedToken>& added_tokens() const;
 
-    const std::string& chat_template_source() const;  // jinja text from tokenizer_config.json ("" if absent)
     const std::filesystem::path& directory() const;
 
 private:

@@ -37,7 +37,6 @@ public:
     bool add_run(const QString& path);
     void set_runs(const QStringList& paths);  // replaces the set
     void remove_run(const QString& path);
-    QStringList run_paths() const;
 
     // Tick or untick one leg of a run (by run id) in the overlay.
     void set_leg_shown(const std::string& run_id, const std::string& leg, bool shown);

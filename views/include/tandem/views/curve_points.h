@@ -18,9 +18,6 @@ namespace tandem::views {
 // recorded value still lies on the drawn line: no point is dropped from the picture.
 QList<QPointF> envelope_points(const Series& series, double x_min, double x_max, int columns);
 
-// All points, unchanged.
-QList<QPointF> raw_points(const Series& series);
-
 // TensorBoard-style exponential moving average for display (weight in [0, 1); 0 = unchanged),
 // debiased like TensorBoard so the first points are not pulled towards zero.
 Series smoothed_for_display(const Series& series, double weight);

@@ -61,8 +61,6 @@ public:
     TablesView* tables() const { return tables_; }
     CompareView* compare() const { return compare_; }
     FaultHeatmapView* faults() const { return faults_; }
-    // "FAULT INJECTED: ..." shown above every page while a run with an injected fault is open ("" = none).
-    QString fault_banner_text() const;
     // The open run's fault matrix as a heatmap figure (PNG/SVG/PDF by suffix); false without one.
     bool export_fault_heatmap(const QString& path);
     DivergenceView* divergence() const { return divergence_; }

@@ -126,7 +126,6 @@ public:
     QValueAxis* x_axis() const;
     QValueAxis* y_axis() const;
     // The tick values and labels currently set on the axes (y in data units, also on a log axis).
-    const std::vector<double>& x_ticks() const { return x_ticks_; }
     const std::vector<double>& y_ticks() const { return y_ticks_; }
     // The y range drawn (in axis units: log10 on a log axis).
     std::pair<double, double> y_range() const;

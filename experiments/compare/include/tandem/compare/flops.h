@@ -1,6 +1,6 @@
 #pragma once
 // The work of a training update, in FLOPs, from ONE formula that every leg is credited with
-// (issue 28; docs/benchmarks.md "FLOPs and utilisation"): the runner and `tandem bench engine`
+// (docs/benchmarks.md "FLOPs and utilisation"): the runner and `tandem bench engine`
 // compute it from the model and adapter config and the shapes of the update's micro-batches, never
 // from a leg's own count, so achieved FLOP/s and utilisation compare stacks on the same work.
 //

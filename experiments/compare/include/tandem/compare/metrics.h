@@ -34,7 +34,6 @@ struct MetricInfo {
                               // the /comparisons and /envelope series name and the curves CSV's metric)
     const char* tensorboard;  // the tag `tandem export tensorboard` writes (HF Trainer's names, what
                               // `tandem import tensorboard` reads back by default)
-    bool per_evaluation;      // recorded at evaluations (a handful of points), else at every update
     bool smoothed;            // display smoothing applies by default (noisy per-update training series)
     bool shown;               // the panel is shown when a run opens
     // The metric's value in one row of the leg's table: of_eval for a per-evaluation metric, else

@@ -34,7 +34,7 @@ struct CpuProbeOptions {
 
 ProbeResult probe_cpu(const CpuProbeOptions& options = {});
 
-// The float32 GEMM peak beside the memcpy probe (issue 28): OpenBLAS cblas_sgemm of a square
+// The float32 GEMM peak beside the memcpy probe: OpenBLAS cblas_sgemm of a square
 // problem at each thread count (openblas_set_num_threads; the previous count is restored), best and
 // median of `repeats` after one warm-up. Appends to probe.sgemm and sets probe.sgemm_method.
 struct SgemmProbeOptions {

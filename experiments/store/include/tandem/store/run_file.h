@@ -61,7 +61,7 @@ struct ProbeDirection {
 };
 
 // /probes/<device> sgemm_* attributes: the matrix library's float32 GEMM throughput at a thread
-// count (issue 28: the peak a leg's achieved FLOP/s is a fraction of).
+// count (the peak a leg's achieved FLOP/s is a fraction of).
 struct SgemmFigure {
     std::int32_t threads = 0;          // host threads of a CPU GEMM; 0: a GPU's own GEMM (cuBLAS)
     std::int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n], row-major, no transposes

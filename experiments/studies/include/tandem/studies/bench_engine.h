@@ -1,5 +1,5 @@
 #pragma once
-// `tandem bench engine` (issue 28, docs/benchmarks.md "Engine vs PyTorch + peft across shapes"):
+// `tandem bench engine` (docs/benchmarks.md "Engine vs PyTorch + peft across shapes"):
 // tandem's CPU engine against the reference stack (transformers + peft, the reference leg's
 // training step: experiments/legs/bench_reference.py) on the same generated micro-batches, each
 // side a fresh process per repeat, interleaved engine, reference, engine, reference ..., at several

@@ -120,3 +120,48 @@ def test_report_of_a_live_run_says_so_and_export_refuses_it(run):
     r = tandem("report", copy)
     assert not [l for l in r.stderr.splitlines() if l.startswith("note: ")], r.stderr
     assert tandem("export", "tensorboard", copy, os.path.join(live, "tb")).returncode == 0
+
+
+def test_import_into_a_run_on_a_full_disk_leaves_run_h5_as_it_was(run):
+    """`tandem import` writes into RUN/run.h5: on a full disk one line naming it, run.h5 byte-identical,
+    nothing else left in the folder; after freeing space the same import succeeds."""
+    import hashlib
+
+    tmp, folder = run
+    disk = tempfile.mkdtemp(dir=tmp)
+    if not F.small_filesystem(disk, size="32m", fill=False):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        copy = os.path.join(disk, "run")
+        os.mkdir(copy)
+        for name in os.listdir(folder):  # the base (tens of MB) stays where it is, linked
+            src = os.path.join(folder, name)
+            if name == "base":
+                os.symlink(src, os.path.join(copy, name))
+            elif os.path.isdir(src):
+                shutil.copytree(src, os.path.join(copy, name), symlinks=True)
+            else:
+                shutil.copy2(src, os.path.join(copy, name))
+        try:
+            with open(os.path.join(disk, "filler"), "wb", buffering=0) as f:
+                while True:
+                    f.write(b"\0" * 65536)
+        except OSError:
+            pass
+        csv = os.path.join(tmp, "l.csv")
+        with open(csv, "w") as f:
+            f.write("step,loss\n1,2.5\n2,2.4\n")
+        sha = lambda: hashlib.sha256(open(os.path.join(copy, "run.h5"), "rb").read()).hexdigest()  # noqa: E731
+        before, names = sha(), sorted(os.listdir(copy))
+        args = ("import", "csv", csv, "--into", copy, "--as", "imp", "--catalog", os.path.join(tmp, "import.db"))
+        p = tandem(*args)
+        errors = [l for l in p.stderr.splitlines() if "error" in l.lower()]
+        assert p.returncode == 1 and len(errors) == 1, p.stdout + p.stderr
+        assert os.path.join(copy, "run.h5") in errors[0] and "No space left on device" in errors[0], errors[0]
+        assert sha() == before and sorted(os.listdir(copy)) == names
+        os.remove(os.path.join(disk, "filler"))
+        again = tandem(*args)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert sha() != before
+    finally:
+        F.unmount_below(disk)

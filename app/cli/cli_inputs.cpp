@@ -8,6 +8,7 @@
 #include "tandem/error.h"
 #include "tandem/overwrite_guard.h"
 #include "tandem/strict_json.h"
+#include "tandem/runner/runner.h"
 
 #include <cstdio>
 #include <iostream>
@@ -61,6 +62,19 @@ void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalo
 ReportFormat checked_report_format(const ReportOutput& o) {
     refuse_protected_out("--out", o.out, o.force);
     return parse_report_format(o.format);
+}
+
+std::string live_run_text(const std::string& run) {
+    std::error_code ec;
+    const fs::path p(run);
+    const fs::path folder = fs::is_directory(p, ec) ? p : p.parent_path();
+    const auto who = experiments::live_runner(folder.empty() ? fs::path(".") : folder);
+    return who ? run + " is live: " + *who : std::string();
+}
+
+void note_live_run(const std::string& run, const std::string& what) {
+    const std::string live = live_run_text(run);
+    if (!live.empty()) std::fprintf(stderr, "note: %s; %s\n", live.c_str(), what.c_str());
 }
 
 void write_report_output(const ReportOutput& o, const std::string& text) {

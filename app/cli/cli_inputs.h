@@ -46,6 +46,12 @@ ReportFormat checked_report_format(const ReportOutput& o);
 // The rendered report to --out (atomically), else stdout.
 void write_report_output(const ReportOutput& o, const std::string& text);
 
+// A RUN argument (a run folder or its run.h5) that a `tandem run` is running now: "RUN is live: a
+// `tandem run` (pid N on HOST) holds its lock RUN/.runner.lock"; "" when no runner holds it.
+std::string live_run_text(const std::string& run);
+// Prints "note: <live_run_text>; <what>" on stderr when the run is live (readers of a live run say so).
+void note_live_run(const std::string& run, const std::string& what);
+
 // A command that runs legs (run, faults, envelope): the folder its run folders go into (--out), the
 // catalog, the assets folder and the CPU threads its legs share. Returns --threads' option.
 struct RunPlaces {

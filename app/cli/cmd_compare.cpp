@@ -37,6 +37,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
         if (experiments::same_run_leg(a, b))
             throw CLI::ValidationError("compare", args->a + " and " + args->b +
                                                       " are the same leg of the same run: a leg equals itself by construction");
+        note_live_run(a.run.string(), "the comparison covers what it has recorded so far");
+        if (b.run != a.run) note_live_run(b.run.string(), "the comparison covers what it has recorded so far");
         const auto r = experiments::compare_run_legs(a, b, {}, args->output.catalog);
         write_report_output(args->output, experiments::render_runs_comparison(r, format));
         exit_code = r.comparison.passed() ? kOk : kCheckFailed;

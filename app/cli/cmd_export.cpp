@@ -2,6 +2,9 @@
 // (experiments/studies/include/tandem/studies/export_tensorboard.h, docs/cli.md).
 #include "commands.h"
 
+#include "cli_inputs.h"
+#include "tandem/error.h"
+
 #include "tandem/studies/export_tensorboard.h"
 
 #include <cstdio>
@@ -23,6 +26,10 @@ void add_export_commands(CLI::App& app, int& exit_code) {
     tb->add_option("dir", a->dir, "TensorBoard log folder (tensorboard --logdir DIR)")->required();
     tb->add_flag("--overwrite", a->overwrite, "replace the event files of a previous export of the same legs");
     tb->callback([a, &exit_code] {
+        // A live run's series are partial, and an export of them would block the export of the finished
+        // run (no --overwrite): refused, saying who runs it.
+        if (const std::string live = live_run_text(a->run); !live.empty())
+            throw Error(live + "; its series are still growing: export it once the run has ended");
         const auto out = experiments::export_tensorboard(a->run, a->dir, a->overwrite);
         std::printf("exported %s to %s (%zu legs)\n", out.run_id.c_str(), a->dir.c_str(), out.leg_dirs.size());
         for (const auto& line : out.lines) std::printf("  %s\n", line.c_str());

@@ -30,6 +30,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
                       "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists)");
     report->callback([rep, &exit_code] {
         const auto fmt = checked_report_format(rep->output);  // before anything is read or written
+        note_live_run(rep->run, "this report covers what it has recorded so far (legs still running are not finished)");
         std::string title;
         experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->output.catalog);
         write_report_output(rep->output, experiments::render_report(title, c, fmt));

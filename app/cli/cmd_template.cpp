@@ -23,7 +23,7 @@
 namespace tandem::cli {
 namespace {
 
-std::vector<data::Message> parse_messages(const ordered_json& in) {
+std::vector<data::Message> parse_messages(const ordered_json& in, data::TemplateKind kind) {
     const ordered_json& arr = field<ordered_json>(in, "messages", &ordered_json::is_array, "an array");
     std::vector<data::Message> messages;
     for (size_t i = 0; i < arr.size(); ++i) {
@@ -34,6 +34,12 @@ std::vector<data::Message> parse_messages(const ordered_json& in) {
         auto role = m.find("role");
         if (role == m.end() || !role->is_string()) throw LineError{where + ".role", "missing or not a string"};
         msg.role = role->get<std::string>();
+        // Qwen3's template emits nothing for another role (the renderer does the same, as transformers
+        // does); asked to render one, `template render` says so instead of printing a text without it.
+        if (kind == data::TemplateKind::Qwen3 && msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+            msg.role != "tool")
+            throw LineError{where + ".role", "'" + msg.role + "' is not a role the qwen3 template renders (system, user, "
+                                             "assistant, tool): it would render as nothing"};
         auto content = m.find("content");
         if (content != m.end() && content->is_string())
             msg.content = content->get<std::string>();
@@ -114,7 +120,7 @@ void add_template_commands(CLI::App& app, int& exit_code) {
                 throw Error(config.string() + ": chat_template is not Qwen3's template, which is the one tandem renders natively");
         }
         exit_code = process_jsonl(*keep_going, [&](const ordered_json& in) {
-            auto messages = parse_messages(in);
+            auto messages = parse_messages(in, k);
             auto opt = parse_render_options(in);
             return ordered_json{{"text", data::render_chat(k, messages, opt)}};
         });

@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile as F  # noqa: E402
@@ -900,10 +901,182 @@ def environment_more_cases():
     ]
 
 
+# ---- a leg that never started, a base at odds with its config, a swapped run folder, a live run,
+# a full disk, messages that blamed the wrong thing -----------------------------------------------
+
+NEVER_SAID = ("different", "localise", "observe", "tensor(s)")
+
+
+def _never_different(result):
+    """A leg that never ran is missing, not different: no word of a difference or a localisation."""
+    text = (result.stdout + result.stderr).lower()
+    said = [w for w in NEVER_SAID if w in text]
+    return f"a leg that never started is spoken of as {said}" if said else None
+
+
+def _never_started_case(label, legs, expect, spec=None, extra=(), env=None):
+    return Case(f"never started: {label}", run_args("{dir}/x.json", *extra, legs=legs), expect=expect,
+                files={"x.json": json.dumps(spec or GOOD)}, env=env or {}, check=_never_different, timeout=300)
+
+
+def _base_with_config(**config_changes):
+    """{dir}/base: the shipped tiny base's weights (linked) with config.json fields changed."""
+    def setup(d):
+        src = os.path.join(F.SHARED, "assets", "qwen3-tiny-clinical")
+        dst = os.path.join(d, "base")
+        os.makedirs(dst)
+        cfg = json.load(open(os.path.join(src, "config.json")))
+        cfg.update(config_changes)
+        with open(os.path.join(dst, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        os.symlink(os.path.join(src, "model.safetensors"), os.path.join(dst, "model.safetensors"))
+        with open(os.path.join(d, "x.json"), "w") as f:
+            json.dump(_spec(**{"model.config": DELETE, "model.base": dst}), f)
+    return setup
+
+
+def _swapped(rel, edit):
+    """{dir}/run: a copy of the fixture run with `rel` replaced by edit(old bytes) -> new bytes."""
+    def setup(d):
+        F.link_tree(F.PLACEHOLDERS["{fixture}"], os.path.join(d, "run"))
+        p = os.path.join(d, "run", rel)
+        data = F.read_bytes(p)
+        os.remove(p)  # a copy, never the fixture's (link_tree may have linked it)
+        with open(p, "wb") as f:
+            f.write(edit(data))
+    return setup
+
+
+def _other_experiment(data):
+    """experiment.json of another experiment whose spec_sha256 is consistent (tandem's hash: sha256 of
+    the spec's compact JSON with sorted keys)."""
+    import hashlib
+    doc = json.loads(data)
+    doc["spec"]["optimizer"]["lr"] = 0.0002
+    doc["spec"]["name"] = "swapped"
+    doc["spec_sha256"] = hashlib.sha256(json.dumps(doc["spec"], separators=(",", ":"), sort_keys=True,
+                                                   ensure_ascii=False).encode()).hexdigest()
+    return json.dumps(doc, indent=2).encode()
+
+
+def _unchanged_run_file(result):
+    """A refused resume leaves run.h5 as it was (compared with the fixture's)."""
+    if _sha(os.path.join(result.case_dir, "run", "run.h5")) != _sha(os.path.join(F.PLACEHOLDERS["{fixture}"], "run.h5")):
+        return "the refused resume changed run.h5"
+    return None
+
+
+def _held_lock(d):
+    """{dir}/run: a copy of the fixture run whose lock a process holds (flock(1)), as a live runner does."""
+    F.link_tree(F.PLACEHOLDERS["{fixture}"], os.path.join(d, "run"))
+    lock = os.path.join(d, "run", ".runner.lock")
+    with open(lock, "w") as f:
+        f.write("pid 4242 on testhost\n")
+    p = subprocess.Popen(["flock", "-x", lock, "sleep", "60"], start_new_session=True)
+    for _ in range(100):  # until flock holds it
+        if subprocess.run(["flock", "-n", "-s", lock, "true"]).returncode != 0:
+            break
+        time.sleep(0.05)
+    with open(os.path.join(d, "holder.pid"), "w") as f:
+        f.write(str(p.pid))
+
+
+def _release_lock(result):
+    try:
+        os.killpg(int(open(os.path.join(result.case_dir, "holder.pid")).read()), 9)  # flock and its sleep
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _full_disk(folder="full"):
+    def setup(d):
+        if not F.small_filesystem(os.path.join(d, folder)):
+            raise SystemExit("bad-input suite: cannot mount a small tmpfs (the full-disk cases need root)")
+    return setup
+
+
+def _nothing_left(folder="full"):
+    def check(result):
+        left = [f for f in os.listdir(os.path.join(result.case_dir, folder)) if f != "filler"]
+        return f"a failed write left {left} on the full disk" if left else None
+    return check
+
+
+def reliability_cases():
+    mine = lambda script: _spec(legs={"mine": {"implementation": "command", "command": ["/bin/sh", "-c", script]}})  # noqa: E731
+    resume = ["run", "--resume", "{dir}/run", "--catalog", "{dir}/c.db", "--no-probe", "--quiet"]
+    gpu = os.path.exists("/dev/nvidiactl")
+    c = [
+        # -- a leg that fails before its first event: incomplete, with its own failure line, never "different"
+        _never_started_case("reference environment missing", "engine,reference", "leg reference failed",
+                            env={"TANDEM_REFENV_PYTHON": "{dir}/no-refenv/bin/python"}),
+        _never_started_case("command leg program missing", "engine,mine", "leg mine failed", spec=mine("exec {dir}/no-such-program")),
+        _never_started_case("command leg prints nothing", "engine,mine", "leg mine failed", spec=mine("exit 0")),
+        _never_started_case("command leg prints non-JSON", "engine,mine", "leg mine failed", spec=mine("echo 'not json {'; exit 0")),
+        _never_started_case("command leg prints non-JSON and fails", "engine,mine", "leg mine failed",
+                            spec=mine("echo 'Traceback? no: plain words'; exit 3")),
+    ]
+    if not gpu:
+        c.append(_never_started_case("a cuda:0 leg without a GPU", "engine,other=engine", "leg other failed",
+                                     extra=("--devices", "cpu,cuda:0")))
+    # -- a base whose config.json disagrees with its tensors: refused at preflight, no run folder
+    for label, changes, expect in (("intermediate_size", {"intermediate_size": 256}, "intermediate_size 256"),
+                                   ("hidden_size", {"hidden_size": 64, "head_dim": 16}, "hidden_size 64"),
+                                   ("more layers than the weights", {"num_hidden_layers": 6}, "is missing"),
+                                   ("fewer layers than the weights", {"num_hidden_layers": 2}, "is not part of the model"),
+                                   ("num_key_value_heads", {"num_key_value_heads": 4}, "num_key_value_heads 4")):
+        c.append(Case(f"preflight: base config {label} disagrees with the weights", run_args(), expect=expect,
+                      setup=_base_with_config(**changes), check=lambda r: _no_run_folder(r) or _never_different(r)))
+    # -- a run folder changed under a resume: refused before anything is written
+    c += [
+        Case("resume: experiment.json swapped (hash consistent)", resume, expect="is not the one run.h5 recorded",
+             setup=_swapped("experiment.json", _other_experiment), check=_unchanged_run_file),
+        Case("resume: plan.json edited", resume, expect="{dir}/run/plan.json: sha256",
+             setup=_swapped("plan.json", lambda b: json.dumps(dict(json.loads(b), updates=json.loads(b)["updates"][::-1])).encode()),
+             check=_unchanged_run_file),
+        Case("resume: corpus records edited", resume, expect="{dir}/run/corpus/records.jsonl: sha256",
+             setup=_swapped("corpus/records.jsonl", lambda b: b.replace(b"heldout", b"train", 1)), check=_unchanged_run_file),
+        Case("resume: prepare.json total_updates edited", resume, expect="prepare.json: total_updates",
+             setup=_swapped("prepare.json", lambda b: json.dumps(dict(json.loads(b), total_updates=5)).encode()),
+             check=_unchanged_run_file),
+        Case("resume: tokenizer replaced", resume, expect="{dir}/run/tokenizer/tokenizer_config.json: sha256",
+             setup=_swapped("tokenizer/tokenizer_config.json", lambda b: b + b"\n"), check=_unchanged_run_file),
+    ]
+    # -- a live run (a runner holds the folder's lock): said, and export refused
+    c += [
+        Case("export: a live run", ["export", "tensorboard", "{dir}/run", "{dir}/tb"], expect="{dir}/run is live",
+             setup=_held_lock, check=lambda r: _release_lock(r) or (None if not os.path.exists(os.path.join(r.case_dir, "tb"))
+                                                                   else "a refused export wrote {dir}/tb")),
+    ]
+    # -- a full disk: one line naming the output, nothing half-written
+    c += [
+        Case("full disk: report --out", ["report", "{fixture}", "--out", "{dir}/full/r.md"], expect="{dir}/full/r.md: No space left",
+             setup=_full_disk(), check=_nothing_left()),
+        Case("full disk: corpus plan --out", ["corpus", "plan", "--corpus", "{fixture}", "--out", "{dir}/full/p.json"],
+             expect="{dir}/full/p.json: No space left", setup=_full_disk(), check=_nothing_left()),
+        Case("full disk: export tensorboard", ["export", "tensorboard", "{fixture}", "{dir}/full/tb"],
+             expect="cannot write {dir}/full/tb/", setup=_full_disk(), check=_nothing_left(), timeout=300),
+    ]
+    # -- messages that blamed the wrong thing
+    c += [
+        text_case("seed 2^64", GOOD_TEXT.replace('"seed": 7', '"seed": 18446744073709551616'), "x.json: field seed: is too large"),
+        text_case("seed 10^30", GOOD_TEXT.replace('"seed": 7', '"seed": 1000000000000000000000000000000'),
+                  "x.json: field seed: is too large"),
+        _import_case("UTF-16 with a byte-order mark", "step,loss\n1,2.5\n".encode("utf-16"), "l.csv: the file is UTF-16 little-endian"),
+        _import_case("UTF-16 big-endian", "\ufeffstep,loss\n1,2.5\n".encode("utf-16-be"), "l.csv: the file is UTF-16 big-endian"),
+        Case("template render: a role the template does not render", ["template", "render", "--tokenizer", "{tok}"],
+             expect="field 'messages[1].role': 'narrator' is not a role the qwen3 template renders",
+             stdin=b'{"messages": [{"role": "user", "content": "hi"}, {"role": "narrator", "content": "x"}]}\n'),
+    ]
+    return c
+
+
 def all_cases():
     return (experiment_cases() + run_option_cases() + resume_cases() + report_cases() + stdin_cases() +
             tokenizer_cases() + corpus_cases() + checkpoint_cases() + probe_catalog_cases() + out_guard_cases() +
-            environment_cases() + validation_cases() + asset_tokenizer_cases() + import_cases() + environment_more_cases())
+            environment_cases() + validation_cases() + asset_tokenizer_cases() + import_cases() + environment_more_cases() +
+            reliability_cases())
 
 
 def prepare_fixture(root):

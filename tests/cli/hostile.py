@@ -127,11 +127,39 @@ def run_case(case, keep=False):
         r.kind, r.problem = classify(case, rc, out, err, case_dir)
         return r
     finally:
+        unmount_below(case_dir)  # a case's small filesystem (a full disk), before its folder goes
         if not keep:
             for root, dirs, _ in os.walk(case_dir):  # a case may leave read-only folders
                 for x in dirs:
                     os.chmod(os.path.join(root, x), 0o755)
             shutil.rmtree(case_dir, ignore_errors=True)
+
+
+def unmount_below(folder):
+    """Unmounts every filesystem mounted at or below `folder` (deepest first)."""
+    try:
+        with open("/proc/mounts") as f:
+            points = [line.split()[1].replace("\\040", " ") for line in f]
+    except OSError:
+        return
+    for p in sorted((p for p in points if p == folder or p.startswith(folder + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", p], capture_output=True)
+
+
+def small_filesystem(path, size="256k", fill=True):
+    """A tmpfs of `size` mounted at `path` (created), filled up unless fill=False: a full disk for the
+    output of a case. Needs root; returns False (and mounts nothing) where mounting is not allowed."""
+    os.makedirs(path, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True).returncode != 0:
+        return False
+    if fill:
+        try:
+            with open(os.path.join(path, "filler"), "wb") as f:
+                while True:
+                    f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return True
 
 
 def totals_line(results):

@@ -143,6 +143,39 @@ LegData leg(const std::string& name, double l1, const std::string& sha, std::vec
 }
 }  // namespace
 
+// A level a leg never sent is missing, not different: n/a for the pair, named by the leg's
+// completeness, and the verdict `incomplete`, never `different` (docs/report.md "The verdict").
+TEST(CompareLegs, ALegThatSentNothingIsIncompleteNotDifferent) {
+    ExperimentSpec spec;
+    spec.model_config = "tiny";
+    spec.lora_dropout = 0.0;
+    const auto a = leg("a", 2.0, "aa", {1, 2, 3, 4});
+    LegData never;
+    never.name = "never";
+    never.status = "failed";
+    never.trace.error = "exited with status 127 without a done event";
+    Comparison c = compare_legs({a, never}, spec);
+    judge_completeness(c, {a, never}, ExpectedSeries{0, 1});
+    EXPECT_TRUE(c.failures.empty()) << c.failures.front();
+    EXPECT_EQ(c.l1[0].na, "no data from never");
+    EXPECT_EQ(c.l2[0].na, "no data from never");
+    EXPECT_TRUE(c.l2[0].mismatches.empty());
+    EXPECT_EQ(c.l3[0].na, "no data from never");
+    EXPECT_NE(c.l4[0].verdict, PairVerdict::Different);
+    EXPECT_TRUE(c.different_without_localisation().empty());
+    EXPECT_EQ(c.verdict().rfind("incomplete: never: leg failed (exited with status 127", 0), 0u) << c.verdict();
+    EXPECT_FALSE(c.passed());
+
+    // A finished leg that lacks only L2: incomplete (the missing level named), still not different.
+    auto b = leg("b", 2.0, "aa", {1, 2, 3, 4});
+    b.trace.has_l2 = false;
+    b.trace.l2.clear();
+    Comparison d = compare_legs({a, b}, spec);
+    judge_completeness(d, {a, b}, ExpectedSeries{0, 1});
+    EXPECT_TRUE(d.failures.empty());
+    EXPECT_EQ(d.verdict(), "incomplete: b: no L2 (parameter digests) recorded");
+}
+
 TEST(CompareLegs, FlagsEachLevelThatDiffers) {
     ExperimentSpec spec;
     spec.model_config = "tiny";

@@ -74,7 +74,7 @@ def multi_turn_cases():
         if think is not _MISSING:
             case["enable_thinking"] = think
         cases.append(case)
-    # system not first, user-only, tool responses, a later system turn, unknown role
+    # system not first, user-only, tool responses, a later system turn (an unknown role: refused, below)
     cases.append({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "late system"},
                                {"role": "assistant", "content": "b"}]})
     cases.append({"messages": [{"role": "user", "content": "only user"}]})
@@ -88,8 +88,6 @@ def multi_turn_cases():
                                                {"function": {"name": "h", "arguments": {}}}]},
                                {"role": "user", "content": "<tool_response>\nok\n</tool_response>"},
                                {"role": "assistant", "content": "<think>t</think>final"}]})
-    cases.append({"messages": [{"role": "user", "content": "q"}, {"role": "narrator", "content": "skipped"},
-                               {"role": "assistant", "content": "a"}]})
     cases.append({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": ""},
                                {"role": "assistant", "content": ""}], "add_generation_prompt": True, "enable_thinking": False})
     return cases
@@ -116,3 +114,18 @@ def test_malformed_lines_name_line_and_field():
     outs, err, rc = oracle.run_jsonl(args, recs, check=False)
     assert rc == 1 and len(outs) == 4
     assert "line 2: field 'messages'" in err and "line 3: field 'messages[0].role'" in err and "line 4: field 'enable_thinking'" in err, err
+
+
+def test_a_role_the_template_cannot_render_is_refused(hf):
+    """Qwen3's template emits nothing for a role other than system, user, assistant, tool (HF's own
+    rendering, the oracle, drops the message): `template render` refuses it, naming the field,
+    instead of printing a text without it. chatml renders any role."""
+    msgs = [{"role": "user", "content": "q"}, {"role": "narrator", "content": "skipped"}, {"role": "assistant", "content": "a"}]
+    dropped = hf.apply_chat_template(msgs, tokenize=False)
+    assert "skipped" not in dropped and "narrator" not in dropped  # the template really drops it
+    outs, err, rc = oracle.run_jsonl(["template", "render", "--tokenizer", str(oracle.tokenizer_dir()), "--keep-going"],
+                                     [{"messages": msgs}], check=False)
+    assert rc == 1 and "field 'messages[1].role': 'narrator' is not a role the qwen3 template renders" in err, err
+    outs, _, _ = oracle.run_jsonl(["template", "render", "--template", "chatml", "--tokenizer", str(oracle.tokenizer_dir())],
+                                  [{"messages": msgs}])
+    assert "<|im_start|>narrator\nskipped<|im_end|>" in outs[0]["text"]

@@ -209,6 +209,52 @@ std::map<std::string, SafetensorsEntry> read_hf_checkpoint_entries(const fs::pat
     return out;
 }
 
+namespace {
+// The config.json fields a base tensor's shape follows from (HF's view and the engine's are the same
+// formula, expected_base_shapes): named in the message so a user knows which field to fix.
+std::string shape_fields(const std::string& name, const Qwen3Config& c) {
+    auto f = [](const char* k, int64_t v) { return std::string(k) + " " + std::to_string(v); };
+    const std::string hidden = f("hidden_size", c.hidden_size);
+    if (name.find("embed_tokens") != std::string::npos || name == "lm_head.weight") return f("vocab_size", c.vocab_size) + ", " + hidden;
+    if (name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos) return f("head_dim", c.head_dim);
+    if (name.find("q_proj") != std::string::npos || name.find("o_proj") != std::string::npos)
+        return f("num_attention_heads", c.num_attention_heads) + ", " + f("head_dim", c.head_dim) + ", " + hidden;
+    if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos)
+        return f("num_key_value_heads", c.num_key_value_heads) + ", " + f("head_dim", c.head_dim) + ", " + hidden;
+    if (name.find("mlp.") != std::string::npos) return f("intermediate_size", c.intermediate_size) + ", " + hidden;
+    return hidden;
+}
+}  // namespace
+
+void check_hf_checkpoint_shapes(const fs::path& dir) {
+    const Qwen3Config config = read_hf_config(dir);
+    const auto expected = expected_base_shapes(config);
+    const std::string cfg = (dir / kConfigFile).string();
+    std::set<std::string> seen;
+    fs::path first_shard;
+    for (const auto& [shard, listed] : checkpoint_shards(dir)) {
+        if (first_shard.empty()) first_shard = shard;
+        const SafetensorsHeader h = read_safetensors_header(shard);
+        for (const auto& e : h.tensors) {
+            if (ignorable_base_tensor(e.name) || (config.tie_word_embeddings && e.name == "lm_head.weight")) continue;
+            seen.insert(e.name);
+            const auto it = expected.find(e.name);
+            if (it == expected.end())
+                throw Error(shard.string() + ": tensor '" + e.name + "' (shape " + shape_text(e.shape) + ") is not part of the model " +
+                            cfg + " describes (num_hidden_layers " + std::to_string(config.num_hidden_layers) + ", tie_word_embeddings " +
+                            (config.tie_word_embeddings ? "true" : "false") + ")");
+            if (e.shape != it->second)
+                throw Error(shard.string() + ": tensor '" + e.name + "' has shape " + shape_text(e.shape) + ", but " + cfg + " (" +
+                            shape_fields(e.name, config) + ") gives " + shape_text(it->second) +
+                            "; the config does not describe these weights");
+        }
+    }
+    for (const auto& [name, shape] : expected)
+        if (!seen.count(name))
+            throw Error((first_shard.empty() ? dir : first_shard).string() + ": tensor '" + name + "' is missing (" + cfg + " (" +
+                        shape_fields(name, config) + ") expects it with shape " + shape_text(shape) + ")");
+}
+
 void save_hf_checkpoint(const fs::path& dir, const Qwen3Config& config, const TensorMap& tensors,
                         const std::map<std::string, std::string>& metadata) {
     check_tensor_set(tensors, expected_base_shapes(config), "base checkpoint for " + dir.string());

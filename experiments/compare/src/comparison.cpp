@@ -91,6 +91,9 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         const size_t failures_before = c.failures.size();
         L1Entry l1 = compare_l1(a, b, t);
         if (imported && !(a.trace.l1_ce && b.trace.l1_ce)) l1.na = "imported";
+        // A level a leg never sent is missing, not different: n/a for the pair, and the leg's
+        // completeness (incompleteness) names what it lacks, so the run is `incomplete`.
+        else if (!a.trace.l1_ce || !b.trace.l1_ce) l1.na = "no data from " + (a.trace.l1_ce ? b.name : a.name);
         if (!l1.pass && l1.na.empty()) {
             // the level, the update (0: before training) and the ratio (docs/thresholds.md "The verdict")
             std::ostringstream w;
@@ -104,8 +107,8 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         }
         c.l1.push_back(l1);
         L2Entry l2 = compare_l2(a, b);
-        if (imported && !(a.trace.has_l2 && b.trace.has_l2)) {
-            l2.na = "imported";
+        if (!(a.trace.has_l2 && b.trace.has_l2)) {
+            l2.na = imported ? "imported" : "no data from " + (a.trace.has_l2 ? b.name : a.name);
             l2.mismatches.clear();
         }
         if (!l2.pass && l2.na.empty())
@@ -114,7 +117,7 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
                                  (l2.mismatches.empty() ? "" : ", first " + l2.mismatches.front()));
         c.l2.push_back(l2);
         L3Entry l3 = compare_l3(a, b);
-        if (imported && !(a.trace.has_l3 && b.trace.has_l3)) l3.na = "imported";
+        if (!(a.trace.has_l3 && b.trace.has_l3)) l3.na = imported ? "imported" : "no data from " + (a.trace.has_l3 ? b.name : a.name);
         if (!l3.pass && l3.na.empty())
             c.failures.push_back("L3 " + a.name + "~" + b.name + ": token records (update 0): " +
                                  std::to_string(l3.compared - l3.identical) + " of " + std::to_string(l3.compared) + " differ, " +
@@ -276,6 +279,20 @@ std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries
                               ? "did not finish (last recorded status: " + (leg.status.empty() ? std::string("none") : leg.status) + ")"
                               : leg.status;
         out.push_back(n + ": leg " + why + (leg.trace.error ? " (" + *leg.trace.error + ")" : ""));
+    }
+    if (!is_imported(leg)) {  // an imported series has no L1-L3 by nature (docs/legs.md)
+        const bool nothing = !leg.trace.l1_ce && !leg.trace.has_l2 && !leg.trace.has_l3 && leg.trace.steps.empty() &&
+                             leg.trace.evals.empty();
+        if (nothing) {
+            // A leg that never reached its first event: one line; the rows it lacks follow from it.
+            out.push_back(n + ": recorded no data (it stopped before its first event)");
+            return out;
+        }
+        std::vector<std::string> lacks;
+        if (!leg.trace.l1_ce) lacks.push_back("L1 (initial held-out CE)");
+        if (!leg.trace.has_l2) lacks.push_back("L2 (parameter digests)");
+        if (!leg.trace.has_l3) lacks.push_back("L3 (token records)");
+        for (const auto& x : lacks) out.push_back(n + ": no " + x + " recorded");
     }
     const auto& steps = leg.trace.steps;
     std::vector<int64_t> repeated, disordered;

@@ -193,6 +193,12 @@ bool FileLock::try_lock(const std::filesystem::path& path) {
     return true;
 }
 
+void FileLock::note(const std::string& text) {
+    // Written in place (not write_file_atomic): a rename would leave the lock on the old file.
+    if (fd_ < 0) return;
+    if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, text.data(), text.size(), 0);
+}
+
 void FileLock::release() {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;

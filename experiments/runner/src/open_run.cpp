@@ -20,6 +20,7 @@
 #include "tandem/compare/report.h"
 #include "tandem/store/run_file.h"
 #include "tandem/version.h"
+#include "tandem/sha256.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -68,6 +69,9 @@ void take_folder_lock(Run& run) {
     if (!run.lock.try_lock(run.folder / ".runner.lock"))
         throw Error(run.folder.string() + ": run folder is in use by another `tandem run` (lock " +
                     (run.folder / ".runner.lock").string() + ")");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    run.lock.note("pid " + std::to_string(::getpid()) + " on " + host + "\n");
 }
 
 void open_leg_journals(Run& run, const std::vector<LegPlan>& plans, const std::vector<int>& threads) {
@@ -88,6 +92,73 @@ void check_slurm_client() {
             throw Error(std::string("--executor slurm: `") + cmd + " --version` failed (" +
                         (r.exit_status == 127 ? std::string("not found on PATH") : r.err.substr(0, r.err.find('\n'))) +
                         "); run tandem where Slurm's client commands work (docs/cluster.md)");
+    }
+}
+
+// The first 12 hex digits, enough to tell two digests apart in a message.
+std::string short_sha(const std::string& sha) { return sha.size() > 12 ? sha.substr(0, 12) + "…" : sha; }
+
+// A resume trusts nothing in the folder that the run did not record: experiment.json's hash against
+// run.h5's /experiment and the catalog's row, prepare.json against run.h5, and the prepared files
+// (plan, corpus, initial adapter, tokenizer) against their recorded digests. Called before anything
+// in the folder, run.h5 or the catalog is written: a refusal leaves them as they were.
+void verify_run_folder(const fs::path& folder, const ExperimentSpec& spec, const fs::path& catalog_path) {
+    const std::string refuse = ": refusing to resume (nothing was changed); the run folder does not match what the run recorded";
+    const fs::path exp_file = folder / "experiment.json";
+    const std::string sha = spec.sha256();
+    std::optional<PreparedRun> prepared;
+    if (fs::exists(folder / "prepare.json")) prepared = read_prepared_run(folder);
+    std::optional<ExperimentInfo> recorded;
+    if (fs::exists(folder / "run.h5")) {
+        try {
+            recorded = RunFileReader(folder / "run.h5").experiment();
+        } catch (const std::exception&) {
+            // an unreadable run file is rebuilt from the events; the catalog still speaks for the run
+        }
+    }
+    if (recorded && !recorded->spec_sha256.empty() && recorded->spec_sha256 != sha)
+        throw Error(exp_file.string() + ": its experiment (sha256 " + short_sha(sha) + ", name '" + spec.name +
+                    "') is not the one run.h5 recorded (/experiment spec_sha256 " + short_sha(recorded->spec_sha256) + ", name '" +
+                    recorded->name + "')" + refuse);
+    std::error_code ec;
+    if (fs::is_regular_file(catalog_path, ec) && fs::file_size(catalog_path, ec) > 0) {
+        const Catalog catalog(catalog_path);
+        if (auto row = catalog.run(folder.filename().string()); row && !row->spec_sha256.empty() && row->spec_sha256 != sha)
+            throw Error(exp_file.string() + ": its experiment (sha256 " + short_sha(sha) + ") is not the one the catalog " +
+                        catalog_path.string() + " recorded for run " + row->id + " (spec_sha256 " + short_sha(row->spec_sha256) + ")" +
+                        refuse);
+    }
+    if (!prepared) return;  // an interrupted preparation: prepared again from the (verified) experiment
+    const fs::path prep_file = folder / "prepare.json";
+    if (recorded) {
+        if (recorded->total_updates >= 0 && recorded->total_updates != prepared->total_updates)
+            throw Error(prep_file.string() + ": total_updates " + std::to_string(prepared->total_updates) + " is not run.h5's " +
+                        std::to_string(recorded->total_updates) + refuse);
+        if (!recorded->base_sha256.empty() && prepared->summary.contains("base_sha256") &&
+            json::parse(recorded->base_sha256, nullptr, false) != prepared->summary["base_sha256"])
+            throw Error(prep_file.string() + ": base_sha256 is not the one run.h5 recorded" + refuse);
+        auto text = [&](const char* key) -> std::optional<std::string> {
+            auto it = recorded->extra.find(key);
+            if (it == recorded->extra.end() || !std::holds_alternative<std::string>(it->second)) return std::nullopt;
+            return std::get<std::string>(it->second);
+        };
+        if (auto a = text("assets_json"); a && !a->empty() && json::parse(*a, nullptr, false) != prepared->assets)
+            throw Error(prep_file.string() + ": the asset digests are not the ones run.h5 recorded" + refuse);
+        if (auto p = text("prepared_sha256_json"); p && !p->empty() && json::parse(*p, nullptr, false) != prepared->summary.value("prepared_sha256", json()))
+            throw Error(prep_file.string() + ": prepared_sha256 is not the one run.h5 recorded" + refuse);
+    }
+    // The files the legs read, by content.
+    json expected = prepared->summary.value("prepared_sha256", json::object());
+    if (prepared->assets.contains("tokenizer") && prepared->assets["tokenizer"].is_object())
+        for (const auto& [f, d] : prepared->assets["tokenizer"].items()) expected["tokenizer/" + f] = d;
+    for (const auto& [rel, want] : expected.items()) {
+        if (!want.is_string()) throw Error(prep_file.string() + ": digest of " + rel + " is not a string" + refuse);
+        const fs::path f = folder / rel;
+        if (!fs::is_regular_file(f, ec)) throw Error(f.string() + ": missing (the run recorded it, sha256 " + short_sha(want.get<std::string>()) + ")" + refuse);
+        const std::string got = sha256_file_hex(f);
+        if (got != want.get<std::string>())
+            throw Error(f.string() + ": sha256 " + short_sha(got) + " is not the " + short_sha(want.get<std::string>()) +
+                        " the run recorded" + refuse);
     }
 }
 
@@ -176,6 +247,7 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
     } catch (const json::exception& e) {
         throw Error(legs_file.string() + ": not a valid legs file (" + tandem::json_error_text(e) + ")");
     }
+    verify_run_folder(run.folder, run.spec, opt.catalog);
     if (!fs::exists(run.folder / "prepare.json")) {
         say("the run's preparation was interrupted: preparing " + run.folder.string() + " again");
         PrepareOptions po;

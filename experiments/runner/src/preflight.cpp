@@ -129,6 +129,9 @@ ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan
     if (!spec.model_base.empty()) {
         try {
             engine::read_hf_checkpoint_entries(base_folder_of(spec, assets));
+            // and its shapes against its config.json: both legs build the model from the config, so a
+            // mismatch would otherwise surface only once the legs load it, inside a run folder.
+            engine::check_hf_checkpoint_shapes(base_folder_of(spec, assets));
         } catch (const Error& err) {
             throw Error(source + ": field model.base: " + err.what());
         }

@@ -66,10 +66,23 @@ std::map<std::string, std::variant<int64_t, double, std::string>> PreparedRun::r
         assets["tokenizer"]["tokenizer.json"].is_string())
         tok_sha = assets["tokenizer"]["tokenizer.json"].get<std::string>();
     const bool shipped = assets.value("tokenizer_is_shipped_qwen3", false);
-    return {{"tokenizer_sha256", tok_sha},
-            {"tokenizer_is_shipped_qwen3", static_cast<int64_t>(shipped ? 1 : 0)},
-            {"input_warnings", warning_text},
-            {"assets_json", assets.dump()}};
+    std::map<std::string, std::variant<int64_t, double, std::string>> out{
+        {"tokenizer_sha256", tok_sha},
+        {"tokenizer_is_shipped_qwen3", static_cast<int64_t>(shipped ? 1 : 0)},
+        {"input_warnings", warning_text},
+        {"assets_json", assets.dump()}};
+    if (summary.is_object() && summary.contains("prepared_sha256")) out["prepared_sha256_json"] = summary["prepared_sha256"].dump();
+    return out;
+}
+
+json prepared_files_sha256(const fs::path& folder) {
+    json out = json::object();
+    std::error_code ec;
+    if (fs::is_regular_file(folder / "plan.json", ec)) out["plan.json"] = sha256_file_hex(folder / "plan.json");
+    for (const char* dir : {"corpus", "init"})
+        if (fs::is_directory(folder / dir, ec))
+            for (const auto& [rel, sha] : folder_digests(folder / dir)) out[std::string(dir) + "/" + rel] = sha;
+    return out;
 }
 
 json base_files_sha256(const fs::path& base_dir) {
@@ -222,7 +235,9 @@ PreparedRun prepare_run(const ExperimentSpec& spec, const fs::path& folder, cons
                        {"train_records", run.train_records}, {"heldout_records", run.heldout_records},
                        {"eval_examples", run.eval_examples}, {"base", base_source}, {"base_sha256", base_sha256},
                        {"corpus_s", corpus_s}, {"weights_s", weights_s},
-                       {"assets", run.assets}, {"warnings", run.warnings}};
+                       {"assets", run.assets}, {"warnings", run.warnings},
+                       // what a resume checks the folder against (verify_run_folder)
+                       {"prepared_sha256", prepared_files_sha256(run.folder)}};
     write_file_atomic(run.folder / "prepare.json", run.summary.dump(2) + "\n");
     return run;
 }

@@ -35,7 +35,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <csignal>
+#include <sys/file.h>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -224,11 +226,18 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
     out.checks_passed = cmp.passed();
     out.verdict = cmp.verdict();
     // A pair found different with no fingerprints to say where: how to get them (docs/observables.md).
+    // Not for a pair with a leg that did not finish: the run is incomplete, and its own failure line says why.
+    auto finished = [&run](const std::string& name) {
+        for (const auto& l : run.legs)
+            if (l.plan.name == name) return l.status == LegStatus::Finished;
+        return true;  // a leg of another run (--compare-against)
+    };
     for (const L4Entry* e : cmp.different_without_localisation())
-        say(e->leg_a + "~" + e->leg_b + " are different from update " + std::to_string(e->first_different_update) +
-            "; to localise where they diverge (layer, op, pass), record fingerprints of that update: add \"observe\": "
-            "{\"updates\": [" + std::to_string(e->first_different_update) + "]} to the experiment file and run it again, then "
-            "`tandem localise RUN` (docs/observables.md)");
+        if (finished(e->leg_a) && finished(e->leg_b))
+            say(e->leg_a + "~" + e->leg_b + " are different from update " + std::to_string(e->first_different_update) +
+                "; to localise where they diverge (layer, op, pass), record fingerprints of that update: add \"observe\": "
+                "{\"updates\": [" + std::to_string(e->first_different_update) + "]} to the experiment file and run it again, then "
+                "`tandem localise RUN` (docs/observables.md)");
     rec.finish(run_status_name(out.status), out.verdict);
     if (!opt.report_format.empty()) {
         std::string text = render_report(run.prepared.run_id, cmp, parse_report_format(opt.report_format));
@@ -277,10 +286,25 @@ private:
 }  // namespace
 
 
-bool runner_is_running(const fs::path& run_dir) {
-    FileLock probe;
-    if (!fs::exists(run_dir / ".runner.lock")) return false;
-    return !probe.try_lock(run_dir / ".runner.lock");
+bool runner_is_running(const fs::path& run_dir) { return live_runner(run_dir).has_value(); }
+
+std::optional<std::string> live_runner(const fs::path& run_dir) {
+    const fs::path lock = run_dir / ".runner.lock";
+    // Read-only: a reader of a run (a report on a read-only copy) must neither need write access nor
+    // create the lock file. flock does not need a writable descriptor.
+    const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    std::string owner;
+    if (held) {
+        char buf[256];
+        const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+        if (n > 0) owner.assign(buf, static_cast<size_t>(n));
+        while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+    }
+    ::close(fd);
+    if (!held) return std::nullopt;
+    return "a `tandem run`" + (owner.empty() ? std::string() : " (" + owner + ")") + " holds its lock " + lock.string();
 }
 
 std::string request_leg_action(const fs::path& run_dir, const std::string& leg, LegAction action, double wait_s) {

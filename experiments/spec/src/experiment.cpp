@@ -71,7 +71,11 @@ public:
             return *def;
         }
         const json& v = raw(key);
-        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        // An integer literal beyond 2^64 - 1 reaches us as a float (the JSON parser's fallback): it is
+        // too large, not "not an integer".
+        const bool huge_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                v.get<double>() == std::floor(v.get<double>()) && v.get<double>() >= 9223372036854775808.0;
+        if ((v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) || huge_float)
             fail(key, "is too large (at most " + std::to_string(INT64_MAX) + ")");
         if (!v.is_number_integer() || v.get<int64_t>() < min_value) fail(key, what);
         return v.get<int64_t>();

@@ -30,6 +30,14 @@ std::string take_error_detail() {
         &detail);
     H5Eclear2(H5E_DEFAULT);
     std::replace(detail.begin(), detail.end(), '\n', ' ');
+    // A failed system call: HDF5's text holds the time, a buffer address and sizes around the one
+    // thing a user needs ("file write failed: time = ..., errno = 28, error message = 'No space left
+    // on device', buf = 0x..."): keep the system's message.
+    const std::string key = "error message = '";
+    if (const auto at = detail.find(key); at != std::string::npos) {
+        const auto end = detail.find('\'', at + key.size());
+        if (end != std::string::npos) return detail.substr(at + key.size(), end - at - key.size());
+    }
     return detail;
 }
 

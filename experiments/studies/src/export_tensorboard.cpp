@@ -119,7 +119,8 @@ TensorboardExport export_tensorboard(const fs::path& run, const fs::path& dir, b
         std::string last = said.substr(said.rfind('\n') == std::string::npos ? 0 : said.rfind('\n') + 1);
         if (last.find("No module named") != std::string::npos)
             last = "the reference environment (" + py + ") lacks torch or tensorboard; run scripts/setup";
-        throw Error("tandem export tensorboard " + run.string() + ": " + (last.empty() ? "the writer failed" : last));
+        // The writer's line names the output folder; the run read is not what failed.
+        throw Error("tandem export tensorboard: " + (last.empty() ? "the writer failed writing under " + dir.string() : last));
     }
     return out;
 }

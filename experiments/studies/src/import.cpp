@@ -242,6 +242,23 @@ ImportedTrace trace_from_csv(const fs::path& file, const SeriesMapping& m) {
     const std::string source = file.string();
     std::ifstream in(file, std::ios::binary);
     if (!in) throw Error(source + ": cannot open");
+    {
+        // A CSV saved as UTF-16 or UTF-32 (Excel's "Unicode text") would otherwise read as one garbled
+        // column and be blamed on a missing column: name the encoding instead.
+        char head[4096];
+        in.read(head, sizeof head);
+        const std::string b(head, static_cast<size_t>(in.gcount()));
+        in.clear();
+        in.seekg(0);
+        const char* convert = "; tandem reads UTF-8: convert it (e.g. `iconv -f UTF-16 -t UTF-8`)";
+        if (b.rfind(std::string("\xFF\xFE\0\0", 4), 0) == 0 || b.rfind(std::string("\0\0\xFE\xFF", 4), 0) == 0)
+            throw Error(source + ": the file is UTF-32 (it starts with a UTF-32 byte-order mark); tandem reads UTF-8: convert it "
+                                 "(e.g. `iconv -f UTF-32 -t UTF-8`)");
+        if (b.rfind("\xFF\xFE", 0) == 0) throw Error(source + ": the file is UTF-16 little-endian (byte-order mark FF FE)" + convert);
+        if (b.rfind("\xFE\xFF", 0) == 0) throw Error(source + ": the file is UTF-16 big-endian (byte-order mark FE FF)" + convert);
+        if (b.find('\0') != std::string::npos)
+            throw Error(source + ": the file holds NUL bytes (UTF-16 or UTF-32 without a byte-order mark?)" + convert);
+    }
     std::vector<std::string> header, row;
     int64_t line = 0;
     if (!csv_record(in, header, line, source)) throw Error(source + ": empty (no header line)");

@@ -52,6 +52,11 @@ HfCheckpoint load_hf_checkpoint(const std::filesystem::path& dir);
 // loading any weight: names, dtypes and shapes (for `tandem inspect --model`).
 std::map<std::string, SafetensorsEntry> read_hf_checkpoint_entries(const std::filesystem::path& dir);
 
+// Checks the safetensors headers (no weight is read) against config.json: every tensor the config
+// implies, with its shape, and nothing else (the ignorable buffers and a tied lm_head aside). Throws
+// tandem::Error naming the shard, the tensor, both shapes and the config fields they follow from.
+void check_hf_checkpoint_shapes(const std::filesystem::path& dir);
+
 // Writes dir/model.safetensors (F32; metadata {"format": "pt"} as transformers writes it) and then
 // dir/config.json. Creates dir. Checks the tensors against the config first.
 void save_hf_checkpoint(const std::filesystem::path& dir, const Qwen3Config& config, const TensorMap& tensors,

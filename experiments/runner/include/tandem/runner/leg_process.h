@@ -67,6 +67,8 @@ public:
     FileLock& operator=(FileLock&& other) noexcept;
     // Takes the lock or returns false at once when another process holds it.
     bool try_lock(const std::filesystem::path& path);
+    // Replaces the lock file's text (who holds it, for readers' messages); the lock stays held.
+    void note(const std::string& text);
     void release();
 
 private:

@@ -38,9 +38,14 @@ struct PreparedRun {
     std::vector<std::string> warnings;
 
     // /experiment attributes for run.h5: tokenizer_sha256, tokenizer_is_shipped_qwen3 (0/1),
-    // input_warnings ("; "-joined, "" when none), assets_json (the `assets` object as JSON text).
+    // input_warnings ("; "-joined, "" when none), assets_json (the `assets` object as JSON text),
+    // prepared_sha256_json (prepare.json's "prepared_sha256", when recorded).
     std::map<std::string, std::variant<int64_t, double, std::string>> run_attributes() const;
 };
+
+// SHA-256 of the prepared artifacts the legs read and a resume checks (prepare.json
+// "prepared_sha256"): plan.json and every file under corpus/ and init/, by path relative to `folder`.
+nlohmann::json prepared_files_sha256(const std::filesystem::path& folder);
 
 // Writes every shared artifact into `folder` (created). Throws tandem::Error naming the step.
 PreparedRun prepare_run(const ExperimentSpec& spec, const std::filesystem::path& folder, const PrepareOptions& opt);

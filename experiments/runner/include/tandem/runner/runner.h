@@ -56,6 +56,9 @@ enum class LegAction { Stop, Pause, Resume };
 const char* leg_action_name(LegAction action);  // "stop", "pause", "resume"
 // True when a runner holds the run folder's lock (is running it now).
 bool runner_is_running(const std::filesystem::path& run_dir);
+// Who holds the run folder's lock, for a message ("a `tandem run` (pid 123 on host) holds its lock
+// RUN/.runner.lock"); nullopt when no runner runs it. Reads only: never creates the lock file.
+std::optional<std::string> live_runner(const std::filesystem::path& run_dir);
 // Writes the request; waits up to `wait_s` for the runner to take it. Returns a line for the user.
 // Throws tandem::Error when the folder or the leg does not exist. Without a running runner: `stop`
 // marks the leg stopped (a later --resume leaves it), `pause` has nothing to do, and `resume`

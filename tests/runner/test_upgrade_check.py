@@ -178,7 +178,7 @@ def test_missing_package_one_line_with_its_pin_no_run_folder(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("tandem run: leg reference-no-peft: " + os.path.join(env, "bin", "python") +
+    assert lines[0].startswith("tandem: error: leg reference-no-peft: " + os.path.join(env, "bin", "python") +
                                " has no package peft"), lines[0]
     assert "peft==" + pin in lines[0], lines[0]
     assert not os.path.exists(os.path.join(tmp, "runs")) or not os.listdir(os.path.join(tmp, "runs"))

@@ -22,7 +22,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runner"))
-from runner_fixture import SOURCE_DIR, TANDEM, cut_spec, h5_series, verdict_of  # noqa: E402
+from runner_fixture import SOURCE_DIR, TANDEM, cut_spec, h5_series  # noqa: E402
+from runner_fixture import verdict_of as text_verdict_of  # noqa: E402
 
 REFENV = os.path.dirname(os.path.dirname(sys.executable))  # the tests run with the reference environment's python
 
@@ -89,6 +90,11 @@ def tandem_run(tmp, path, legs):
     return subprocess.run([TANDEM, "run", path, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs"),
                            "--catalog", os.path.join(tmp, "tandem.db"), "--legs", legs, "--format", "md"],
                           capture_output=True, text=True, timeout=1500)
+
+
+def verdict_of(report):
+    """The verdict line of a Markdown report (printed in bold)."""
+    return text_verdict_of("\n".join(l.strip("*") for l in report.splitlines()))
 
 
 def run_folder(tmp):

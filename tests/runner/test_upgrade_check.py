@@ -41,9 +41,9 @@ class _PatchTransformers(importlib.abc.MetaPathFinder):
         self.todo = {"transformers", "transformers.models.qwen3.modeling_qwen3"}
 
     def find_spec(self, name, path, target=None):
+        # every lookup is patched: torch and peft look transformers up (find_spec) before importing it
         if name not in self.todo:
             return None
-        self.todo.discard(name)
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
@@ -59,7 +59,8 @@ class _PatchTransformers(importlib.abc.MetaPathFinder):
             if name == "transformers":
                 # transformers puts a lazy module in its place in sys.modules: mark that one
                 loaded = sys.modules.get(name, module)
-                loaded.__version__ = module.__version__ + "+rmsnorm.eps.x10"
+                if not module.__version__.endswith("+rmsnorm.eps.x10"):
+                    loaded.__version__ = module.__version__ + "+rmsnorm.eps.x10"
                 return
             cls = module.Qwen3RMSNorm
             init = cls.__init__

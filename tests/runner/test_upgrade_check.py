@@ -57,10 +57,20 @@ class _PatchTransformers(importlib.abc.MetaPathFinder):
         def patched(module):
             exec_module(module)
             if name == "transformers":
-                # transformers puts a lazy module in its place in sys.modules: mark that one
-                loaded = sys.modules.get(name, module)
-                if not module.__version__.endswith("+rmsnorm.eps.x10"):
-                    loaded.__version__ = module.__version__ + "+rmsnorm.eps.x10"
+                # transformers puts a lazy module in its place in sys.modules, and importing peft makes
+                # another one: mark every lazy transformers module, now and later
+                lazy = sys.modules["transformers.utils.import_utils"]._LazyModule
+                lazy_init = lazy.__init__
+
+                def marked(self, module_name, *a, **k):
+                    lazy_init(self, module_name, *a, **k)
+                    if module_name == "transformers" and not self.__version__.endswith("+rmsnorm.eps.x10"):
+                        self.__version__ = self.__version__ + "+rmsnorm.eps.x10"
+
+                lazy.__init__ = marked
+                for m in (module, sys.modules.get(name, module)):
+                    if not m.__version__.endswith("+rmsnorm.eps.x10"):
+                        m.__version__ = m.__version__ + "+rmsnorm.eps.x10"
                 return
             cls = module.Qwen3RMSNorm
             init = cls.__init__
@@ -214,10 +224,11 @@ def test_patched_overlay_is_different_and_localised_to_the_norm(tmp_path):
     verdict = verdict_of(p.stdout)
     version = installed("transformers")
     assert verdict.startswith("different: "), verdict
-    assert verdict.endswith("; stacks differ: transformers %s (reference) -> %s+rmsnorm.eps.x10 (patched)" % (version, version)), verdict
+    # legs in name order: patched, reference
+    assert verdict.endswith("; stacks differ: transformers %s+rmsnorm.eps.x10 (patched) -> %s (reference)" % (version, version)), verdict
     assert "update 0, micro-batch 0, layer 0, input_norm (forward)" in verdict.split("localised: ")[1], verdict
     rows = stacks_rows(p.stdout)
-    assert rows["transformers"] == [version, version + "+rmsnorm.eps.x10", "differs"], rows["transformers"]
+    assert rows["transformers"] == [version + "+rmsnorm.eps.x10", version, "differs"], rows["transformers"]
     for package in ("torch", "peft", "numpy", "tokenizers", "python"):
         assert rows[package][2] == "" and rows[package][0] == rows[package][1], (package, rows[package])
     loc = subprocess.run([TANDEM, "localise", run_folder(tmp), "--no-store"], capture_output=True, text=True, timeout=300)

@@ -33,7 +33,6 @@ def main():
     spec = run.spec
 
     import torch
-    import transformers
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
 
@@ -41,7 +40,7 @@ def main():
 
     events.emit("hello", implementation="torch-loop", leg=args.leg, language="python",
                 stack="PyTorch loop (examples/torch_loop_leg.py)",
-                versions={"torch": torch.__version__, "transformers": transformers.__version__},
+                versions=tandem_leg.stack_versions(args.device),
                 device=args.device, device_name="cpu", threads=max(0, args.threads), pid=os.getpid(),
                 spec_sha256=run.spec_sha256, resume=bool(args.resume))
     try:

@@ -42,7 +42,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
     run->add_option("--resume", run_args->resume, "continue the interrupted legs of this run folder from their last checkpoint");
     run->add_option("--legs", run_args->legs,
                     "legs to run, comma-separated: a leg kind (" + kinds + ") or a leg the experiment defines "
-                    "(NAME=IMPL to name one; default: the experiment's legs, else engine,reference)");
+                    "(NAME=IMPL to name one; KIND@ENV runs a Python leg in another environment, ENV a folder or an "
+                    "interpreter; default: the experiment's legs, else engine,reference)");
     run->add_option("--devices", run_args->devices, "devices, assigned to the legs in order: cpu, cuda:0, ...")
         ->capture_default_str();
     run->add_option("--executor", run_args->executor,

@@ -30,6 +30,7 @@ void add_export_commands(CLI::App& app, int& exit_code);     // cmd_export.cpp: 
 void add_compare_command(CLI::App& app, int& exit_code);     // cmd_compare.cpp: compare RUN_A:LEG RUN_B:LEG
 void add_localise_command(CLI::App& app, int& exit_code);    // cmd_localise.cpp: localise RUN [--update K]
 void add_faults_command(CLI::App& app, int& exit_code);      // cmd_faults.cpp: faults EXPERIMENT (the fault matrix)
+void add_env_commands(CLI::App& app, int& exit_code);        // cmd_env.cpp: env create DIR --with NAME==VERSION
 
 // A command group shared by two families (e.g. `tokens`): returns the existing one or creates it.
 inline CLI::App* group(CLI::App& app, const std::string& name, const std::string& description) {

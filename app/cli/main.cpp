@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     add_compare_command(app, exit_code);
     add_localise_command(app, exit_code);
     add_faults_command(app, exit_code);
+    add_env_commands(app, exit_code);
 
     try {
         app.parse(argc, argv);

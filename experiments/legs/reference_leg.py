@@ -55,7 +55,7 @@ if _sdk_python_dir(_HERE):
 
 from leg_protocol import emit as emit_events, emit_together  # noqa: E402
 from hf_text import encode_record, load_tokenizer  # noqa: E402
-from tandem_leg import RunFolder, checkpoint as leg_checkpoint  # noqa: E402
+from tandem_leg import RunFolder, checkpoint as leg_checkpoint, stack_versions  # noqa: E402
 
 
 def log(msg):
@@ -316,9 +316,7 @@ def run_leg(args, rank=0, world=1):
 
     emit("hello", implementation="reference", leg=leg, language="python",
          stack="torch + transformers + peft",
-         versions={"python": platform.python_version(), "torch": torch.__version__,
-                   "transformers": transformers.__version__, "peft": peft.__version__,
-                   "numpy": np.__version__},
+         versions=stack_versions(device),
          device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
                                           else platform.processor() or platform.machine()),
          threads=torch.get_num_threads(), pid=os.getpid(), spec_sha256=run.spec_sha256,

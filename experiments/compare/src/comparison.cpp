@@ -3,8 +3,10 @@
 #include "tandem/compare/compare.h"
 
 #include "tandem/error.h"
+#include "tandem/join.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 namespace tandem::experiments {
@@ -80,6 +82,12 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         c.grads.push_back(grad_stats(l, l.clip.value_or(spec.clip)));  // each leg against its own run's clip
         c.timing.push_back(timing_row(l));
         faulty.emplace_back(l.name, l.faults);
+        std::map<std::string, std::string> stack;
+        if (const auto v = l.trace.hello.find("versions"); v != l.trace.hello.end() && v->is_object())
+            for (auto it = v->begin(); it != v->end(); ++it)
+                if (it->is_string()) stack[it.key()] = it->get<std::string>();
+        c.stacks.push_back(std::move(stack));
+        c.stack_implementations.push_back(l.implementation);
     }
     c.fault_banner = fault_banner(faulty);
     const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates};
@@ -163,7 +171,33 @@ std::vector<const L4Entry*> Comparison::different_without_localisation() const {
     return out;
 }
 
+std::vector<std::string> Comparison::stack_differences() const {
+    std::vector<std::string> out;
+    std::map<std::string, bool> named;
+    for (size_t i = 0; i < stacks.size(); ++i)
+        for (size_t j = i + 1; j < stacks.size(); ++j) {
+            if (i >= stack_implementations.size() || j >= stack_implementations.size() ||
+                stack_implementations[i] != stack_implementations[j])
+                continue;
+            for (const auto& [package, version] : stacks[i]) {
+                const auto other = stacks[j].find(package);
+                if (other == stacks[j].end() || other->second == version || named[package]) continue;
+                named[package] = true;
+                out.push_back(package + " " + version + " (" + legs[i] + ") -> " + other->second + " (" + legs[j] + ")");
+            }
+        }
+    return out;
+}
+
 std::string Comparison::verdict() const {
+    if (!completeness_judged) return "incomplete: completeness not judged";
+    std::string line = verdict_without_stacks();
+    const auto differ = stack_differences();
+    if (!differ.empty()) line += "; stacks differ: " + join(differ, ", ");
+    return line;
+}
+
+std::string Comparison::verdict_without_stacks() const {
     auto first_of = [](const std::vector<std::string>& v) {
         return v.front() + (v.size() > 1 ? " (+" + std::to_string(v.size() - 1) + " more)" : "");
     };

@@ -73,6 +73,14 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
         std::string err = str(attrs, "error");
         if (!err.empty()) t.error = err;
         l.faults = str(attrs, "faults");
+        // The hello event (its `versions` make the report's Stacks table); a file without one has no table.
+        if (const std::string hello = str(attrs, "hello"); !hello.empty()) {
+            try {
+                t.hello = json::parse(hello);
+            } catch (const json::exception&) {
+                t.hello = json::object();
+            }
+        }
         t.done = l.status == "finished";
         out.push_back(std::move(l));
     }

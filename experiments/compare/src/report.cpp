@@ -163,6 +163,40 @@ std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
     return out;
 }
 
+std::optional<Table> stacks_table(const Comparison& c) {
+    // The packages the upgrade question is about first, then whatever else a leg reports.
+    static const std::vector<std::string> first = {"python", "torch", "transformers", "peft", "numpy", "tokenizers", "cuda", "cudnn"};
+    std::vector<std::string> packages;
+    for (const auto& p : first)
+        for (const auto& s : c.stacks)
+            if (s.count(p)) {
+                packages.push_back(p);
+                break;
+            }
+    for (const auto& s : c.stacks)
+        for (const auto& [p, v] : s)
+            if (std::find(packages.begin(), packages.end(), p) == packages.end()) packages.push_back(p);
+    if (packages.empty()) return std::nullopt;
+    Table tb{"stacks", "Stacks: each leg's package versions (its hello event)", {"package"}, {}, {}};
+    for (size_t i = 0; i < c.legs.size(); ++i)
+        tb.columns.push_back(c.legs[i] + (i < c.stack_implementations.size() ? " (" + c.stack_implementations[i] + ")" : ""));
+    tb.columns.push_back("differs");
+    for (const auto& p : packages) {
+        std::vector<std::string> row{p};
+        std::vector<std::string> seen;
+        for (const auto& s : c.stacks) {
+            const auto it = s.find(p);
+            row.push_back(it == s.end() ? "-" : it->second);
+            if (it != s.end() && std::find(seen.begin(), seen.end(), it->second) == seen.end()) seen.push_back(it->second);
+        }
+        row.push_back(seen.size() > 1 ? "differs" : "");
+        tb.rows.push_back(std::move(row));
+    }
+    tb.notes.push_back("-: the leg does not report the package; differs: legs report other versions (the verdict names those "
+                       "of legs of one implementation; docs/legs.md \"Upgrade check\")");
+    return tb;
+}
+
 std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     std::vector<Table> out;
     if (c.fault_matrix) out = fault_matrix_tables(*c.fault_matrix);
@@ -316,6 +350,7 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
                                fmt(100.0 * g.frac_above_clip, "%.1f") + "%"});
         out.push_back(tb);
     }
+    if (auto t = stacks_table(c)) out.push_back(*t);
     {
         Table tb{"timing", "Timing and memory",
                  {"leg", "device", "status", "setup s", "model load s", "tokenize s", "median s/update (window)", "tokens/s",

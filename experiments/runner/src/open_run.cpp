@@ -52,6 +52,7 @@ json legs_json(const std::vector<LegPlan>& plans, const std::vector<int>& thread
         json e{{"name", plans[i].name}, {"implementation", plans[i].implementation}, {"device", plans[i].device},
                {"threads", threads[i]}};
         if (!plans[i].command.empty()) e["command"] = plans[i].command;
+        if (!plans[i].python.empty()) e["python"] = plans[i].python;
         if (!plans[i].faults.empty()) {
             json f = json::array();
             for (const auto& x : plans[i].faults) f.push_back(fault_text(x));
@@ -232,6 +233,7 @@ Run reopen_run(const RunnerOptions& opt, const std::function<void(const std::str
             p.implementation = e.at("implementation").get<std::string>();
             p.device = e.at("device").get<std::string>();
             if (e.contains("command")) p.command = e.at("command").get<std::vector<std::string>>();
+            p.python = e.value("python", std::string());
             if (e.contains("faults"))
                 for (const auto& f : e.at("faults")) p.faults.push_back(parse_fault_switch(f.get<std::string>(), legs_file.string()));
             if (e.contains("devices")) p.devices = e.at("devices").get<std::vector<std::string>>();

@@ -10,13 +10,19 @@
 #include "tandem/store/host_info.h"
 #include "tandem/runner/prepare.h"
 #include "tandem/spec/leg_kinds.h"
+#include "tandem/spec/leg_paths.h"
 #include "tandem/spec/model.h"
+#include "executors/executor.h"
+
+#include <nlohmann/json.hpp>
 
 #include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <functional>
+#include <map>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -44,7 +50,92 @@ double free_disk_bytes(fs::path dir) {
 // Besides the tensors (the process overhead of each leg kind: tandem/spec/leg_kinds.h).
 constexpr double kCorpusAndTokenizerBytes = 16.0 * 1048576;  // tokenizer copy 11 MiB + corpus files
 
+// The distributions `python` has, by name (null: not importable), and its own version under "python";
+// found without importing them (importing torch takes seconds, on a busy machine half a minute).
+std::optional<nlohmann::json> python_packages(const std::string& python, const std::vector<std::string>& names,
+                                              std::string* why) {
+    std::vector<std::string> argv = {python, "-c",
+                                     "import json, sys, importlib.util, importlib.metadata as m\n"
+                                     "out = {'python': '%d.%d.%d' % sys.version_info[:3]}\n"
+                                     "for n in sys.argv[1:]:\n"
+                                     "    v = None\n"
+                                     "    if importlib.util.find_spec(n) is not None:\n"
+                                     "        try:\n"
+                                     "            v = m.version(n)\n"
+                                     "        except Exception:\n"
+                                     "            v = '(version unknown)'\n"
+                                     "    out[n] = v\n"
+                                     "print(json.dumps(out))\n"};
+    argv.insert(argv.end(), names.begin(), names.end());
+    const CommandResult r = run_command(argv, 60.0);
+    if (r.exit_status != 0) {
+        const std::string err = r.err.substr(0, r.err.find('\n'));
+        if (why) *why = r.timed_out ? "did not answer within 60 s" : err.empty() ? "exit status " + std::to_string(r.exit_status) : err;
+        return std::nullopt;
+    }
+    try {
+        return nlohmann::json::parse(r.out);
+    } catch (const std::exception&) {
+        if (why) *why = "printed no package list";
+        return std::nullopt;
+    }
+}
+
+// Pins "name==version" of the reference environment (experiments/legs/requirements.txt beside the legs).
+std::map<std::string, std::string> reference_pins() {
+    std::map<std::string, std::string> pins;
+    std::ifstream in(legs_dir() / "requirements.txt");
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto eq = line.find("==");
+        if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+        pins[line.substr(0, eq)] = line.substr(eq + 2);
+    }
+    return pins;
+}
+
 }  // namespace
+
+void check_leg_interpreters(const std::vector<LegPlan>& legs) {
+    std::vector<std::string> lines;
+    std::optional<nlohmann::json> reference;  // the reference environment's versions, asked once when needed
+    for (const auto& l : legs) {
+        if (l.python.empty()) continue;
+        const LegKind& kind = leg_kind(l.implementation);
+        std::error_code ec;
+        if (!fs::exists(l.python, ec) || fs::is_directory(l.python, ec)) {
+            lines.push_back("leg " + l.name + ": no Python interpreter at " + l.python +
+                            " (give an interpreter or its environment folder, one holding bin/python)");
+            continue;
+        }
+        std::string why;
+        const auto have = python_packages(l.python, kind.python_packages, &why);
+        if (!have) {
+            lines.push_back("leg " + l.name + ": the Python interpreter " + l.python + " does not run (" + why + ")");
+            continue;
+        }
+        for (const auto& package : kind.python_packages) {
+            if (have->contains(package) && !(*have)[package].is_null()) continue;
+            if (!reference) {
+                std::string ignored;
+                reference = python_packages(reference_python(), kind.python_packages, &ignored);
+                if (!reference) reference = nlohmann::json::object();
+            }
+            static const std::map<std::string, std::string> pins = reference_pins();
+            std::string version;
+            if (auto p = pins.find(package); p != pins.end()) version = "the reference environment pins " + package + "==" + p->second;
+            else if (reference->contains(package) && (*reference)[package].is_string())
+                version = "the reference environment has " + package + " " + (*reference)[package].get<std::string>();
+            else version = "any version";
+            lines.push_back("leg " + l.name + ": " + l.python + " has no package " + package + " (the " + l.implementation +
+                            " leg imports it; " + version + ")");
+        }
+    }
+    if (lines.empty()) return;
+    std::string all;
+    for (const auto& s : lines) all += (all.empty() ? "" : "\n") + s;
+    throw Error(all);
+}
 
 std::string ResourceEstimate::summary() const {
     std::string s = "~" + gib(host_bytes_per_cpu_leg) + " memory per CPU leg (" + gib(host_bytes_all_legs) +
@@ -115,6 +206,7 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
 ResourceEstimate preflight(const ExperimentSpec& spec, const std::vector<LegPlan>& legs, const fs::path& out_dir,
                            const std::optional<fs::path>& assets, int max_concurrent) {
     const std::string source = "experiment '" + spec.name + "'";
+    check_leg_interpreters(legs);
     engine::Qwen3Config config;
     try {
         config = model_config_of(spec, assets);

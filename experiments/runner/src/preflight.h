@@ -30,6 +30,11 @@ ResourceEstimate estimate_resources(const ExperimentSpec& spec, const std::vecto
                                     const std::optional<std::filesystem::path>& assets = std::nullopt,
                                     int max_concurrent = 0);
 
+// Every leg that names its Python interpreter (LegPlan::python): the interpreter exists, runs, and has
+// the distributions its kind needs (LegKind::python_packages). Throws tandem::Error with one line per
+// problem ("leg old: /envs/old/bin/python has no package peft (... pins peft==0.21.2)"). preflight calls it.
+void check_leg_interpreters(const std::vector<LegPlan>& legs);
+
 // Validates the experiment as far as it can without preparing (the model config resolves, the
 // estimate fits the machine) and returns the estimate. Throws tandem::Error naming the experiment
 // field at fault.

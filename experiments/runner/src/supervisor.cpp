@@ -46,12 +46,14 @@ namespace {
 
 // ---- which program a leg is ----------------------------------------------------------------------
 
-// {run}, {leg}, {device}, {threads} replaced inside every argument; an argument that is exactly
-// {resume} becomes --resume when the leg resumes and is dropped otherwise.
+// {run}, {leg}, {device}, {threads}, {python} replaced inside every argument; an argument that is exactly
+// {resume} becomes --resume when the leg resumes and is dropped otherwise. {python}: the leg's named
+// interpreter, else the reference environment's.
 std::vector<std::string> expand_command(const std::vector<std::string>& templ, const fs::path& run_dir, const LegPlan& plan,
                                         int threads, bool resume) {
     const std::vector<std::pair<std::string, std::string>> values = {
-        {"{run}", run_dir.string()}, {"{leg}", plan.name}, {"{device}", plan.device}, {"{threads}", std::to_string(threads)}};
+        {"{run}", run_dir.string()}, {"{leg}", plan.name}, {"{device}", plan.device}, {"{threads}", std::to_string(threads)},
+        {"{python}", plan.python.empty() ? reference_python() : plan.python}};
     std::vector<std::string> out;
     for (std::string a : templ) {
         if (a == "{resume}") {
@@ -72,6 +74,7 @@ std::vector<std::string> leg_argv(const LegPlan& plan, const fs::path& run_dir, 
     if (!kind) throw Error("leg " + plan.name + ": unknown implementation '" + plan.implementation + "'");
     if (kind->takes_command) return expand_command(plan.command, run_dir, plan, threads, resume);
     std::vector<std::string> argv = kind->program();
+    if (kind->takes_python && !plan.python.empty()) argv.front() = plan.python;  // the program is argv[1]: a script
     for (const std::string& a : {std::string("--run"), run_dir.string(), std::string("--leg"), plan.name,
                                  std::string("--device"), plan.device, std::string("--threads"), std::to_string(threads)})
         argv.push_back(a);

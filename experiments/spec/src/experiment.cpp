@@ -353,7 +353,7 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
     if (top.has("legs")) {
         const json& o = top.raw("legs");
         if (!o.is_object() || o.empty())
-            top.fail("legs", "must be an object {leg: {implementation, command?, device?, devices?, slurm?, faults?}}");
+            top.fail("legs", "must be an object {leg: {implementation, command?, python?, device?, devices?, slurm?, faults?}}");
         for (auto it = o.begin(); it != o.end(); ++it) {
             Fields f(it.value(), source, "legs." + it.key());
             ExperimentSpec::LegDefinition d;
@@ -376,6 +376,13 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
             if (kind.takes_command && d.command.empty()) f.fail("command", "is required for a command leg");
             if (!kind.takes_command && !d.command.empty())
                 f.fail("command", "is only for implementation command (the others start their own program)");
+            if (f.has("python")) {
+                d.python = f.str("python", std::string());
+                if (d.python.empty()) f.fail("python", "must be a Python interpreter or an environment folder (a venv, a conda environment)");
+                if (!kind.takes_python)
+                    f.fail("python", "is only for Python legs (reference, sdk-python, or a command leg's {python}), not '" +
+                                         d.implementation + "'");
+            }
             d.device = f.str("device", std::string());
             if (!d.device.empty() && d.device != "cpu" && d.device.rfind("cuda:", 0) != 0)
                 f.fail("device", "must be cpu or cuda:N, not '" + d.device + "'");
@@ -496,6 +503,7 @@ json ExperimentSpec::to_json() const {
         for (const auto& d : legs) {
             json x{{"implementation", d.implementation}};
             if (!d.command.empty()) x["command"] = d.command;
+            if (!d.python.empty()) x["python"] = d.python;  // present only when used: hashes stay
             if (!d.device.empty()) x["device"] = d.device;
             if (d.faults) x["faults"] = faults_to_json(*d.faults);
             if (!d.devices.empty()) x["devices"] = d.devices;  // present only when used: hashes stay

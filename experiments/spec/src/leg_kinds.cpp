@@ -6,6 +6,7 @@
 #include "tandem/spec/leg_paths.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 namespace tandem::experiments {
 
@@ -30,12 +31,14 @@ const std::vector<LegKind>& leg_kinds() {
     static const std::vector<LegKind> k = {
         {"engine", "tandem's C++ engine (`tandem leg engine`)", engine_program, false, true, false, kTandemProcessBytes},
         {"reference", "PyTorch + transformers + peft (experiments/legs/reference_leg.py)", reference_program, false, false,
-         true, kPythonStackBytes},
+         true, kPythonStackBytes, true,
+         // What reference_leg.py and hf_text.py import besides the standard library and the checkout's tandem_leg.
+         {"torch", "transformers", "peft", "safetensors", "tokenizers", "numpy", "jinja2"}},
         {"sdk-python", "the tandem_leg SDK's Python leg (sdk/python/sdk_leg.py)", sdk_python_program, false, false, false,
-         kTandemProcessBytes},
+         kTandemProcessBytes, true},
         {"sdk-go", "the Go SDK leg (tandem-leg-go)", sdk_go_program, false, false, false, kTandemProcessBytes},
         {"command", "any program speaking the leg protocol (legs.<name>.command)", nullptr, true, false, false,
-         kTandemProcessBytes},
+         kTandemProcessBytes, true},
     };
     return k;
 }
@@ -49,6 +52,15 @@ const LegKind* find_leg_kind(const std::string& name) {
 const LegKind& leg_kind(const std::string& name) {
     if (const LegKind* k = find_leg_kind(name)) return *k;
     throw Error("unknown leg implementation '" + name + "' (known: " + join(leg_kind_names(), ", ") + ")");
+}
+
+std::string python_of_environment(const std::string& env) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path p = fs::absolute(env, ec);
+    if (ec) p = env;
+    if (fs::is_directory(p, ec)) p /= fs::path("bin") / "python";
+    return p.lexically_normal().string();
 }
 
 std::vector<std::string> leg_kind_names() {

@@ -30,6 +30,28 @@ from .run_folder import RunFolder, RunFolderError  # noqa: F401
 __version__ = "0.1.0"
 
 
+def stack_versions(device=None):
+    """The hello event's `versions` of a Python leg: python, torch, transformers, peft, numpy and tokenizers
+    (those importable), and CUDA and cuDNN when `device` is a GPU. The report's Stacks table compares them
+    between legs, so a leg run in another environment says which versions it ran (docs/legs.md "Upgrade
+    check"). Each package's own __version__, which a locally patched copy may mark (5.24.0+patch)."""
+    import importlib
+    import platform
+
+    v = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "peft", "numpy", "tokenizers"):
+        try:
+            module = sys.modules.get(name) or importlib.import_module(name)
+        except ImportError:
+            continue
+        v[name] = str(getattr(module, "__version__", "unknown"))
+    if device is not None and str(device).startswith("cuda") and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        v["cuda"] = str(torch.version.cuda)
+        v["cudnn"] = str(torch.backends.cudnn.version())
+    return v
+
+
 def parse_leg_args(argv=None, description="a tandem leg"):
     """The command line every leg accepts: --run RUN_DIR --leg NAME --device cpu|cuda:N [--threads N] [--resume]."""
     return leg_arg_parser(description).parse_args(argv)

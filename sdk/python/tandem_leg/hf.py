@@ -43,7 +43,7 @@ import time
 
 from transformers import TrainerCallback
 
-from . import __version__, peak_host_rss_bytes, process_age_s
+from . import __version__, peak_host_rss_bytes, process_age_s, stack_versions
 from .protocol import EventWriter, claim_stdout
 from .torch import PairingError, l2_digests, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
 
@@ -142,9 +142,6 @@ def _leg_is_paired(run, leg):
 class TandemCallback(TrainerCallback):
     def __init__(self, run, args, implementation="hf-trainer", stack=None, heldout=None, tokens_per_update=None,
                  events=None, versions=None, pair=False, hello_fields=None):
-        import torch
-        import transformers
-
         self.run, self.leg = run, args.leg
         # The Trainer prints its log dicts to stdout: the protocol keeps stdout to itself.
         self.events = events or EventWriter(claim_stdout())
@@ -160,8 +157,8 @@ class TandemCallback(TrainerCallback):
         self._lr = None
         self._train_s = 0.0
         self._l1_done = False
-        v = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-             "tandem_leg": __version__}
+        v = stack_versions(args.device)
+        v["tandem_leg"] = __version__
         v.update(versions or {})
         self.events.emit("hello", implementation=implementation, leg=self.leg, language="python",
                          stack=stack or "HuggingFace transformers Trainer (tandem_leg.hf.TandemCallback)", versions=v,

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -216,6 +217,14 @@ struct Comparison {
     // missing evaluations. A comparison over incomplete legs never passes.
     std::vector<std::string> incomplete;
     bool completeness_judged = false;
+    // Each leg's stack, in leg order: the hello event's `versions` (package -> version; empty when the
+    // leg sent none). The report's "stacks" table (docs/legs.md "Upgrade check").
+    std::vector<std::map<std::string, std::string>> stacks;
+    std::vector<std::string> stack_implementations;  // each leg's implementation, in leg order
+    // The packages that legs of one implementation report in other versions, one entry each:
+    // "transformers 5.24.0 (reference) -> 5.17.0 (old)". Legs of other implementations are other
+    // stacks by design and not named. The verdict line ends with them.
+    std::vector<std::string> stack_differences() const;
     // Complete, no level failed, and every pair that counts (counts_for_run) equivalent or within the
     // seed envelope.
     bool passed() const;
@@ -234,7 +243,11 @@ struct Comparison {
     // leg "complete; one leg, nothing to cross-check" (or "complete; no pair of the run's own legs to
     // cross-check" when the other legs are unjudged imports). Unjudged imported pairs are named at
     // the end: "; not judged: <a>~<b> (+N more): an imported leg, no paired distance and no seed envelope".
+    // Legs of one implementation in other stacks end it with "; stacks differ: <stack_differences()>".
     std::string verdict() const;
+
+private:
+    std::string verdict_without_stacks() const;
 };
 
 // What a complete run holds for every leg (docs/report.md "Complete runs").

@@ -5,6 +5,7 @@
 #include "tandem/table.h"
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ using tandem::ReportFormat;
 using tandem::Table;
 
 std::vector<Table> report_tables(const Comparison& c, const Thresholds& t = {});
+// Each leg's package versions (Comparison::stacks), one row per package, "differs" where legs report
+// other versions; nullopt when no leg reported versions. Table id "stacks".
+std::optional<Table> stacks_table(const Comparison& c);
 // The fault matrix's tables (docs/faults.md): "faults" (levels, first update caught), "fault-effects"
 // (held-out CE at the end), "fault-sizes" (--size-search only).
 std::vector<Table> fault_matrix_tables(const FaultMatrix& m);

@@ -32,6 +32,9 @@ struct LegPlan {
     std::vector<std::string> devices{};  // data-parallel ranks of a reference leg (device = devices[0]); empty: one
     std::string executor = "local";    // local (child process) | slurm (sbatch job), docs/cluster.md
     SlurmOptions slurm{};              // sbatch options (executor slurm)
+    // Python legs: the interpreter (python_of_environment of legs.<name>.python or --legs KIND@ENV);
+    // "" = the kind's default (the reference environment).
+    std::string python{};
 };
 
 // The executors a leg can run under: "local" (a child process of the runner) and "slurm" (docs/cluster.md).
@@ -39,7 +42,8 @@ const std::vector<std::string>& leg_executors();
 
 // The legs of a run from --legs and --devices: "engine,reference", "a=engine,b=engine", or names of
 // legs the experiment defines (its `legs` section); devices "cpu,cuda:0" are assigned round-robin
-// unless a definition names one. (`tandem run` without --legs runs the experiment's legs, else
+// unless a definition names one. A Python leg may name its interpreter with @ENV ("reference@/envs/old",
+// "old=reference@/envs/old/bin/python"); unnamed, such a leg is called KIND-<ENV's folder name>. (`tandem run` without --legs runs the experiment's legs, else
 // engine,reference.)
 std::vector<LegPlan> plan_legs(const std::string& legs, const std::string& devices,
                                const ExperimentSpec* spec = nullptr);

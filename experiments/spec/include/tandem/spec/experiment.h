@@ -106,6 +106,9 @@ struct ExperimentSpec {
         std::string name;
         std::string implementation;        // a leg kind (tandem/spec/leg_kinds.h): engine, reference, ...
         std::vector<std::string> command;  // command legs only
+        // Python legs (LegKind::takes_python): the interpreter or environment folder it runs in, as
+        // written (tandem/spec/leg_kinds.h python_of_environment resolves it); "" = the reference environment.
+        std::string python;
         std::string device;                // "" = from --devices
         std::optional<std::vector<FaultSwitch>> faults;  // engine legs only; replaces the spec's `faults`
         // Data-parallel ranks of a reference leg, one per entry ("cpu", "cpu" or "cuda:0", "cuda:1"):

@@ -19,7 +19,17 @@ struct LegKind {
     bool takes_faults = false;   // faults are injected into it (docs/faults.md)
     bool takes_ranks = false;    // legs.<name>.devices: data-parallel ranks, one process each
     double host_overhead_bytes = 0;  // preflight: the process's memory besides the model's tensors
+    // Runs in a Python interpreter the leg may name (legs.<name>.python, `--legs KIND@ENV`); for a command
+    // leg the interpreter is its {python} placeholder. Preflight checks that the interpreter exists and
+    // has the distributions in python_packages (docs/legs.md "Upgrade check").
+    bool takes_python = false;
+    std::vector<std::string> python_packages{};
 };
+
+// The interpreter ENV names: ENV/bin/python when ENV is a folder (a venv, a conda environment), else
+// ENV itself; absolute, symbolic links kept (a venv's bin/python is a link, and following it would
+// leave the venv).
+std::string python_of_environment(const std::string& env);
 
 // Every kind, in the order of docs/legs.md.
 const std::vector<LegKind>& leg_kinds();

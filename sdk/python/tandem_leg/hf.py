@@ -23,6 +23,9 @@ What it reports, and from where:
 - step per optimizer update from the Trainer's logs (set `logging_steps=1`): loss, grad_norm (pre-clip),
   learning_rate (the one the update used), wall time between step begin and end; `tokens` from
   `tokens_per_update` when given (else 0);
+- settings at train begin: the optimizer the Trainer built (per parameter group lr, betas, eps, weight
+  decay, its tensors; the schedule and its warmup; max_grad_norm), which tandem compares with the spec
+  before update 0 (settings=False leaves it out);
 - fingerprints (pair=True) on the experiment's `observe` updates, after that update's step;
 - timing: model_load_s and tokenize_s measured by the callback itself — the time spent inside
   `from_pretrained` (transformers models, peft adapters) and inside the tokenizer's `__call__` /
@@ -45,7 +48,7 @@ from transformers import TrainerCallback
 
 from . import __version__, peak_host_rss_bytes, process_age_s
 from .protocol import EventWriter, claim_stdout
-from .torch import PairingError, l2_digests, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
+from .torch import PairingError, l2_digests, optimizer_settings, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
 
 
 def plan_sampler(run):
@@ -141,7 +144,8 @@ def _leg_is_paired(run, leg):
 
 class TandemCallback(TrainerCallback):
     def __init__(self, run, args, implementation="hf-trainer", stack=None, heldout=None, tokens_per_update=None,
-                 events=None, versions=None, pair=False, hello_fields=None):
+                 events=None, versions=None, pair=False, hello_fields=None, settings=True,
+                 replay=True):
         import torch
         import transformers
 
@@ -152,6 +156,9 @@ class TandemCallback(TrainerCallback):
         self.tokens_per_update = tokens_per_update
         self.pair = pair
         self.pairing = None
+        # settings=False: no `settings` event (tandem then judges the optimizer by its numbers alone)
+        self.settings = settings
+        self.replay = replay
         self.eval_interval = int(run.spec["eval"]["interval"])
         self._timer = _SetupTimer()
         # None: what the callback measured; a number set by the script wins.
@@ -215,10 +222,14 @@ class TandemCallback(TrainerCallback):
             self.pairing.example_ids = lambda i: dataset[i]["input_ids"]
 
     # ---- Trainer events --------------------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, optimizer=None,
+                       lr_scheduler=None, **kw):
         self._timer.remove()
         self._pair(model, train_dataloader)
         self.events.emit("l2", tensors=l2_digests(model, self.run))
+        if self.settings and optimizer is not None:
+            # the optimizer the Trainer built from TrainingArguments, before update 0 (max_grad_norm 0: no clip)
+            self.events.emit("settings", **optimizer_settings(model, optimizer, lr_scheduler, clip=args.max_grad_norm))
         if self.heldout is not None:
             self._evaluate_now(model, 0)
         measured = self._timer.seconds
@@ -234,9 +245,11 @@ class TandemCallback(TrainerCallback):
         self._step_c0 = time.process_time()  # CPU time: the gate's step-time measure (docs/gate.md)
         self._lr = lr_scheduler.get_last_lr()[0] if lr_scheduler is not None else None
 
-    def on_pre_optimizer_step(self, args, state, control, **kw):
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kw):
         if self.pairing is not None:
             self.pairing.end_backward()
+            if optimizer is not None and self.replay:  # the Trainer has clipped: the step's own operands
+                self.pairing.before_optimizer_step(optimizer)
 
     def on_optimizer_step(self, args, state, control, **kw):
         if self.pairing is not None:

@@ -102,6 +102,9 @@ def main():
     ap.add_argument("--trainer-eval", action="store_true", help="held-out loss from Trainer.evaluate (eval_loss)")
     ap.add_argument("--test-bug", choices=sorted(TEST_BUGS), default=None,
                     help="TEST ONLY: commit one known training bug (the user-stack fault matrix)")
+    ap.add_argument("--micro-batch-dataset", action="store_true",
+                    help="feed ready-made micro-batches (an IterableDataset in plan.json's order) instead of a "
+                         "dataset indexed by record")
     ap.add_argument("--test-no-settings", action="store_true",
                     help="TEST ONLY: no settings event (what the numbers alone catch)")
     args = ap.parse_args()
@@ -113,7 +116,7 @@ def main():
     from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-    from tandem_leg.hf import TandemCallback, plan_sampler
+    from tandem_leg.hf import TandemCallback, plan_micro_batches, plan_sampler
 
     micro, accumulation, max_len, updates, prefix = batch_recipe(run, args.threads)
 
@@ -191,10 +194,21 @@ def main():
                                                    self.args.max_grad_norm)
                 return loss
 
+        train_dataset, collator, per_device = ByRecord(), collate, micro
+        if args.micro_batch_dataset:
+            class MicroBatches(torch.utils.data.IterableDataset):  # one ready-made micro-batch per item, in plan order
+                def __iter__(self):
+                    for mb in plan_micro_batches(run):
+                        yield collate([example(i) for i in mb])
+
+            # the Trainer batches items by 1 and the collator unwraps: each item is already a micro-batch
+            train_dataset, collator, per_device = MicroBatches(), (lambda items: items[0]), 1
+            cb.example_ids = lambda i: example(i)["input_ids"]  # what the plan check compares each row with
+
         opt, total = spec["optimizer"], len(updates)
         warmup = tandem_leg.warmup_updates(spec["schedule"]["warmup_fraction"], total)
         targs = TrainingArguments(
-            output_dir=os.path.join(run.leg_dir(args.leg), "trainer"), per_device_train_batch_size=micro,
+            output_dir=os.path.join(run.leg_dir(args.leg), "trainer"), per_device_train_batch_size=per_device,
             per_device_eval_batch_size=micro, gradient_accumulation_steps=accumulation, max_steps=total,
             learning_rate=float(opt["lr"]), adam_beta1=float(opt["betas"][0]), adam_beta2=float(opt["betas"][1]),
             adam_epsilon=float(opt["eps"]) * (100 if bug == "adamw-eps-x100" else 1),
@@ -205,7 +219,7 @@ def main():
             label_smoothing_factor=0.1 if bug == "label-smoothing" else 0.0, save_strategy="no", report_to=[],
             eval_strategy="steps" if args.trainer_eval else "no", eval_steps=int(spec["eval"]["interval"]),
             remove_unused_columns=False, use_cpu=args.device == "cpu", seed=run.seed("dropout"), disable_tqdm=True)
-        trainer = PlanTrainer(model=model, args=targs, data_collator=collate, train_dataset=ByRecord(),
+        trainer = PlanTrainer(model=model, args=targs, data_collator=collator, train_dataset=train_dataset,
                               eval_dataset=[example(i) for i in prefix], callbacks=[cb])
         if bug == "ga-mean-of-means":
             trainer.model_accepts_loss_kwargs = False  # the Trainer then divides each micro-batch's mean by GA

@@ -62,7 +62,8 @@ def run_dir(tmp_path_factory):
 def legs(run_dir):
     out = {}
     for name, script, extra in (("reference", REFERENCE, ()), ("hf", HF, ()), ("loop", LOOP, ()),
-                                ("hf-native", HF, ()), ("hf-wd", HF, ("--test-bug", "weight-decay"))):
+                                ("hf-native", HF, ()), ("hf-wd", HF, ("--test-bug", "weight-decay")),
+                                ("hf-mb", HF, ("--micro-batch-dataset",))):
         rc, events, err = leg(script, run_dir, name, *extra)
         assert rc == 0, (name, err[-3000:])
         out[name] = events
@@ -111,7 +112,7 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
-@pytest.mark.parametrize("name", ["hf", "loop"])
+@pytest.mark.parametrize("name", ["hf", "loop", "hf-mb"])
 def test_paired_legs_reproduce_the_reference_per_update(legs, name):
     ref, mine = legs["reference"], legs[name]
     rs, ms = kinds(ref, "step"), kinds(mine, "step")
@@ -274,3 +275,41 @@ def test_a_plain_loop_that_leaves_the_plan_is_named(run_dir):
     attn = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
     with pytest.raises(PairingError, match=r"micro-batch 0 row 0 is not right-padded"):
         pairing.begin_micro_batch(ids, attn, None, records=planned)
+
+
+def test_the_plan_check_compares_the_tokens_fed_up_to_each_records_length(run_dir):
+    """The Trainer's plan check (the callback sets example_ids: record -> its dataset tokens): a row is its
+    record when its first len(record) tokens are the record's, whatever the attention mask says over the
+    padding after them — an all-ones mask over right padding passes; a mask that hides one of the record's
+    tokens is named as the attention mask, not as another record."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run = tandem_leg.RunFolder(run_dir)
+    planned = run.plan_updates()[0][0]
+    records = {r: [10 + r, 20 + r, 30 + r][: 2 + (k % 2)] for k, r in enumerate(planned)}  # lengths 2 and 3
+    width = max(len(v) for v in records.values())
+    ids = torch.full((len(planned), width), 7, dtype=torch.long)
+    for b, r in enumerate(planned):
+        ids[b, :len(records[r])] = torch.tensor(records[r])
+
+    def pairing_for(name):
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run.base_dir), run.init_dir,
+                                          is_trainable=True)
+        p = pair(model, run, name)
+        p.example_ids = lambda r: records[r]
+        p.begin_update(0)
+        return p
+
+    pairing_for("ones").begin_micro_batch(ids, torch.ones_like(ids), None)  # all ones: passes
+    hide = torch.ones_like(ids)
+    short = min(range(len(planned)), key=lambda b: len(records[planned[b]]))
+    hide[short, 1] = 0
+    with pytest.raises(PairingError, match=rf"micro-batch 0 row {short} holds record {planned[short]}'s "
+                                           rf"{len(records[planned[short]])} tokens but its attention mask hides 1 of "
+                                           r"them \(first at position 1\): the attention mask differs, not the tokens"):
+        pairing_for("hidden").begin_micro_batch(ids, hide, None)
+    other = ids.clone()
+    other[0, 0] += 1
+    with pytest.raises(PairingError, match=r"row 0 is not record \d+ of plan.json"):
+        pairing_for("other").begin_micro_batch(other, torch.ones_like(ids), None)

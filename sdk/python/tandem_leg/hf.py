@@ -51,6 +51,12 @@ from .protocol import EventWriter, claim_stdout
 from .torch import PairingError, l2_digests, optimizer_settings, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
 
 
+def plan_micro_batches(run):
+    """plan.json's micro-batches in order (update by update): the record indices of each, for a pipeline
+    that feeds ready-made micro-batches (an IterableDataset yielding one padded batch per item)."""
+    return [[int(i) for i in mb] for u in run.plan_updates() for mb in u]
+
+
 def plan_sampler(run):
     """A torch Sampler yielding plan.json's record indices in order, micro-batch by micro-batch: with the
     Trainer's batch size = batch.micro_batch and gradient accumulation = batch.accumulation, micro-batch m
@@ -145,7 +151,7 @@ def _leg_is_paired(run, leg):
 class TandemCallback(TrainerCallback):
     def __init__(self, run, args, implementation="hf-trainer", stack=None, heldout=None, tokens_per_update=None,
                  events=None, versions=None, pair=False, hello_fields=None, settings=True,
-                 replay=True):
+                 replay=True, example_ids=None):
         import torch
         import transformers
 
@@ -159,6 +165,9 @@ class TandemCallback(TrainerCallback):
         # settings=False: no `settings` event (tandem then judges the optimizer by its numbers alone)
         self.settings = settings
         self.replay = replay
+        # record index -> the token ids your pipeline feeds for it: what the plan check compares each row
+        # with; None: train_dataset[i]["input_ids"] (a dataset indexed by record)
+        self.example_ids = example_ids
         self.eval_interval = int(run.spec["eval"]["interval"])
         self._timer = _SetupTimer()
         # None: what the callback measured; a number set by the script wins.
@@ -216,9 +225,15 @@ class TandemCallback(TrainerCallback):
         self.pairing = pair_model(model, self.run, self.leg)
         dataset = getattr(train_dataloader, "dataset", None)
         if self.pairing.updates is not None:
-            if dataset is None:
-                raise PairingError(f"leg {self.leg}: the Trainer's train DataLoader has no dataset to check the plan "
-                                   "against")
+            if self.example_ids is not None:
+                self.pairing.example_ids = self.example_ids
+                return
+            import torch
+
+            if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset):
+                raise PairingError(f"leg {self.leg}: the train dataset is not indexed by record (an IterableDataset, "
+                                   "or none): pass TandemCallback(example_ids=...) (record index -> the token ids you "
+                                   "feed for it) so every micro-batch can be checked against plan.json")
             self.pairing.example_ids = lambda i: dataset[i]["input_ids"]
 
     # ---- Trainer events --------------------------------------------------------------------------------

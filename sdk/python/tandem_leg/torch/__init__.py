@@ -94,6 +94,8 @@ def _schedule_of(lr_scheduler):
     for any other. A cosine with num_cycles other than 0.5 is not the spec's curve: named with it."""
     if lr_scheduler is None:
         return "none", None, None
+    while not hasattr(lr_scheduler, "lr_lambdas") and hasattr(lr_scheduler, "scheduler"):  # accelerate's wrapper
+        lr_scheduler = lr_scheduler.scheduler
     lambdas = getattr(lr_scheduler, "lr_lambdas", None) or [None]
     fn = lambdas[0]
     name = _SCHEDULE_LAMBDAS.get(getattr(getattr(fn, "func", None), "__name__", ""), None)
@@ -106,6 +108,14 @@ def _schedule_of(lr_scheduler):
     return name, (int(warmup) if warmup is not None else None), (int(total) if total is not None else None)
 
 
+def unwrap_optimizer(optimizer):
+    """The torch optimizer inside a wrapper (accelerate's AcceleratedOptimizer, which a Trainer hands its
+    callbacks, keeps it as .optimizer)."""
+    while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
 def optimizer_settings(model, optimizer, lr_scheduler=None, clip=None, schedule=None, warmup_updates=None):
     """The optimizer as the leg built it, as the `settings` event's fields (docs/leg-protocol.md): per
     parameter group its base lr, the lr it holds for update 0 (the scheduler has set it), betas, eps,
@@ -115,6 +125,7 @@ def optimizer_settings(model, optimizer, lr_scheduler=None, clip=None, schedule=
     before the first optimizer.step(). tandem compares it with the spec before update 0: the settings
     a Trainer takes from TrainingArguments (weight_decay, adam_epsilon, ...) move the first updates by
     less than any float32 bound can see, so they are read, not inferred."""
+    optimizer = unwrap_optimizer(optimizer)
     names = {id(p): n for n, p in model.named_parameters()}
     groups, optimized = [], set()
     first = optimizer.param_groups[0] if optimizer.param_groups else {}
@@ -412,7 +423,7 @@ class Pairing:
         total = len(self.updates) if self.updates is not None else len(self.run.plan_updates())
         lr = cosine_with_warmup_lr(float(spec["optimizer"]["lr"]), self._update,
                                    warmup_updates(spec["schedule"]["warmup_fraction"], total), total)
-        self.replay.before_step(optimizer, self._update, lr)
+        self.replay.before_step(unwrap_optimizer(optimizer), self._update, lr)
 
     def end_update(self):
         """After optimizer.step(): the optimizer's points of an observed update, kept for emit_fingerprints;

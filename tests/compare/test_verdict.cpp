@@ -724,3 +724,32 @@ TEST(Settings, ADifferenceMakesThePairDifferentBeforeUpdate0AndANonReportingLegI
     c.completeness_judged = true;
     EXPECT_EQ(c.verdict().rfind("different: settings hf~reference: hf's optimizer (before update 0): eps 1e-06", 0), 0u) << c.verdict();
 }
+
+// A leg's replayed optimizer steps (optimizer_check): beyond 1 at an update makes the pair `different` there,
+// named with the ratio and the tensor, paired or not; within, the equivalent reason gives the largest.
+TEST(Settings, AReplayedStepBeyondItsBoundIsDifferentAtItsUpdate) {
+    ExperimentSpec spec;
+    spec.model_config = "tiny";
+    spec.dropout_masks = "shared";
+    LegData r = leg_with("reference", "reference", curve(0.0));
+    LegData e = leg_with("hf", "hf-trainer", curve(0.0));
+    auto check = [](int64_t u, nlohmann::json ratio) {
+        return nlohmann::json{{"update", u}, {"max_ratio", ratio}, {"tensor", "l.0.q_proj.lora_A.weight"}, {"over", 7},
+                              {"elements", 100}, {"tensors", 2}};
+    };
+    e.trace.optimizer_checks = nlohmann::json::array({check(0, 0.25), check(1, 0.5)});
+    Comparison ok = compare_legs({e, r}, spec);
+    EXPECT_EQ(ok.l4[0].verdict, PairVerdict::Equivalent) << ok.l4[0].verdict_reason;
+    EXPECT_NE(ok.l4[0].verdict_reason.find("hf's optimizer steps as the spec's AdamW at 2 replayed updates (largest 0.5 of the float32 bound)"),
+              std::string::npos) << ok.l4[0].verdict_reason;
+    e.trace.optimizer_checks = nlohmann::json::array({check(0, 0.25), check(1, 17.0)});
+    Comparison bad = compare_legs({e, r}, spec);
+    EXPECT_EQ(bad.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(bad.l4[0].first_different_update, 1);
+    EXPECT_EQ(bad.l4[0].verdict_reason.rfind("hf~reference: L4 optimizer step of hf at update 1: 17x its float32 bound (the spec's AdamW "
+                                             "replayed on the leg's own gradient, moments and parameters; 7 of 100 elements over, "
+                                             "largest at l.0.q_proj.lora_A.weight)", 0), 0u)
+        << bad.l4[0].verdict_reason;
+    e.trace.optimizer_checks = nlohmann::json::array({check(0, "Infinity")});
+    EXPECT_EQ(compare_legs({e, r}, spec).l4[0].first_different_update, 0);
+}

@@ -111,7 +111,8 @@ def _schedule_of(lr_scheduler):
 def unwrap_optimizer(optimizer):
     """The torch optimizer inside a wrapper (accelerate's AcceleratedOptimizer, which a Trainer hands its
     callbacks, keeps it as .optimizer)."""
-    while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
+    # AcceleratedOptimizer is itself a torch Optimizer subclass: unwrap while it holds one
+    while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
         optimizer = optimizer.optimizer
     return optimizer
 

@@ -47,6 +47,10 @@ TEST_BUGS = {
     "adamw-eps-x100": "AdamW eps 100 times the experiment's",
     "pad-labelled": "padding tokens are labels",
     "weight-decay": "AdamW weight decay 0.01 where the experiment says 0",
+    "label-smoothing": "label_smoothing_factor 0.1 (the Trainer's label smoother takes the labels before the model sees them)",
+    # harmless: the same numbers, which pairing must not refuse
+    "attention-mask-all-ones": "an attention mask of ones over the right padding too (a causal model's real "
+                               "positions never see the padding after them)",
     # wiring that would leave the leg unpaired: refused at the first update, never judged as paired
     "shuffled-sampler": "the Trainer's own shuffling sampler instead of plan_sampler(run)",
     "pair-off": "TandemCallback(pair=False) on a leg the experiment pairs (peft's own dropout, no plan check)",
@@ -98,6 +102,11 @@ def main():
     ap.add_argument("--trainer-eval", action="store_true", help="held-out loss from Trainer.evaluate (eval_loss)")
     ap.add_argument("--test-bug", choices=sorted(TEST_BUGS), default=None,
                     help="TEST ONLY: commit one known training bug (the user-stack fault matrix)")
+    ap.add_argument("--micro-batch-dataset", action="store_true",
+                    help="feed ready-made micro-batches (an IterableDataset in plan.json's order) instead of a "
+                         "dataset indexed by record")
+    ap.add_argument("--test-no-settings", action="store_true",
+                    help="TEST ONLY: no settings event (what the numbers alone catch)")
     args = ap.parse_args()
     bug = args.test_bug
     run = tandem_leg.RunFolder(args.run)
@@ -107,7 +116,7 @@ def main():
     from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-    from tandem_leg.hf import TandemCallback, plan_sampler
+    from tandem_leg.hf import TandemCallback, plan_micro_batches, plan_sampler
 
     micro, accumulation, max_len, updates, prefix = batch_recipe(run, args.threads)
 
@@ -127,6 +136,8 @@ def main():
         for b, x in enumerate(examples):
             n = len(x["input_ids"])
             ids[b, :n], att[b, :n], lab[b, :n] = torch.tensor(x["input_ids"]), 1, torch.tensor(x["labels"])
+        if bug == "attention-mask-all-ones":
+            att[:] = 1
         return {"input_ids": ids, "attention_mask": att, "labels": lab}
 
     def heldout(model):
@@ -144,7 +155,8 @@ def main():
 
     # First, so that it times the model load and the tokenization itself; pair=True: shared masks + plan.
     cb = TandemCallback(run, args, implementation="hf-trainer", heldout=None if args.trainer_eval else heldout,
-                        pair=bug != "pair-off", hello_fields={"test_fault": bug} if bug else None)
+                        pair=bug != "pair-off", hello_fields={"test_fault": bug} if bug else None,
+                        settings=not args.test_no_settings)
     try:
         tok = AutoTokenizer.from_pretrained(run.tokenizer_dir, local_files_only=True)
         if bug == "generic-template":
@@ -182,20 +194,32 @@ def main():
                                                    self.args.max_grad_norm)
                 return loss
 
+        train_dataset, collator, per_device = ByRecord(), collate, micro
+        if args.micro_batch_dataset:
+            class MicroBatches(torch.utils.data.IterableDataset):  # one ready-made micro-batch per item, in plan order
+                def __iter__(self):
+                    for mb in plan_micro_batches(run):
+                        yield collate([example(i) for i in mb])
+
+            # the Trainer batches items by 1 and the collator unwraps: each item is already a micro-batch
+            train_dataset, collator, per_device = MicroBatches(), (lambda items: items[0]), 1
+            cb.example_ids = lambda i: example(i)["input_ids"]  # what the plan check compares each row with
+
         opt, total = spec["optimizer"], len(updates)
         warmup = tandem_leg.warmup_updates(spec["schedule"]["warmup_fraction"], total)
         targs = TrainingArguments(
-            output_dir=os.path.join(run.leg_dir(args.leg), "trainer"), per_device_train_batch_size=micro,
+            output_dir=os.path.join(run.leg_dir(args.leg), "trainer"), per_device_train_batch_size=per_device,
             per_device_eval_batch_size=micro, gradient_accumulation_steps=accumulation, max_steps=total,
             learning_rate=float(opt["lr"]), adam_beta1=float(opt["betas"][0]), adam_beta2=float(opt["betas"][1]),
             adam_epsilon=float(opt["eps"]) * (100 if bug == "adamw-eps-x100" else 1),
             weight_decay=0.01 if bug == "weight-decay" else float(opt["weight_decay"]), optim="adamw_torch",
             lr_scheduler_type="linear" if bug == "linear-schedule" else "cosine",
             warmup_steps=warmup + (1 if bug == "warmup-plus-one" else 0),
-            max_grad_norm=float(spec["clip"]), logging_steps=1, save_strategy="no", report_to=[],
+            max_grad_norm=float(spec["clip"]), logging_steps=1,
+            label_smoothing_factor=0.1 if bug == "label-smoothing" else 0.0, save_strategy="no", report_to=[],
             eval_strategy="steps" if args.trainer_eval else "no", eval_steps=int(spec["eval"]["interval"]),
             remove_unused_columns=False, use_cpu=args.device == "cpu", seed=run.seed("dropout"), disable_tqdm=True)
-        trainer = PlanTrainer(model=model, args=targs, data_collator=collate, train_dataset=ByRecord(),
+        trainer = PlanTrainer(model=model, args=targs, data_collator=collator, train_dataset=train_dataset,
                               eval_dataset=[example(i) for i in prefix], callbacks=[cb])
         if bug == "ga-mean-of-means":
             trainer.model_accepts_loss_kwargs = False  # the Trainer then divides each micro-batch's mean by GA

@@ -123,6 +123,8 @@ def main():
                                       weight_decay=float(opt["weight_decay"]))
         total = len(updates)
         scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(spec["schedule"]["warmup_fraction"] * total), total)
+        # what this loop actually built (tandem compares it with the spec before update 0)
+        pairing.report_settings(events, optimizer, scheduler, clip=float(spec["clip"]))
         model.train()
         train_s = 0.0
         for u, micro_batches in enumerate(updates):
@@ -140,6 +142,7 @@ def main():
             pairing.end_backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, float(spec["clip"])))
             lr = scheduler.get_last_lr()[0]
+            pairing.before_optimizer_step(optimizer)  # the step's operands, replayed with the spec's AdamW
             optimizer.step()
             pairing.end_update()
             scheduler.step()

@@ -295,7 +295,8 @@ def run_leg(args, rank=0, world=1):
 
     # The shared dropout masks, the fingerprint hooks and the L2 digests: the same code a paired user
     # leg runs (tandem_leg.torch, docs/legs.md).
-    from tandem_leg.torch import MaskContext, fingerprint, install_shared_masks, l2_digests
+    from tandem_leg.torch import MaskContext, fingerprint, install_shared_masks, l2_digests, optimizer_settings
+    from tandem_leg.torch.replay import OptimizerReplay
 
     run = RunFolder(args.run)
     spec = run.spec
@@ -383,6 +384,8 @@ def run_leg(args, rank=0, world=1):
                                   foreach=False, fused=False)
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_updates)
     clip = float(spec["clip"])
+    # the step replayed with the spec's AdamW on this leg's own operands (docs/thresholds.md)
+    replay = OptimizerReplay(model, spec)
     eval_interval = int(spec["eval"]["interval"])
     ckpt_interval = int(spec.get("checkpoint", {}).get("interval", 0) or 0)
     micro_batch = int(spec["batch"]["micro_batch"])
@@ -422,6 +425,8 @@ def run_leg(args, rank=0, world=1):
     elif ranks.lead:
         # L2: every tensor after load, in the files' names, sorted; base weights then adapter.
         emit("l2", tensors=l2_digests(model, run))
+        # the optimizer as built (checked against the spec like every leg's; docs/leg-protocol.md "settings")
+        emit("settings", **optimizer_settings(model, optimizer, scheduler, clip=clip))
 
         # L3: the first K records of records.jsonl as this leg renders and tokenizes them.
         l3 = [encoded[i].l3_record() for i in range(l3_count)]
@@ -473,7 +478,11 @@ def run_leg(args, rank=0, world=1):
         (loss_total,) = ranks.sum_float64([loss_total])
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=False)
         lr = scheduler.get_last_lr()[0]
+        replayed = ranks.lead and (u <= 1 or observes(u))  # as tandem_leg.torch.Pairing replays
+        if replayed:
+            replay.before_step(optimizer, u, lr)
         optimizer.step()
+        check = replay.after_step() if replayed else None
         scheduler.step()
         if observed:
             hooks.record_optimizer()
@@ -491,6 +500,8 @@ def run_leg(args, rank=0, world=1):
                      ranks.lead)
         if observed:
             emit("fingerprints", update=u, points=hooks.points)
+        if check is not None:
+            emit("optimizer_check", **check)
         done = u + 1
         if done % eval_interval == 0 or done == total_updates:
             ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device, ranks)

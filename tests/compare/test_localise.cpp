@@ -135,6 +135,32 @@ TEST(Localise, CleanPairHasNoDivergence) {
     EXPECT_NE(l.summary().find("no divergence"), std::string::npos);
 }
 
+// A leg that records no head points (a label smoother took the labels before the model's loss): the
+// sites it lacks are named with what could not be compared, whatever the verdict on the common points.
+TEST(Localise, SitesOneLegLacksAreNamed) {
+    std::vector<FingerprintRow> mine;
+    size_t dropped = 0;
+    for (const auto& r : clean()) {
+        if (r.op == "labels" || r.op == "ce" || r.op == "final_norm") {
+            ++dropped;
+            continue;
+        }
+        mine.push_back(r);
+    }
+    ASSERT_GT(dropped, 0u);
+    const Localisation l = tandem::experiments::localise(mine, clean(), "mine", "reference");
+    EXPECT_FALSE(l.diverged()) << l.summary();
+    EXPECT_EQ(l.only_b, dropped);
+    const std::string s = l.summary();
+    EXPECT_NE(s.find("; mine records no fingerprints at "), std::string::npos) << s;
+    for (const char* site : {"labels (forward)", "ce (forward)", "final_norm (forward)", "final_norm (backward)"})
+        EXPECT_NE(s.find(site), std::string::npos) << site << ": " << s;
+    EXPECT_NE(s.find(std::to_string(dropped) + " points reference recorded were not compared"), std::string::npos) << s;
+    EXPECT_NE(s.find("a label smoother"), std::string::npos) << s;
+    // both legs with the same sites: nothing said
+    EXPECT_EQ(tandem::experiments::localise(clean(), clean(), "a", "b").blind_spots(), "");
+}
+
 // attention: GQA query head h reads kv head h % KV instead of h / (H / KV)
 TEST(Localise, AttentionKvMapping) {
     Injection s;

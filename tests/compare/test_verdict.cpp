@@ -629,3 +629,127 @@ TEST(Envelope, ACleanLegLeavesTheBandsInAlphaOfSimulatedTrials) {
     EXPECT_NEAR(static_cast<double>(outside) / kTrials, kEnvelopeAlpha, 0.014);
     EXPECT_NEAR(static_cast<double>(outside_family) / kTrials, 0.025, 0.010);
 }
+
+// The optimizer settings a leg reports (its `settings` event) against the spec: each difference named
+// with the spec's value; the spec's own recipe (docs/spec.md §Recipe: cosine, ceil(0.03 T) warmup, lr
+// 0 at update 0) has none; a leg that does not report is not judged on it.
+namespace {
+nlohmann::json recipe_settings(const ExperimentSpec& spec, int64_t total) {
+    const int64_t warmup = static_cast<int64_t>(std::ceil(spec.warmup_fraction * static_cast<double>(total)));
+    return {{"optimizer", "AdamW"},
+            {"decoupled_weight_decay", true},
+            {"schedule", "cosine"},
+            {"warmup_updates", warmup},
+            {"total_updates", total},
+            {"clip", spec.clip},
+            {"groups", {{{"lr", spec.lr}, {"lr_update0", 0.0}, {"betas", {spec.beta1, spec.beta2}}, {"eps", spec.eps},
+                         {"weight_decay", spec.weight_decay}, {"tensors", {"l.0.q_proj.lora_A.weight", "l.0.q_proj.lora_B.weight"}}}}}};
+}
+}  // namespace
+
+TEST(Settings, EachDifferenceFromTheSpecIsNamed) {
+    ExperimentSpec spec;
+    const int64_t total = 6;
+    EXPECT_TRUE(settings_differences(recipe_settings(spec, total), spec, total).empty());
+
+    auto with = [&](auto change) {
+        nlohmann::json s = recipe_settings(spec, total);
+        change(s);
+        return settings_differences(s, spec, total);
+    };
+    auto wd = with([](nlohmann::json& s) { s["groups"][0]["weight_decay"] = 0.01; });
+    ASSERT_EQ(wd.size(), 1u);
+    EXPECT_EQ(wd[0], "weight_decay 0.01 on 2 adapter tensors; the spec says 0");
+    auto eps = with([](nlohmann::json& s) { s["groups"][0]["eps"] = 1e-6; });
+    ASSERT_EQ(eps.size(), 1u);
+    EXPECT_EQ(eps[0], "eps 1e-06 on 2 adapter tensors; the spec says 1e-08");
+    // float32 rounding of a setting is not a difference (a leg may hold them in float32)
+    EXPECT_TRUE(with([](nlohmann::json& s) { s["groups"][0]["eps"] = static_cast<double>(1e-8f); }).empty());
+    auto lin = with([](nlohmann::json& s) { s["schedule"] = "linear"; });
+    ASSERT_EQ(lin.size(), 1u);
+    EXPECT_EQ(lin[0].rfind("schedule linear; the spec says cosine", 0), 0u);
+    auto warm = with([](nlohmann::json& s) { s["warmup_updates"] = 2; });
+    ASSERT_EQ(warm.size(), 1u);
+    EXPECT_EQ(warm[0], "warmup 2 updates; the spec says 1 (ceil(0.03 x 6))");
+    auto lr0 = with([](nlohmann::json& s) { s["groups"][0]["lr_update0"] = 1e-4; });
+    ASSERT_EQ(lr0.size(), 1u);
+    EXPECT_EQ(lr0[0], "lr 0.0001 at update 0 on 2 adapter tensors; the spec's schedule says 0");
+    auto noclip = with([](nlohmann::json& s) { s["clip"] = nullptr; });
+    ASSERT_EQ(noclip.size(), 1u);
+    EXPECT_EQ(noclip[0], "no gradient clipping; the spec clips the global norm at 1");
+    // torch's Adam with weight decay adds it to the gradient (an L2 penalty): not AdamW
+    auto adam = with([](nlohmann::json& s) {
+        s["optimizer"] = "Adam";
+        s["decoupled_weight_decay"] = false;
+        s["groups"][0]["weight_decay"] = 0.01;
+    });
+    ASSERT_EQ(adam.size(), 2u);
+    EXPECT_EQ(adam[0], "optimizer Adam (weight decay added to the gradient); the spec says AdamW (decoupled weight decay)");
+    // two groups: each named with its own tensors; an empty group steps nothing
+    auto groups = with([](nlohmann::json& s) {
+        auto g = s["groups"][0];
+        g["weight_decay"] = 0.01;
+        g["tensors"] = {"l.1.q_proj.lora_A.weight"};
+        s["groups"].push_back(g);
+        s["groups"].push_back({{"lr", 1.0}, {"lr_update0", 1.0}, {"betas", {0.5, 0.5}}, {"eps", 1.0}, {"weight_decay", 1.0},
+                               {"tensors", nlohmann::json::array()}});
+    });
+    ASSERT_EQ(groups.size(), 1u);
+    EXPECT_EQ(groups[0], "weight_decay 0.01 on 1 adapter tensor; the spec says 0");
+}
+
+TEST(Settings, ADifferenceMakesThePairDifferentBeforeUpdate0AndANonReportingLegIsNotJudgedOnIt) {
+    ExperimentSpec spec;
+    spec.model_config = "tiny";
+    spec.dropout_masks = "shared";  // paired: within every bound, so only the settings can fail it
+    LegData r = leg_with("reference", "reference", curve(0.0));
+    LegData e = leg_with("hf", "hf-trainer", curve(0.0));
+    r.trace.settings = recipe_settings(spec, 4);
+    Comparison none = compare_legs({e, r}, spec, {}, std::nullopt, {}, 4);
+    ASSERT_EQ(none.settings.size(), 2u);
+    EXPECT_FALSE(none.settings[0].reported);
+    EXPECT_TRUE(none.settings[1].reported && none.settings[1].pass());
+    EXPECT_TRUE(none.failures.empty());
+    EXPECT_EQ(none.l4[0].verdict, PairVerdict::Equivalent) << none.l4[0].verdict_reason;
+
+    e.trace.settings = recipe_settings(spec, 4);
+    (*e.trace.settings)["groups"][0]["weight_decay"] = 0.01;
+    (*e.trace.settings)["groups"][0]["eps"] = 1e-6;
+    Comparison c = compare_legs({e, r}, spec, {}, std::nullopt, {}, 4);
+    EXPECT_EQ(c.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(c.l4[0].first_different_update, 0);
+    ASSERT_EQ(c.failures.size(), 1u);
+    EXPECT_EQ(c.failures[0], "settings hf~reference: hf's optimizer (before update 0): eps 1e-06 on 2 adapter tensors; the "
+                             "spec says 1e-08; also weight_decay 0.01 on 2 adapter tensors; the spec says 0");
+    c.completeness_judged = true;
+    EXPECT_EQ(c.verdict().rfind("different: settings hf~reference: hf's optimizer (before update 0): eps 1e-06", 0), 0u) << c.verdict();
+}
+
+// A leg's replayed optimizer steps (optimizer_check): beyond 1 at an update makes the pair `different` there,
+// named with the ratio and the tensor, paired or not; within, the equivalent reason gives the largest.
+TEST(Settings, AReplayedStepBeyondItsBoundIsDifferentAtItsUpdate) {
+    ExperimentSpec spec;
+    spec.model_config = "tiny";
+    spec.dropout_masks = "shared";
+    LegData r = leg_with("reference", "reference", curve(0.0));
+    LegData e = leg_with("hf", "hf-trainer", curve(0.0));
+    auto check = [](int64_t u, nlohmann::json ratio) {
+        return nlohmann::json{{"update", u}, {"max_ratio", ratio}, {"tensor", "l.0.q_proj.lora_A.weight"}, {"over", 7},
+                              {"elements", 100}, {"tensors", 2}};
+    };
+    e.trace.optimizer_checks = nlohmann::json::array({check(0, 0.25), check(1, 0.5)});
+    Comparison ok = compare_legs({e, r}, spec);
+    EXPECT_EQ(ok.l4[0].verdict, PairVerdict::Equivalent) << ok.l4[0].verdict_reason;
+    EXPECT_NE(ok.l4[0].verdict_reason.find("hf's optimizer steps as the spec's AdamW at 2 replayed updates (largest 0.5 of the float32 bound)"),
+              std::string::npos) << ok.l4[0].verdict_reason;
+    e.trace.optimizer_checks = nlohmann::json::array({check(0, 0.25), check(1, 17.0)});
+    Comparison bad = compare_legs({e, r}, spec);
+    EXPECT_EQ(bad.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(bad.l4[0].first_different_update, 1);
+    EXPECT_EQ(bad.l4[0].verdict_reason.rfind("hf~reference: L4 optimizer step of hf at update 1: 17x its float32 bound (the spec's AdamW "
+                                             "replayed on the leg's own gradient, moments and parameters; 7 of 100 elements over, "
+                                             "largest at l.0.q_proj.lora_A.weight)", 0), 0u)
+        << bad.l4[0].verdict_reason;
+    e.trace.optimizer_checks = nlohmann::json::array({check(0, "Infinity")});
+    EXPECT_EQ(compare_legs({e, r}, spec).l4[0].first_different_update, 0);
+}

@@ -190,3 +190,24 @@ TEST(LegProtocol, IntegersOutOfRangeAreNotConverted) {
     EXPECT_EQ(t.l3[0].index, -1);
     EXPECT_EQ(t.l3[0].ids, (std::vector<int32_t>{1, -1, -1, -1}));
 }
+
+// settings: kept as sent (without v, event, t); optimizer_check: one per update, a repeat (a resumed leg)
+// replaces from its update on; a malformed one is kept in the malformed lines.
+TEST(LegProtocol, SettingsAndOptimizerChecksAreKept) {
+    LegTrace t;
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"settings","t":1.5,"optimizer":"AdamW","groups":[{"lr":1e-4,"weight_decay":0.01,"tensors":["a"]}],"clip":null,"schedule":"cosine"})"),
+              EventKind::Settings);
+    ASSERT_TRUE(t.settings.has_value());
+    EXPECT_FALSE(t.settings->contains("v") || t.settings->contains("event") || t.settings->contains("t"));
+    EXPECT_EQ((*t.settings)["groups"][0]["weight_decay"].get<double>(), 0.01);
+    EXPECT_TRUE((*t.settings)["clip"].is_null());
+    for (const char* line : {R"({"v":1,"event":"optimizer_check","update":0,"max_ratio":0.1,"tensor":"a","over":0,"elements":4,"tensors":1})",
+                             R"({"v":1,"event":"optimizer_check","update":1,"max_ratio":"Infinity","tensor":"a","over":4,"elements":4,"tensors":1})",
+                             R"({"v":1,"event":"optimizer_check","update":1,"max_ratio":0.2,"tensor":"a","over":0,"elements":4,"tensors":1})"})
+        EXPECT_EQ(apply_event_line(t, line), EventKind::OptimizerCheck);
+    ASSERT_EQ(t.optimizer_checks.size(), 2u);
+    EXPECT_EQ(t.optimizer_checks[1]["max_ratio"].get<double>(), 0.2);
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"optimizer_check","update":2,"max_ratio":"big"})"), EventKind::Malformed);
+    EXPECT_EQ(apply_event_line(t, R"({"v":1,"event":"settings","optimizer":"AdamW"})"), EventKind::Malformed);
+    EXPECT_EQ(t.malformed.size(), 2u);
+}

@@ -62,7 +62,8 @@ def run_dir(tmp_path_factory):
 def legs(run_dir):
     out = {}
     for name, script, extra in (("reference", REFERENCE, ()), ("hf", HF, ()), ("loop", LOOP, ()),
-                                ("hf-native", HF, ())):
+                                ("hf-native", HF, ()), ("hf-wd", HF, ("--test-bug", "weight-decay")),
+                                ("hf-mb", HF, ("--micro-batch-dataset",))):
         rc, events, err = leg(script, run_dir, name, *extra)
         assert rc == 0, (name, err[-3000:])
         out[name] = events
@@ -111,7 +112,7 @@ def close(a, b, rel):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
-@pytest.mark.parametrize("name", ["hf", "loop"])
+@pytest.mark.parametrize("name", ["hf", "loop", "hf-mb"])
 def test_paired_legs_reproduce_the_reference_per_update(legs, name):
     ref, mine = legs["reference"], legs[name]
     rs, ms = kinds(ref, "step"), kinds(mine, "step")
@@ -161,6 +162,73 @@ def test_the_callback_times_model_load_and_tokenization_itself(legs):
     assert setup["setup_s"] >= setup["model_load_s"] + setup["tokenize_s"], setup
 
 
+@pytest.mark.parametrize("name", ["reference", "hf", "loop"])
+def test_every_leg_reports_the_optimizer_it_built_before_update_0(legs, run_dir, name):
+    """The `settings` event, before the first step, against the run's spec (the oracle: experiment.json)
+    and the model's trainable tensors (every adapter tensor, each in one group)."""
+    events = legs[name]
+    (s,) = kinds(events, "settings")
+    assert events.index(s) < events.index(kinds(events, "step")[0])
+    spec = tandem_leg.RunFolder(run_dir).spec
+    total = len(tandem_leg.RunFolder(run_dir).plan_updates())
+    opt = spec["optimizer"]
+    assert s["optimizer"] == "AdamW" and s["decoupled_weight_decay"] is True and s["amsgrad"] is False, s
+    assert s["schedule"] == "cosine" and s["warmup_updates"] == tandem_leg.warmup_updates(
+        spec["schedule"]["warmup_fraction"], total) and s["total_updates"] == total, s
+    assert s["clip"] == spec["clip"] and s["not_optimized"] == [], s
+    tensors = [t for g in s["groups"] for t in g["tensors"]]
+    (l2,) = kinds(events, "l2")
+    adapter = [d for d in l2["tensors"] if d["kind"] == "adapter"]
+    assert len(tensors) == len(set(tensors)) == len(adapter) and all("lora_" in t for t in tensors), tensors[:3]
+    for g in s["groups"]:
+        if g["tensors"]:
+            assert g["lr"] == opt["lr"] and g["betas"] == opt["betas"] and g["eps"] == opt["eps"], g
+            assert g["weight_decay"] == opt["weight_decay"] and g["lr_update0"] == kinds(events, "step")[0]["lr"], g
+
+
+def test_a_trainer_with_weight_decay_reports_it_on_its_adapter_tensors(legs):
+    """TrainingArguments(weight_decay=0.01): the Trainer's decay group holds every adapter tensor (names
+    without bias/norm), its no-decay group none; the event says so (tandem names it: tests/compare)."""
+    (s,) = kinds(legs["hf-wd"], "settings")
+    decayed = [t for g in s["groups"] if g["weight_decay"] == 0.01 for t in g["tensors"]]
+    (l2,) = kinds(legs["hf-wd"], "l2")
+    assert len(decayed) == len([d for d in l2["tensors"] if d["kind"] == "adapter"]) > 0, s["groups"]
+
+
+def test_settings_of_a_plain_optimizer_and_a_transformers_schedule():
+    """optimizer_settings on torch's own optimizers (the oracle: the values they were built with): torch's
+    AdamW default weight decay 0.01 (a plain loop's common slip), Adam's coupled decay, a linear schedule,
+    a cosine with another num_cycles, no scheduler, a trainable tensor left out of the optimizer."""
+    from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    from tandem_leg.torch import optimizer_settings
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2))
+    params = list(model[0].parameters())
+    s = optimizer_settings(model, torch.optim.AdamW(params, lr=1e-4, eps=1e-6), clip=0.0)
+    assert s["optimizer"] == "AdamW" and s["decoupled_weight_decay"] and s["clip"] is None, s
+    (g,) = s["groups"]
+    assert g["weight_decay"] == 0.01 and g["eps"] == 1e-6 and g["lr"] == g["lr_update0"] == 1e-4, g
+    assert g["tensors"] == ["0.weight", "0.bias"] and s["not_optimized"] == ["1.weight", "1.bias"], s
+    assert s["schedule"] == "none" and s["warmup_updates"] is None, s
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+    s = optimizer_settings(model, opt, get_linear_schedule_with_warmup(opt, 2, 10), clip=1.0)
+    assert (s["schedule"], s["warmup_updates"], s["total_updates"], s["clip"]) == ("linear", 2, 10, 1.0), s
+    assert s["groups"][0]["lr"] == 1e-4 and s["groups"][0]["lr_update0"] == 0.0, s
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    s = optimizer_settings(model, opt, get_cosine_schedule_with_warmup(opt, 1, 10, num_cycles=1.0))
+    assert s["schedule"] == "cosine (num_cycles 1)", s
+    s = optimizer_settings(model, torch.optim.Adam(model.parameters(), lr=1e-4, weight_decay=0.01))
+    assert s["optimizer"] == "Adam" and s["decoupled_weight_decay"] is False, s
+    # and the protocol writes it (the event's schema)
+    out = __import__("io").StringIO()
+    w = tandem_leg.EventWriter(out)
+    w.emit("hello", implementation="x", leg="x", language="python", stack="x", versions={"x": "1"}, device="cpu",
+           device_name="cpu", threads=1, pid=os.getpid(), spec_sha256="ab" * 32, resume=False)
+    w.emit("settings", **s)
+    assert json.loads(out.getvalue().splitlines()[-1])["groups"][0]["weight_decay"] == 0.01
+
+
 def test_native_masks_are_not_the_shared_ones(legs):
     """The control: the same Trainer leg with peft's own dropout draws other masks, so its updates differ
     from the reference's by far more than rounding (the shared masks are what makes the pair)."""
@@ -207,3 +275,41 @@ def test_a_plain_loop_that_leaves_the_plan_is_named(run_dir):
     attn = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
     with pytest.raises(PairingError, match=r"micro-batch 0 row 0 is not right-padded"):
         pairing.begin_micro_batch(ids, attn, None, records=planned)
+
+
+def test_the_plan_check_compares_the_tokens_fed_up_to_each_records_length(run_dir):
+    """The Trainer's plan check (the callback sets example_ids: record -> its dataset tokens): a row is its
+    record when its first len(record) tokens are the record's, whatever the attention mask says over the
+    padding after them — an all-ones mask over right padding passes; a mask that hides one of the record's
+    tokens is named as the attention mask, not as another record."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    run = tandem_leg.RunFolder(run_dir)
+    planned = run.plan_updates()[0][0]
+    records = {r: [10 + r, 20 + r, 30 + r][: 2 + (k % 2)] for k, r in enumerate(planned)}  # lengths 2 and 3
+    width = max(len(v) for v in records.values())
+    ids = torch.full((len(planned), width), 7, dtype=torch.long)
+    for b, r in enumerate(planned):
+        ids[b, :len(records[r])] = torch.tensor(records[r])
+
+    def pairing_for(name):
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run.base_dir), run.init_dir,
+                                          is_trainable=True)
+        p = pair(model, run, name)
+        p.example_ids = lambda r: records[r]
+        p.begin_update(0)
+        return p
+
+    pairing_for("ones").begin_micro_batch(ids, torch.ones_like(ids), None)  # all ones: passes
+    hide = torch.ones_like(ids)
+    short = min(range(len(planned)), key=lambda b: len(records[planned[b]]))
+    hide[short, 1] = 0
+    with pytest.raises(PairingError, match=rf"micro-batch 0 row {short} holds record {planned[short]}'s "
+                                           rf"{len(records[planned[short]])} tokens but its attention mask hides 1 of "
+                                           r"them \(first at position 1\): the attention mask differs, not the tokens"):
+        pairing_for("hidden").begin_micro_batch(ids, hide, None)
+    other = ids.clone()
+    other[0, 0] += 1
+    with pytest.raises(PairingError, match=r"row 0 is not record \d+ of plan.json"):
+        pairing_for("other").begin_micro_batch(other, torch.ones_like(ids), None)

@@ -84,6 +84,8 @@ ex::CheckLevel level_from(const std::string& name) {
     if (name == "l1") return ex::CheckLevel::L1;
     if (name == "l2") return ex::CheckLevel::L2;
     if (name == "l3") return ex::CheckLevel::L3;
+    if (name == "settings") return ex::CheckLevel::Settings;
+    if (name == "optimizer") return ex::CheckLevel::Optimizer;
     throw tandem::Error("unknown check level " + name);
 }
 

@@ -90,6 +90,15 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         c.stack_implementations.push_back(l.implementation);
     }
     c.fault_banner = fault_banner(faulty);
+    std::map<std::string, const SettingsEntry*> settings_of;
+    for (const auto& l : legs) {
+        SettingsEntry s;
+        s.leg = l.name;
+        s.reported = l.trace.settings.has_value();
+        if (s.reported) s.differences = settings_differences(*l.trace.settings, spec, planned_updates);
+        c.settings.push_back(std::move(s));
+    }
+    for (const auto& s : c.settings) settings_of[s.leg] = &s;
     const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates};
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
@@ -131,6 +140,16 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
                                  std::to_string(l3.compared - l3.identical) + " of " + std::to_string(l3.compared) + " differ, " +
                                  (l3.first_id.empty() ? l3.detail : "first record " + l3.first_id + ": " + l3.detail));
         c.l3.push_back(l3);
+        // The optimizer settings each leg reported, against the spec (before update 0): a setting that
+        // differs makes every pair of the leg `different`, named (docs/thresholds.md "Optimizer settings").
+        for (const LegData* leg : {&a, &b}) {
+            const SettingsEntry* s = settings_of.at(leg->name);
+            if (s->pass()) continue;
+            std::string line = "settings " + a.name + "~" + b.name + ": " + leg->name + "'s optimizer (before update 0): " +
+                               s->differences.front();
+            for (size_t k = 1; k < s->differences.size(); ++k) line += "; also " + s->differences[k];
+            c.failures.push_back(std::move(line));
+        }
 
         const std::vector<std::string> level_failures(c.failures.begin() + static_cast<std::ptrdiff_t>(failures_before),
                                                       c.failures.end());
@@ -268,7 +287,19 @@ void add_localisations(Comparison& c, const std::function<std::vector<Fingerprin
         const auto b = fingerprints(e.leg_b);
         if (a.empty() || b.empty()) continue;
         c.localisations.push_back(localise(a, b, e.leg_a, e.leg_b));
-        e.verdict_reason += "; localised: " + c.localisations.back().summary();
+        const Localisation& l = c.localisations.back();
+        e.verdict_reason += "; localised: " + l.summary();
+        // Training agrees everywhere it is judged (every fingerprint point, the per-update series, the
+        // steps) and only the held-out CE does not: say so, rather than a bare "no divergence".
+        auto within = [](const PairedDistance& d) { return !d.applies || d.points.empty() || d.within(); };
+        bool training_agrees = !l.diverged() && e.numerics.applies && !e.numerics.points.empty() && !e.numerics.within() &&
+                               within(e.loss_numerics) && within(e.grad_numerics);
+        for (const auto& s : e.schedule) training_agrees = training_agrees && !s.off();
+        for (const auto& o : e.optimizer) training_agrees = training_agrees && !o.off();
+        if (training_agrees)
+            e.verdict_reason += "; only the evaluation differs: training agrees within its bounds (every fingerprinted point, "
+                                "the training loss, grad norm and lr of every update) but held-out CE does not (an "
+                                "evaluation-side difference: the adapter off, dropout on, another prefix or normalisation?)";
     }
 }
 

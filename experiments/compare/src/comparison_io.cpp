@@ -50,6 +50,13 @@ std::vector<LegData> read_legs(const RunFileReader& reader) {
         if (auto j = record(CheckLevel::L1)) l1_from_json(t, *j);
         if (auto j = record(CheckLevel::L2)) l2_from_json(t, *j);
         if (auto j = record(CheckLevel::L3)) l3_from_json(t, *j);
+        if (auto j = record(CheckLevel::Settings)) t.settings = std::move(*j);
+        if (auto text = reader.check(name, CheckLevel::Optimizer)) {
+            const std::string where = reader.path().string() + ": /legs/" + name + "/checks/optimizer";
+            json j = parse_json_strict(*text, where);
+            if (!j.is_array()) throw Error(where + ": not a JSON list");
+            t.optimizer_checks = std::move(j);
+        }
         if (auto tm = reader.timing(name)) {
             t.model_load_s = tm->model_load_s;
             t.tokenize_s = tm->tokenize_s;

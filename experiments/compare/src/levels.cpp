@@ -212,6 +212,8 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
     std::vector<Finding> different;  // what makes the pair `different` (paired bounds, the lr)
     for (const auto& c : l4.schedule)
         if (c.off()) different.push_back({c.first_off_update, "L4 " + c.describe()});
+    for (const auto& c : l4.optimizer)
+        if (c.off()) different.push_back({c.first_off_update, "L4 " + c.describe()});
     std::string pinned;
     for (const auto& x : l4.pinned) pinned += "; " + x;
     if (n.applies) {
@@ -250,6 +252,10 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
             series = "; lr on the schedule, training loss and pre-clip grad norm within their bounds at all " +
                      std::to_string(l4.loss_numerics.points.size()) + " updates (largest " + number_or_na(l4.loss_numerics.max_ratio) +
                      " and " + number_or_na(l4.grad_numerics.max_ratio) + " of them)";
+        for (const auto& c : l4.optimizer)
+            if (c.checked > 0)
+                series += "; " + c.leg + "'s optimizer steps as the spec's AdamW at " + std::to_string(c.checked) + " replayed update" +
+                          (c.checked > 1 ? "s" : "") + " (largest " + number_or_na(c.max_ratio) + " of the float32 bound)";
         l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
                             " paired evaluations (largest " + number_or_na(n.max_ratio) + " of the bound, update " +
                             std::to_string(n.max_ratio_update) + ")" + series;
@@ -295,6 +301,7 @@ void judge_series(L4Entry& l4, const LegData& a, const LegData& b, const L4Conte
     }
     for (const LegData* l : {&a, &b}) {
         l4.schedule.push_back(schedule_check(l->name, l->trace.steps, ctx.spec, ctx.planned_updates));
+        l4.optimizer.push_back(optimizer_check(l->name, l->trace.optimizer_checks));
         const std::string pinned = pinned_at_clip(l->name, l->trace.steps, l->clip.value_or(ctx.spec.clip));
         if (!pinned.empty()) l4.pinned.push_back(pinned);
     }

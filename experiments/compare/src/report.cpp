@@ -235,6 +235,17 @@ std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
         }
         out.push_back(tb);
     }
+    if (std::any_of(c.settings.begin(), c.settings.end(), [](const SettingsEntry& s) { return s.reported; })) {
+        Table tb{"settings", "Optimizer settings against the spec (before update 0)", {"leg", "reported", "differences", "check"}, {}, {}};
+        for (const auto& s : c.settings) {
+            tb.rows.push_back({s.leg, s.reported ? "yes" : "no", std::to_string(s.differences.size()),
+                               !s.reported ? "n/a (not reported)" : s.pass() ? "pass" : "FAIL"});
+            for (const auto& d : s.differences) tb.notes.push_back(s.leg + ": " + d);
+        }
+        tb.notes.push_back("compared: optimizer, per parameter group lr, lr at update 0, betas, eps, weight decay; schedule, "
+                           "warmup, clip (docs/thresholds.md \"Optimizer settings\")");
+        out.push_back(tb);
+    }
     {
         Table tb{"l4", "L4: held-out CE at paired evaluations and training loss",
                  {"legs", "series", "paired", "mean signed", "mean abs", "dispersion", "largest (update)", "sign changes",

@@ -496,6 +496,18 @@ private:
                 to.warmup_updates = static_cast<int64_t>(std::ceil(spec_.warmup_fraction * static_cast<double>(total_updates_))) +
                                     static_cast<int64_t>(f.value);
         to.max_grad_norm = spec_.clip;
+        // What the trainer is given, as the `settings` event (docs/leg-protocol.md): the test faults
+        // stand for bugs in a trainer's code, not its settings, so warmup_shift is not in it.
+        {
+            const int64_t warmup = engine::warmup_updates(spec_.warmup_fraction, total_updates_);
+            settings_ = json{{"optimizer", "AdamW"}, {"decoupled_weight_decay", true}, {"amsgrad", false},
+                             {"schedule", "cosine"}, {"warmup_updates", warmup}, {"total_updates", total_updates_},
+                             {"clip", to.max_grad_norm > 0 ? json(to.max_grad_norm) : json(nullptr)}};
+            settings_group_ = json{{"lr", to.lr},
+                                   {"lr_update0", engine::cosine_with_warmup_lr(to.lr, 0, warmup, total_updates_)},
+                                   {"betas", {to.adamw.beta1, to.adamw.beta2}}, {"eps", to.adamw.eps},
+                                   {"weight_decay", to.adamw.weight_decay}};
+        }
         to.dropout_mode = spec_.leg_setting(opt_.leg, "dropout_masks") == "shared" ? engine::DropoutMode::Shared
                                                                                    : engine::DropoutMode::Native;
         to.seed = spec_.seeds.dropout;  // shared masks and the native RNG (docs/experiment-format.md "seeds")
@@ -541,6 +553,15 @@ private:
         LegTrace l2;
         l2.l2 = digests_;
         out_.emit("l2", l2_to_json(l2));
+        {
+            json names = json::array();
+            for (const auto& [name, t] : trainer_->adapter_tensors()) names.push_back(name);
+            json group = settings_group_;
+            group["tensors"] = std::move(names);
+            json s = settings_;
+            s["groups"] = json::array({std::move(group)});
+            out_.emit("settings", std::move(s));
+        }
 
         json l3 = json::array();
         for (size_t i = 0; i < l3_count_; ++i) {
@@ -648,6 +669,7 @@ private:
     engine::LoraConfig lora_;
     engine::LoraAdapter init_;
     std::vector<TensorDigest> digests_;
+    json settings_, settings_group_;  // the `settings` event, its one parameter group (tensors added)
     // encode_data
     std::string template_name_;
     data::TemplateKind kind_{};

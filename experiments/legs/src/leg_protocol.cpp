@@ -152,6 +152,8 @@ const char* event_kind_name(EventKind kind) {
         case EventKind::Error: return "error";
         case EventKind::Fingerprints: return "fingerprints";
         case EventKind::Observables: return "observables";
+        case EventKind::Settings: return "settings";
+        case EventKind::OptimizerCheck: return "optimizer_check";
         case EventKind::Unknown: return "unknown";
         case EventKind::Malformed: return "malformed";
     }
@@ -162,7 +164,8 @@ namespace {
 EventKind event_kind_of(const std::string& name) {
     for (EventKind k : {EventKind::Hello, EventKind::Resume, EventKind::L1, EventKind::L2, EventKind::L3, EventKind::Step,
                         EventKind::Eval, EventKind::Timing, EventKind::Memory, EventKind::Checkpoint, EventKind::Done,
-                        EventKind::Error, EventKind::Fingerprints, EventKind::Observables})
+                        EventKind::Error, EventKind::Fingerprints, EventKind::Observables, EventKind::Settings,
+                        EventKind::OptimizerCheck})
         if (name == event_kind_name(k)) return k;
     return EventKind::Unknown;
 }
@@ -280,6 +283,29 @@ EventKind apply_event_line(LegTrace& t, std::string_view line) {
             t.adapter_norms.insert(t.adapter_norms.end(), norms.begin(), norms.end());
             t.probes.insert(t.probes.end(), probes.begin(), probes.end());
             ++t.observation_events;
+            break;
+        }
+        case EventKind::Settings: {
+            // kept as sent (minus the envelope fields); its fields are read by the judge, which names
+            // what it cannot read
+            json s = j;
+            for (const char* k : {"v", "event", "t"}) s.erase(k);
+            if (!s.contains("groups") || !s["groups"].is_array()) throw Error("field 'groups' must be a list");
+            t.settings = std::move(s);
+            break;
+        }
+        case EventKind::OptimizerCheck: {
+            if (!j.contains("update") || !j["update"].is_number_integer()) throw Error("field 'update' must be an integer");
+            const int64_t u = j["update"].get<int64_t>();
+            if (!protocol_number_value(j.value("max_ratio", json())))
+                throw Error("field 'max_ratio' must be a number");
+            json c = j;
+            for (const char* k : {"v", "event", "t"}) c.erase(k);
+            json kept = json::array();
+            for (auto& x : t.optimizer_checks)
+                if (x.value("update", int64_t{-1}) < u) kept.push_back(x);
+            kept.push_back(std::move(c));
+            t.optimizer_checks = std::move(kept);
             break;
         }
         case EventKind::Unknown:  // ignored (forward compatibility)

@@ -322,6 +322,14 @@ void RunRecorder::flush() {
             writer().write_check(t.name, CheckLevel::L3, l3_to_json(tr).dump());
             t.l3 = true;
         }
+        if (tr.settings && !t.settings) {
+            writer().write_check(t.name, CheckLevel::Settings, tr.settings->dump());
+            t.settings = true;
+        }
+        if (tr.optimizer_checks.size() != t.optimizer_checks) {  // the whole list, replaced
+            writer().write_check(t.name, CheckLevel::Optimizer, tr.optimizer_checks.dump());
+            t.optimizer_checks = tr.optimizer_checks.size();
+        }
         if (t.flags_dirty) {
             writer().write_flags(t.name, flags_to_json(t.flags).dump());
             t.flags_dirty = false;

@@ -233,12 +233,23 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
             if (l.plan.name == name) return l.status == LegStatus::Finished;
         return true;  // a leg of another run (--compare-against)
     };
-    for (const L4Entry* e : cmp.different_without_localisation())
-        if (finished(e->leg_a) && finished(e->leg_b))
+    for (const L4Entry* e : cmp.different_without_localisation()) {
+        if (!finished(e->leg_a) || !finished(e->leg_b)) continue;
+        // The experiment observes updates, yet a leg recorded no fingerprints: that leg records none
+        // itself (setting `observe` again would not help).
+        std::string silent;
+        for (const auto& l : run.legs)
+            if ((l.plan.name == e->leg_a || l.plan.name == e->leg_b) && l.trace.fingerprints.empty()) silent = l.plan.name;
+        if (run.spec.observes_any() && !silent.empty())
+            say(e->leg_a + "~" + e->leg_b + " are different from update " + std::to_string(e->first_different_update) +
+                "; not localised: the experiment observes updates but " + silent + " records no fingerprints (a "
+                "TandemCallback(pair=False), a loop without tandem_leg.torch.pair, a data-parallel leg)");
+        else
             say(e->leg_a + "~" + e->leg_b + " are different from update " + std::to_string(e->first_different_update) +
                 "; to localise where they diverge (layer, op, pass), record fingerprints of that update: add \"observe\": "
                 "{\"updates\": [" + std::to_string(e->first_different_update) + "]} to the experiment file and run it again, then "
                 "`tandem localise RUN` (docs/observables.md)");
+    }
     rec.finish(run_status_name(out.status), out.verdict);
     if (!opt.report_format.empty()) {
         std::string text = render_report(run.prepared.run_id, cmp, parse_report_format(opt.report_format));

@@ -281,6 +281,8 @@ const char* check_level_name(CheckLevel level) {
         case CheckLevel::L1: return "l1";
         case CheckLevel::L2: return "l2";
         case CheckLevel::L3: return "l3";
+        case CheckLevel::Settings: return "settings";
+        case CheckLevel::Optimizer: return "optimizer";
     }
     return "?";
 }

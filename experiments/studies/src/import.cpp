@@ -383,6 +383,8 @@ void import_leg(const fs::path& run, const std::string& leg, const ImportedTrace
         if (t.l1_ce) w.write_check(leg, CheckLevel::L1, l1_to_json(t).dump());
         if (t.has_l2) w.write_check(leg, CheckLevel::L2, l2_to_json(t).dump());
         if (t.has_l3) w.write_check(leg, CheckLevel::L3, l3_to_json(t).dump());
+        if (t.settings) w.write_check(leg, CheckLevel::Settings, t.settings->dump());
+        if (!t.optimizer_checks.empty()) w.write_check(leg, CheckLevel::Optimizer, t.optimizer_checks.dump());
         if (t.observation_events > 0) {  // fingerprints and observables too: an imported leg can be localised
             w.replace_fingerprints(leg, t.fingerprints);
             w.replace_adapter_norms(leg, t.adapter_norms);

@@ -4,6 +4,8 @@
 #include "tandem/error.h"
 #include "tandem/store/run_file.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 
 namespace tandem::experiments {
@@ -18,6 +20,23 @@ Localisation localise_run(const fs::path& run, std::optional<std::pair<std::stri
     {
         RunFileReader reader(file);
         const std::vector<std::string> all = reader.legs();
+        // Why a leg has no fingerprints: the experiment observes no update (set `observe`), or it does
+        // and the leg records none itself.
+        std::string observes;
+        if (auto info = reader.experiment()) {
+            const auto spec = nlohmann::json::parse(info->spec_json, nullptr, false);
+            if (spec.is_object() && spec.contains("observe") && spec["observe"].is_object()) {
+                const auto& o = spec["observe"];
+                if (o.contains("updates") && o["updates"].is_array() && !o["updates"].empty()) observes = "updates " + o["updates"].dump();
+                if (o.value("every", 0) > 0) observes += std::string(observes.empty() ? "" : " and ") + "every " + std::to_string(o.value("every", 0)) + " updates";
+            }
+        }
+        auto no_fingerprints = [&](const std::string& name) {
+            if (observes.empty()) return "leg '" + name + "' has no fingerprints: the experiment observes no update (set `observe` in the experiment file)";
+            return "leg '" + name + "' has no fingerprints although the experiment observes " + observes +
+                   ": this leg records none (TandemCallback(pair=False), a loop without tandem_leg.torch.pair, a data-parallel "
+                   "leg, or an imported TensorBoard/CSV leg)";
+        };
         if (legs) {
             for (const std::string* name : {&legs->first, &legs->second})
                 if (std::find(all.begin(), all.end(), *name) == all.end())
@@ -28,14 +47,20 @@ Localisation localise_run(const fs::path& run, std::optional<std::pair<std::stri
             fb = reader.fingerprints(b);
             for (const auto& [name, rows] : {std::pair{a, &fa}, std::pair{b, &fb}})
                 if (rows->empty())
-                    throw Error(file.string() + ": leg '" + name + "' has no fingerprints (set `observe` in the experiment file)");
+                    throw Error(file.string() + ": " + no_fingerprints(name));
         } else {
             std::vector<std::string> with;
             for (const auto& l : all)
                 if (!reader.fingerprints(l).empty()) with.push_back(l);
-            if (with.size() < 2)
-                throw Error(file.string() + ": fewer than two legs hold fingerprints (set `observe: {updates: [...]}` in the "
-                                            "experiment file)");
+            if (with.size() < 2) {
+                std::string why = "fewer than two legs hold fingerprints";
+                for (const auto& l : all)
+                    if (std::find(with.begin(), with.end(), l) == with.end()) {
+                        why += "; " + no_fingerprints(l);
+                        break;
+                    }
+                throw Error(file.string() + ": " + why);
+            }
             // the reference-implementation leg second: differences are relative to it
             auto is_reference = [&](const std::string& l) {
                 const Attributes at = reader.leg_attributes(l);

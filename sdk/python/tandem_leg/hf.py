@@ -23,6 +23,9 @@ What it reports, and from where:
 - step per optimizer update from the Trainer's logs (set `logging_steps=1`): loss, grad_norm (pre-clip),
   learning_rate (the one the update used), wall time between step begin and end; `tokens` from
   `tokens_per_update` when given (else 0);
+- settings at train begin: the optimizer the Trainer built (per parameter group lr, betas, eps, weight
+  decay, its tensors; the schedule and its warmup; max_grad_norm), which tandem compares with the spec
+  before update 0 (settings=False leaves it out);
 - fingerprints (pair=True) on the experiment's `observe` updates, after that update's step;
 - timing: model_load_s and tokenize_s measured by the callback itself — the time spent inside
   `from_pretrained` (transformers models, peft adapters) and inside the tokenizer's `__call__` /
@@ -45,7 +48,13 @@ from transformers import TrainerCallback
 
 from . import __version__, peak_host_rss_bytes, process_age_s, stack_versions
 from .protocol import EventWriter, claim_stdout
-from .torch import PairingError, l2_digests, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
+from .torch import PairingError, l2_digests, optimizer_settings, pair as pair_model  # noqa: F401 (l2_digests: tandem_leg.hf's name too)
+
+
+def plan_micro_batches(run):
+    """plan.json's micro-batches in order (update by update): the record indices of each, for a pipeline
+    that feeds ready-made micro-batches (an IterableDataset yielding one padded batch per item)."""
+    return [[int(i) for i in mb] for u in run.plan_updates() for mb in u]
 
 
 def plan_sampler(run):
@@ -141,7 +150,11 @@ def _leg_is_paired(run, leg):
 
 class TandemCallback(TrainerCallback):
     def __init__(self, run, args, implementation="hf-trainer", stack=None, heldout=None, tokens_per_update=None,
-                 events=None, versions=None, pair=False, hello_fields=None):
+                 events=None, versions=None, pair=False, hello_fields=None, settings=True,
+                 replay=True, example_ids=None):
+        import torch
+        import transformers
+
         self.run, self.leg = run, args.leg
         # The Trainer prints its log dicts to stdout: the protocol keeps stdout to itself.
         self.events = events or EventWriter(claim_stdout())
@@ -149,6 +162,12 @@ class TandemCallback(TrainerCallback):
         self.tokens_per_update = tokens_per_update
         self.pair = pair
         self.pairing = None
+        # settings=False: no `settings` event (tandem then judges the optimizer by its numbers alone)
+        self.settings = settings
+        self.replay = replay
+        # record index -> the token ids your pipeline feeds for it: what the plan check compares each row
+        # with; None: train_dataset[i]["input_ids"] (a dataset indexed by record)
+        self.example_ids = example_ids
         self.eval_interval = int(run.spec["eval"]["interval"])
         self._timer = _SetupTimer()
         # None: what the callback measured; a number set by the script wins.
@@ -206,16 +225,26 @@ class TandemCallback(TrainerCallback):
         self.pairing = pair_model(model, self.run, self.leg)
         dataset = getattr(train_dataloader, "dataset", None)
         if self.pairing.updates is not None:
-            if dataset is None:
-                raise PairingError(f"leg {self.leg}: the Trainer's train DataLoader has no dataset to check the plan "
-                                   "against")
+            if self.example_ids is not None:
+                self.pairing.example_ids = self.example_ids
+                return
+            import torch
+
+            if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset):
+                raise PairingError(f"leg {self.leg}: the train dataset is not indexed by record (an IterableDataset, "
+                                   "or none): pass TandemCallback(example_ids=...) (record index -> the token ids you "
+                                   "feed for it) so every micro-batch can be checked against plan.json")
             self.pairing.example_ids = lambda i: dataset[i]["input_ids"]
 
     # ---- Trainer events --------------------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, optimizer=None,
+                       lr_scheduler=None, **kw):
         self._timer.remove()
         self._pair(model, train_dataloader)
         self.events.emit("l2", tensors=l2_digests(model, self.run))
+        if self.settings and optimizer is not None:
+            # the optimizer the Trainer built from TrainingArguments, before update 0 (max_grad_norm 0: no clip)
+            self.events.emit("settings", **optimizer_settings(model, optimizer, lr_scheduler, clip=args.max_grad_norm))
         if self.heldout is not None:
             self._evaluate_now(model, 0)
         measured = self._timer.seconds
@@ -231,9 +260,11 @@ class TandemCallback(TrainerCallback):
         self._step_c0 = time.process_time()  # CPU time: the gate's step-time measure (docs/gate.md)
         self._lr = lr_scheduler.get_last_lr()[0] if lr_scheduler is not None else None
 
-    def on_pre_optimizer_step(self, args, state, control, **kw):
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kw):
         if self.pairing is not None:
             self.pairing.end_backward()
+            if optimizer is not None and self.replay:  # the Trainer has clipped: the step's own operands
+                self.pairing.before_optimizer_step(optimizer)
 
     def on_optimizer_step(self, args, state, control, **kw):
         if self.pairing is not None:

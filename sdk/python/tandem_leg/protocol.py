@@ -140,6 +140,12 @@ _POINT = {"micro_batch": _int(-1), "layer": _int(-1), "op": _one_line,
           "norm": _protocol_number, "mean": _protocol_number, "maxabs": _protocol_number, "sketch": _number_list(16)}
 _ADAPTER_NORM = {"layer": _int(0), "projection": _one_line, "a_norm": _protocol_number, "b_norm": _protocol_number,
                  "delta_norm": _protocol_number}
+def _names(x):
+    return None if isinstance(x, list) and all(isinstance(n, str) for n in x) else "must be a list of names"
+
+
+_SETTINGS_GROUP = {"lr": _finite_num, "lr_update0": _finite_num, "betas": _number_list(2), "eps": _finite_num,
+                   "weight_decay": _finite_num, "tensors": _names}
 _PROBE = {"probe": _int(0), "record": _int(0), "position": _int(0), "ids": _int_list, "probs": lambda x: (
     None if isinstance(x, list) and not any(_protocol_number(v) for v in x) else "must be a list of numbers")}
 
@@ -164,6 +170,16 @@ SCHEMAS = {
     "error": ({"message": _one_line}, {}),
     # docs/observables.md: the points of an observed update (after its step), the evaluation observables
     "fingerprints": ({"update": _int(0), "points": _list_of(_POINT, "a fingerprint point")}, {}),
+    # the optimizer as the leg built it, before its first update (docs/leg-protocol.md "settings"): tandem
+    # compares it with the spec's recipe and names every difference
+    "settings": ({"optimizer": _one_line, "groups": _list_of(_SETTINGS_GROUP, "a parameter group"),
+                  "clip": _num_or_null, "schedule": _one_line},
+                 {"warmup_updates": _int_or_null, "total_updates": _int_or_null, "bias_correction": _bool,
+                  "decoupled_weight_decay": _bool, "amsgrad": _bool, "not_optimized": _names}),
+    # the optimizer step of an update replayed with the spec's AdamW on the leg's own operands
+    # (tandem_leg.torch.replay): its largest elementwise difference over a few-ulp bound
+    "optimizer_check": ({"update": _int(0), "max_ratio": _protocol_number, "tensor": _one_line, "over": _int(0),
+                         "elements": _int(0), "tensors": _int(0)}, {"bound": _str}),
     "observables": ({"update": _int(0), "adapter": _list_of(_ADAPTER_NORM, "an adapter norm"),
                      "probes": _list_of(_PROBE, "a next-token probe")}, {}),
 }

@@ -105,6 +105,7 @@ Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<Fi
         auto it = in_b.find(key_of(r));
         if (it == in_b.end()) {
             ++out.only_a;
+            out.missing_in_b.push_back(r.op + " (" + r.pass + ")");
             continue;
         }
         matched[key_of(r)] = true;
@@ -128,9 +129,17 @@ Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<Fi
         if (!matched.count(k)) {
             const auto op = engine::observed_op_from_name(r->op);
             const auto pass = engine::pass_from_name(r->pass);
-            if (op && pass && engine::chain_position(r->layer, *op, *pass, out.num_layers) >= 0) ++out.only_b;
-            else ++out.unknown;
+            if (op && pass && engine::chain_position(r->layer, *op, *pass, out.num_layers) >= 0) {
+                ++out.only_b;
+                out.missing_in_a.push_back(r->op + " (" + r->pass + ")");
+            } else {
+                ++out.unknown;
+            }
         }
+    for (auto* v : {&out.missing_in_a, &out.missing_in_b}) {
+        std::sort(v->begin(), v->end());
+        v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
     std::sort(aligned.begin(), aligned.end(), [](const Aligned& x, const Aligned& y) { return x.order < y.order; });
     for (auto& x : aligned) {
         const LocalisedPoint& p = x.point;
@@ -143,21 +152,40 @@ Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<Fi
     return out;
 }
 
+std::string Localisation::blind_spots() const {
+    std::string out;
+    auto one = [&](const std::string& lacking, const std::string& having, const std::vector<std::string>& sites, size_t n) {
+        if (sites.empty()) return;
+        std::string list;
+        for (size_t i = 0; i < sites.size() && i < 8; ++i) list += (i ? ", " : "") + sites[i];
+        if (sites.size() > 8) list += ", +" + std::to_string(sites.size() - 8) + " more";
+        out += "; " + lacking + " records no fingerprints at " + list + ": " + std::to_string(n) + " points " + having +
+               " recorded were not compared";
+        const bool labels = std::find(sites.begin(), sites.end(), "labels (forward)") != sites.end();
+        const bool ce = std::find(sites.begin(), sites.end(), "ce (forward)") != sites.end();
+        // A Trainer's label smoother (label_smoothing_factor) pops the labels before the model's forward,
+        // so the model computes no loss of its own and the head's points are never seen.
+        if (labels && ce) out += " (the labels were consumed before the model's loss: a label smoother, or a loss computed outside the model?)";
+    };
+    one(leg_a, leg_b, missing_in_a, only_b);
+    one(leg_b, leg_a, missing_in_b, only_a);
+    return out;
+}
+
 std::string Localisation::summary() const {
     const std::string pair = leg_a + " vs " + leg_b;
-    if (points.empty()) return "no fingerprints both " + pair + " recorded: nothing localised";
+    if (points.empty()) return "no fingerprints both " + pair + " recorded: nothing localised" + blind_spots();
     if (first) {
         const LocalisedPoint& p = points[*first];
         return "first divergence (" + pair + "): " + point_name(p) + ": difference " +
                fmt("%.3g", std::max(p.rel_diff, p.norm_rel_diff)) + " > bound " + fmt("%.3g", p.bound) + " (ratio " +
-               fmt("%.3g", p.ratio) + ", point " + std::to_string(*first + 1) + " of " + std::to_string(points.size()) + ")";
+               fmt("%.3g", p.ratio) + ", point " + std::to_string(*first + 1) + " of " + std::to_string(points.size()) + ")" +
+               blind_spots();
     }
     const LocalisedPoint& m = points[max_ratio_index];
     std::string s = "no divergence (" + pair + "): all " + std::to_string(points.size()) + " points within their bounds " +
                     "(largest ratio " + fmt("%.3g", m.ratio) + " at " + point_name(m) + ")";
-    if (only_a + only_b > 0)
-        s += "; " + std::to_string(only_a + only_b) + " points recorded by one leg only";
-    return s;
+    return s + blind_spots();
 }
 
 Table localisation_table(const Localisation& l, size_t context) {

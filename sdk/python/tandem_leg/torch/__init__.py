@@ -31,9 +31,12 @@ A HuggingFace Trainer gets all of it from `tandem_leg.hf.TandemCallback(pair=Tru
             pairing.begin_micro_batch(ids, attn, labels, records=records)
             ...forward, backward...
         pairing.end_backward()
-        ...clip, optimizer.step()...
+        ...clip...
+        pairing.before_optimizer_step(optimizer)   # the step's operands, replayed after it
+        optimizer.step()
         pairing.end_update()
         events.emit("step", ...)
+    # once, before update 0: pairing.report_settings(events, optimizer, scheduler, clip=...)
         pairing.emit_fingerprints(events)     # after the step, on observed updates
 
 Needs torch, numpy and peft (the rest of tandem_leg does not).
@@ -43,10 +46,10 @@ import os
 import torch
 
 from .. import digest
-from . import fingerprint, shared_dropout
+from . import fingerprint, replay, shared_dropout
 
 __all__ = ["PairingError", "MaskContext", "SharedMaskDropout", "install_shared_masks", "lora_dropouts",
-           "unpaired_dropouts", "pair", "Pairing", "l2_digests", "fingerprint", "shared_dropout"]
+           "unpaired_dropouts", "pair", "Pairing", "l2_digests", "optimizer_settings", "fingerprint", "shared_dropout"]
 
 
 def l2_digests(model, run):
@@ -70,6 +73,82 @@ def l2_digests(model, run):
     for name in sorted(adapter):
         t = adapter[name]
         out.append(digest(name, "adapter", list(t.shape), t.detach().float().cpu().numpy()))
+    return out
+
+
+# transformers' schedule functions (get_scheduler's lambdas) -> the schedule's name in the settings event
+_SCHEDULE_LAMBDAS = {
+    "_get_cosine_schedule_with_warmup_lr_lambda": "cosine",
+    "_get_linear_schedule_with_warmup_lr_lambda": "linear",
+    "_get_constant_schedule_with_warmup_lr_lambda": "constant_with_warmup",
+    "_get_cosine_with_hard_restarts_schedule_with_warmup_lr_lambda": "cosine_with_restarts",
+    "_get_polynomial_decay_schedule_with_warmup_lr_lambda": "polynomial",
+    "_get_inverse_sqrt_schedule_lr_lambda": "inverse_sqrt",
+    "_get_wsd_scheduling_lr_lambda": "warmup_stable_decay",
+}
+
+
+def _schedule_of(lr_scheduler):
+    """(name, warmup updates, total updates) of a scheduler built by transformers' schedule functions
+    (a LambdaLR over a functools.partial); ("none", None, None) without a scheduler, ("unknown", ...)
+    for any other. A cosine with num_cycles other than 0.5 is not the spec's curve: named with it."""
+    if lr_scheduler is None:
+        return "none", None, None
+    while not hasattr(lr_scheduler, "lr_lambdas") and hasattr(lr_scheduler, "scheduler"):  # accelerate's wrapper
+        lr_scheduler = lr_scheduler.scheduler
+    lambdas = getattr(lr_scheduler, "lr_lambdas", None) or [None]
+    fn = lambdas[0]
+    name = _SCHEDULE_LAMBDAS.get(getattr(getattr(fn, "func", None), "__name__", ""), None)
+    if name is None:
+        return f"unknown ({type(lr_scheduler).__name__})", None, None
+    kw = getattr(fn, "keywords", {}) or {}
+    if name == "cosine" and float(kw.get("num_cycles", 0.5)) != 0.5:
+        name = f"cosine (num_cycles {float(kw['num_cycles']):g})"
+    warmup, total = kw.get("num_warmup_steps"), kw.get("num_training_steps")
+    return name, (int(warmup) if warmup is not None else None), (int(total) if total is not None else None)
+
+
+def unwrap_optimizer(optimizer):
+    """The torch optimizer inside a wrapper (accelerate's AcceleratedOptimizer, which a Trainer hands its
+    callbacks, keeps it as .optimizer)."""
+    # AcceleratedOptimizer is itself a torch Optimizer subclass: unwrap while it holds one
+    while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def optimizer_settings(model, optimizer, lr_scheduler=None, clip=None, schedule=None, warmup_updates=None):
+    """The optimizer as the leg built it, as the `settings` event's fields (docs/leg-protocol.md): per
+    parameter group its base lr, the lr it holds for update 0 (the scheduler has set it), betas, eps,
+    weight decay and the names of its tensors; the optimizer's class, whether its weight decay is
+    decoupled (AdamW) and amsgrad; the schedule (read from a transformers scheduler, or `schedule` /
+    `warmup_updates` given); the clip value (None: no clipping); trainable tensors in no group. Call it
+    before the first optimizer.step(). tandem compares it with the spec before update 0: the settings
+    a Trainer takes from TrainingArguments (weight_decay, adam_epsilon, ...) move the first updates by
+    less than any float32 bound can see, so they are read, not inferred."""
+    optimizer = unwrap_optimizer(optimizer)
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups, optimized = [], set()
+    first = optimizer.param_groups[0] if optimizer.param_groups else {}
+    for g in optimizer.param_groups:
+        params = list(g["params"])
+        optimized.update(id(p) for p in params)
+        betas = g.get("betas", (float("nan"), float("nan")))
+        groups.append({"lr": float(g.get("initial_lr", g["lr"])), "lr_update0": float(g["lr"]),
+                       "betas": [float(betas[0]), float(betas[1])], "eps": float(g.get("eps", float("nan"))),
+                       "weight_decay": float(g.get("weight_decay", 0.0)),
+                       "tensors": [names.get(id(p), f"<unnamed {tuple(p.shape)}>") for p in params]})
+    kind, warmup, total = _schedule_of(lr_scheduler)
+    if schedule is not None:
+        kind = schedule
+    if warmup_updates is not None:
+        warmup = int(warmup_updates)
+    decoupled = bool(first.get("decoupled_weight_decay", isinstance(optimizer, torch.optim.AdamW)))
+    out = {"optimizer": type(optimizer).__name__, "groups": groups,
+           "clip": None if clip is None or not float(clip) > 0 or float(clip) == float("inf") else float(clip),
+           "schedule": kind, "warmup_updates": warmup, "total_updates": total, "decoupled_weight_decay": decoupled,
+           "amsgrad": bool(first.get("amsgrad", False)),
+           "not_optimized": [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in optimized]}
     return out
 
 
@@ -190,6 +269,12 @@ class Pairing:
         self._attached = False
         self._points = None        # (update, points) waiting for emit_fingerprints
         self._checked_modules = False
+        self._settings_reported = False
+        # The optimizer step replayed with the spec's AdamW on the first two updates (update 0 runs with
+        # lr 0 under warmup; update 1 is the first that moves the adapter) and the observed ones.
+        self.replay = replay.OptimizerReplay(model, spec)
+        self.replays = lambda u: u <= 1 or self.observes(u)
+        self._checks = []          # optimizer_check events waiting for emit_fingerprints
         self._handles = [
             model.register_forward_pre_hook(self._model_hook, with_kwargs=True),
             _decoder(model).register_forward_pre_hook(self._decoder_hook, with_kwargs=True),
@@ -210,7 +295,16 @@ class Pairing:
                        f"masks (first: {name}, {module.__class__.__name__}): call tandem_leg.torch.pair(model, run, "
                        f"leg) on the model you train, after the last change to its adapters")
 
-    def _check_padding(self, attn, u, m):
+    def _check_padding(self, attn, u, m, real=None):
+        """real: the rows' real lengths (the plan's records, from the dataset) when known; else the
+        attention mask says where each row's tokens are."""
+        if real is not None:
+            width = attn.shape[1] if attn is not None else None
+            if width is not None and max(real) != width:
+                self._fail(f"update {u} micro-batch {m} is padded to {width} positions but its longest sequence has "
+                           f"{max(real)} tokens: pad to the micro-batch's longest sequence (shared masks are drawn "
+                           "over that layout, docs/leg-protocol.md)")
+            return
         if attn is None:
             return
         a = attn.detach().to("cpu").bool()
@@ -227,8 +321,10 @@ class Pairing:
                        "drawn over that layout, docs/leg-protocol.md)")
 
     def _check_plan(self, ids, attn, u, m, records):
+        """Checks the micro-batch against plan.json; returns the rows' real lengths (the records' token
+        counts in the leg's dataset) when the dataset is known, else None."""
         if self.updates is None:
-            return
+            return None
         if u >= len(self.updates):
             self._fail(f"update {u} is beyond plan.json's {len(self.updates)} updates")
         planned = self.updates[u]
@@ -242,20 +338,33 @@ class Pairing:
         if ids.shape[0] != len(expected):
             self._fail(f"update {u} micro-batch {m} has {ids.shape[0]} rows, plan.json's has {len(expected)} records")
         if self.example_ids is None:
-            return
-        lengths = (attn.detach().to("cpu").sum(dim=1).tolist() if attn is not None else [ids.shape[1]] * ids.shape[0])
+            return None
+        # The tokens fed are compared up to each record's own length (the dataset's), not the attention
+        # mask's: a mask of ones over right padding feeds the same tokens (a causal model's real positions
+        # never see the padding after them); a mask that hides tokens of the record is named as such.
         rows = ids.detach().to("cpu").tolist()
+        mask = attn.detach().to("cpu").tolist() if attn is not None else None
+        real = []
         for b, r in enumerate(expected):
             try:
                 want = [int(t) for t in self.example_ids(int(r))]
             except (IndexError, KeyError) as e:
                 self._fail(f"the training dataset has no example for record {r} ({type(e).__name__}): "
                            "train_dataset[i] must be record i's example (plan_sampler yields record indices)")
-            if rows[b][:int(lengths[b])] != want:
+            if rows[b][:len(want)] != want:
                 self._fail(f"update {u} micro-batch {m} row {b} is not record {r} of plan.json (its tokens differ "
                            f"from train_dataset[{r}]'s): the DataLoader does not follow the plan (a shuffling "
                            "sampler?); use tandem_leg.hf.plan_sampler(run) as the train sampler and make "
                            "train_dataset[i] record i's example")
+            if mask is not None:
+                hidden = [i for i, a in enumerate(mask[b][:len(want)]) if not a]
+                if hidden:
+                    self._fail(f"update {u} micro-batch {m} row {b} holds record {r}'s {len(want)} tokens but its "
+                               f"attention mask hides {len(hidden)} of them (first at position {hidden[0]}): the "
+                               "attention mask differs, not the tokens (padding is on the right, after the record's "
+                               "tokens; a mask of ones over that padding is harmless)")
+            real.append(len(want))
+        return real
 
     # ---- the update ----------------------------------------------------------------------------------
     def begin_update(self, update):
@@ -283,13 +392,19 @@ class Pairing:
             self._fail("a training forward pass before begin_update (TandemCallback(pair=True) calls it; a plain "
                        "loop calls pairing.begin_update(u) first)")
         u, m = self._update, self._next_micro
-        self._check_plan(input_ids, attention_mask, u, m, records)
+        real = self._check_plan(input_ids, attention_mask, u, m, records)
         if self.masks == "shared":
-            self._check_padding(attention_mask, u, m)
+            self._check_padding(attention_mask, u, m, real)
         self._next_micro += 1
         self.context.update, self.context.micro_batch = u, m
         if self._observing:
-            self.hooks.begin_micro_batch(m, input_ids, attention_mask, labels)
+            # the fingerprints summarise the records' own tokens (the plan's lengths when known), as the
+            # reference's do, whatever the attention mask holds over the padding
+            valid = attention_mask
+            if real is not None:
+                pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+                valid = (pos[None, :] < torch.tensor(real, device=input_ids.device)[:, None]).to(torch.long)
+            self.hooks.begin_micro_batch(m, input_ids, valid, labels)
         self._explicit = (u, m)
 
     def end_backward(self):
@@ -298,14 +413,40 @@ class Pairing:
             self.hooks.detach()
             self._attached = False
 
+    def before_optimizer_step(self, optimizer):
+        """After clipping, right before optimizer.step(): on a replayed update, snapshots the step's
+        operands (parameters, gradients, moments) so end_update can replay the spec's AdamW on them."""
+        if self._update is None or not self.replays(self._update):
+            return
+        from .. import cosine_with_warmup_lr, warmup_updates
+
+        spec = self.run.spec
+        total = len(self.updates) if self.updates is not None else len(self.run.plan_updates())
+        lr = cosine_with_warmup_lr(float(spec["optimizer"]["lr"]), self._update,
+                                   warmup_updates(spec["schedule"]["warmup_fraction"], total), total)
+        self.replay.before_step(unwrap_optimizer(optimizer), self._update, lr)
+
     def end_update(self):
-        """After optimizer.step(): the optimizer's points of an observed update, kept for emit_fingerprints."""
+        """After optimizer.step(): the optimizer's points of an observed update, kept for emit_fingerprints;
+        the replayed step's check (before_optimizer_step), kept likewise."""
         self.end_backward()
+        check = self.replay.after_step()
+        if check is not None:
+            self._checks.append(check)
         if self._observing:
             self.hooks.record_optimizer()
             self._points = (self._update, self.hooks.points)
             self.hooks.points = []
             self._observing = False
+
+    def report_settings(self, events, optimizer, lr_scheduler=None, clip=None, schedule=None, warmup_updates=None):
+        """Writes the `settings` event (optimizer_settings) once, before update 0 steps: tandem compares
+        the optimizer's actual settings with the spec's and names each difference."""
+        if self._settings_reported:
+            return
+        events.emit("settings", **optimizer_settings(self.model, optimizer, lr_scheduler, clip, schedule,
+                                                     warmup_updates))
+        self._settings_reported = True
 
     def take_fingerprints(self):
         """(update, points) of the last observed update, once; None when there is none."""
@@ -313,10 +454,14 @@ class Pairing:
         return p
 
     def emit_fingerprints(self, events):
-        """Writes the `fingerprints` event of the update just stepped (call after its `step` event)."""
+        """Writes the `fingerprints` event of the update just stepped and its `optimizer_check` (the replayed
+        step, before_optimizer_step) when it has them (call after its `step` event)."""
         p = self.take_fingerprints()
         if p is not None:
             events.emit("fingerprints", update=p[0], points=p[1])
+        checks, self._checks = self._checks, []
+        for c in checks:
+            events.emit("optimizer_check", **c)
 
     def remove(self):
         """Removes the pairing's hooks (the shared masks stay)."""

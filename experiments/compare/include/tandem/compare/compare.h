@@ -112,6 +112,15 @@ struct L3Entry {
     std::string na;  // as L1Entry::na
 };
 
+// A leg's optimizer settings against the spec (settings_differences, judge/series.h): judged before
+// update 0, for every leg that reported them (its `settings` event).
+struct SettingsEntry {
+    std::string leg;
+    bool reported = false;
+    std::vector<std::string> differences;  // one line each ("weight_decay 0.01 on 56 adapter tensors; the spec says 0")
+    bool pass() const { return differences.empty(); }
+};
+
 struct GradStats {
     std::string leg;
     int64_t n = 0;
@@ -140,6 +149,7 @@ struct L4Entry {
     // plan, the training loss and pre-clip grad norm against their own bounds (paired) or the
     // envelope's per-update band and two-sided test (unpaired); legs whose grad norm reads the clip.
     std::vector<ScheduleCheck> schedule;
+    std::vector<OptimizerCheck> optimizer;  // each leg's replayed steps (legs that reported none: checked 0)
     PairedDistance loss_numerics, grad_numerics;
     EnvelopeDistance loss_envelope, grad_envelope;
     std::string series_note;             // why the loss and grad norm series are not judged ("" = judged)
@@ -195,6 +205,7 @@ struct Comparison {
     std::vector<L2Entry> l2;
     std::vector<L3Entry> l3;
     std::vector<L4Entry> l4;
+    std::vector<SettingsEntry> settings;  // every leg, in leg order
     std::vector<GradStats> grads;
     std::vector<TimingRow> timing;
     std::vector<ProbeResult> probes;

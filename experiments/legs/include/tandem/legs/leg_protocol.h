@@ -27,9 +27,9 @@ inline constexpr int kLegProtocolVersion = 1;
 // kind this version does not know (ignored, forward compatibility); `Malformed`: not an event at all.
 enum class EventKind {
     Hello, Resume, L1, L2, L3, Step, Eval, Timing, Memory, Checkpoint, Done, Error, Fingerprints, Observables,
-    Unknown, Malformed
+    Settings, OptimizerCheck, Unknown, Malformed
 };
-// "hello", "step", ... as on the wire; "unknown" / "malformed" for the last two.
+// "hello", "step", "settings", ... as on the wire; "unknown" / "malformed" for the last two.
 const char* event_kind_name(EventKind kind);
 
 // Non-finite numbers on the wire (JSON has none): the strings "NaN", "Infinity", "-Infinity"
@@ -69,6 +69,12 @@ struct LegTrace {
     std::string l3_template;
     int64_t l3_max_len = 0;
     std::vector<L3Record> l3;
+    // The optimizer as the leg built it (the `settings` event, before update 0): judged against the spec
+    // (compare.h settings_differences); absent when the leg does not report it.
+    std::optional<nlohmann::json> settings;
+    // The leg's optimizer steps replayed with the spec's AdamW (`optimizer_check` events, by update; a
+    // resumed leg's repeat replaces): judged per update (judge/series.h optimizer_check).
+    nlohmann::json optimizer_checks = nlohmann::json::array();
     std::vector<StepRow> steps;
     std::vector<EvalRow> evals;
     std::vector<int64_t> step_input_tokens;  // parallel to steps (non-padding tokens), -1 when absent

@@ -135,7 +135,8 @@ private:
         const LegTrace* trace = nullptr;
         std::vector<StepRow> steps;  // what run.h5 holds
         std::vector<EvalRow> evals;
-        bool l1 = false, l2 = false, l3 = false;
+        bool l1 = false, l2 = false, l3 = false, settings = false;
+        size_t optimizer_checks = 0;  // optimizer_check events written
         int64_t observation_events = 0;  // the trace's counter when fingerprints/observables were last written
         std::vector<GateFlag> flags;
         bool flags_dirty = false;

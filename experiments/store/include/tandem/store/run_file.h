@@ -220,8 +220,10 @@ struct FaultGroup {
 };
 
 // The check levels stored per leg: /legs/<leg>/checks/<level>.
-enum class CheckLevel { L1, L2, L3 };
-const char* check_level_name(CheckLevel level);  // "l1", "l2", "l3"
+// Settings: the leg's optimizer settings as it reported them (docs/leg-protocol.md "settings").
+// Optimizer: the leg's optimizer_check events (its steps replayed with the spec's AdamW), a JSON list.
+enum class CheckLevel { L1, L2, L3, Settings, Optimizer };
+const char* check_level_name(CheckLevel level);  // "l1", "l2", "l3", "settings", "optimizer"
 
 // ---------------------------------------------------------------------------------------------
 // Writer

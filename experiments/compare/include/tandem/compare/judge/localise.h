@@ -51,6 +51,13 @@ struct Localisation {
     std::optional<size_t> first;         // index in points of the first whose ratio > 1 (or is not finite)
     size_t max_ratio_index = 0;          // the largest ratio (when points is not empty)
     size_t only_a = 0, only_b = 0;       // points one leg recorded and the other did not
+    // The sites (op and pass) one leg recorded and the other did not, sorted: what localise could not
+    // compare ("labels (forward)", "final_norm (backward)"). missing_in_a: sites b has and a lacks.
+    std::vector<std::string> missing_in_a, missing_in_b;
+    // "; mine records no fingerprints at labels (forward), ce (forward), ...: N points reference has
+    // were not compared (the labels were consumed before the model's loss: a label smoother?)", "" when
+    // both legs recorded the same sites.
+    std::string blind_spots() const;
     size_t unknown = 0;                  // points with an op/pass not in the table (ignored)
     std::vector<std::int64_t> updates;   // updates both legs fingerprinted
     bool diverged() const { return first.has_value(); }

@@ -11,6 +11,7 @@ The oracle is independent of tandem's checks: the other run's files really diffe
 import hashlib
 import json
 import os
+import sys
 import shutil
 import subprocess
 import tempfile
@@ -19,19 +20,10 @@ import pytest
 
 from runner_fixture import TANDEM
 
-TINY = {
-    "name": "resumed", "seed": 7, "model": {"config": "tiny"},
-    "lora": {"rank": 2, "alpha": 4, "dropout": 0.0, "targets": ["q_proj", "v_proj"]},
-    "optimizer": {"name": "adamw", "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
-    "schedule": {"name": "cosine_with_warmup", "warmup_fraction": 0.0},
-    "clip": 1.0,
-    "batch": {"micro_batch": 1, "accumulation": 1, "epochs": 1, "max_updates": 2},
-    "sequence": {"max_len": 64},
-    "corpus": {"sources": ["medmcqa"], "heldout_fraction": 0.2, "max_records_per_source": 12},
-    "eval": {"interval": 1, "prefix_size": 2},
-    "checkpoint": {"interval": 1},
-    "l3_records": 2,
-}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+from hostile import TINY_EXPERIMENT  # noqa: E402
+
+TINY = dict(TINY_EXPERIMENT, name="resumed")
 
 
 def sha(path):

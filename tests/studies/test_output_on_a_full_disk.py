@@ -19,21 +19,10 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 import hostile as F  # noqa: E402
+from hostile import TINY_EXPERIMENT  # noqa: E402
 
 TANDEM = F.TANDEM
-GOOD = {
-    "name": "fulldisk", "seed": 7, "model": {"config": "tiny"},
-    "lora": {"rank": 2, "alpha": 4, "dropout": 0.0, "targets": ["q_proj", "v_proj"]},
-    "optimizer": {"name": "adamw", "lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
-    "schedule": {"name": "cosine_with_warmup", "warmup_fraction": 0.0},
-    "clip": 1.0,
-    "batch": {"micro_batch": 1, "accumulation": 1, "epochs": 1, "max_updates": 2},
-    "sequence": {"max_len": 64},
-    "corpus": {"sources": ["medmcqa"], "heldout_fraction": 0.2, "max_records_per_source": 12},
-    "eval": {"interval": 1, "prefix_size": 2},
-    "checkpoint": {"interval": 1},
-    "l3_records": 2,
-}
+GOOD = dict(TINY_EXPERIMENT, name="fulldisk")
 
 
 def tandem(*args, timeout=300):

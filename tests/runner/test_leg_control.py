@@ -120,6 +120,9 @@ def ev(**k):
     k["v"] = 1
     print(json.dumps(k), flush=True)
 ev(event="hello", implementation="fake")
+ev(event="l1", heldout_ce=2.0, tokens=5, examples=1)  # L1-L3 present: a leg lacking one is incomplete
+ev(event="l2", tensors=[])
+ev(event="l3", template="qwen3", max_len=8, records=[])
 ev(event="eval", update=0, heldout_ce=2.0, tokens=5)
 for u in range(6):
     wall = 0.1 if u != 5 else 3.0          # update 5: 30x its running median

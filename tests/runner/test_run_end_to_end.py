@@ -7,6 +7,7 @@ as failed while the other completes, and `--resume` finishes it with a trajector
 uninterrupted engine run."""
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -133,10 +134,12 @@ def test_report_exports(both):
     tex = subprocess.run([TANDEM, "report", folder, "--format", "tex"], capture_output=True, text=True).stdout
     body = "\n".join(line for line in tex.splitlines() if not line.startswith("%"))
     assert body.count("\\begin{tabular}") == body.count("\\end{tabular}")
-    # 10 tables with the distances, the per-update series (docs/thresholds.md) and the evaluation
-    # observables (docs/observables.md) tables; a wide table is split into several tabulars
-    assert body.count("\\caption{") == 10
-    assert body.count("\\begin{tabular}") >= 10
+    # one table per section of the text report (docs/report.md); a wide table is split into several tabulars
+    captions = [c.split(":")[0] for c in re.findall(r"\\caption\{([^}]*)", body)]
+    assert captions == ["L1", "L2", "L3", "Optimizer settings against the spec (before update 0)", "L4",
+                        "Two distances", "Per-update series", "Pre-clip gradient norm", "Stacks", "Timing and memory",
+                        "Device bandwidth probes", "Evaluation observables"], captions
+    assert body.count("\\begin{tabular}") >= len(captions)
     assert "_" not in body.replace("\\_", "")  # every underscore escaped
 
 
@@ -258,6 +261,9 @@ def test_malformed_leg_output_is_recorded_and_does_not_stop_the_runner(tmp_path)
             "ev(event='hello', implementation='fake', pid=os.getpid())\n"
             "print('Traceback-like garbage {not json', flush=True)\n"
             "print('{\"v\": 7, \"event\": \"step\"}', flush=True)\n"
+            "ev(event='l1', heldout_ce=2.0, tokens=5, examples=1)\n"  # L1-L3 present: a leg lacking one is incomplete
+            "ev(event='l2', tensors=[])\n"
+            "ev(event='l3', template='qwen3', max_len=8, records=[])\n"
             "ev(event='eval', update=0, heldout_ce=2.0, tokens=5)\n"
             "ev(event='step', update=0, loss=1.5, grad_norm=0.5, lr=0.0, tokens=3, wall_s=0.01, extra={'x': 1})\n"
             "ev(event='eval', update=1, heldout_ce=1.9, tokens=5)\n"  # a complete run: every planned row

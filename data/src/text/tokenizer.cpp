@@ -467,7 +467,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
         try {
             // Only checked here (the template is read by data/template): a broken file is named where the
             // tokenizer is loaded, before anything renders with it.
-            (void)nlohmann::json::parse(read_file(config));
+            [[maybe_unused]] const auto parsed = nlohmann::json::parse(read_file(config));
         } catch (const nlohmann::json::exception& e) {
             throw Error(config.string() + ": not valid JSON (" + json_error_text(e) + ")");
         }

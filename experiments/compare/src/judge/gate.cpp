@@ -2,7 +2,7 @@
 #include "tandem/compare/judge/gate.h"
 
 #include "tandem/error.h"
-#include "tandem/compare/compare.h"
+#include "tandem/spec/leg_kinds.h"
 
 #include <algorithm>
 #include <cmath>

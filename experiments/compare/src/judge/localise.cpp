@@ -2,8 +2,6 @@
 // its bound (tandem/compare/judge/localise.h, docs/observables.md).
 #include "tandem/compare/judge/localise.h"
 
-#include "tandem/compare/compare.h"
-#include "tandem/compare/report.h"
 
 #include "tandem/engine/observe.h"
 #include "tandem/error.h"
@@ -209,15 +207,6 @@ Attributes localisation_attributes(const Localisation& l) {
         a["first_ratio"] = p.ratio;
     }
     return a;
-}
-
-std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader) {
-    std::vector<ObservablesComparison> out;
-    for (const auto& e : c.l4) {
-        ObservablesComparison o = compare_observables(reader, e.leg_a, e.leg_b);
-        if (!o.rows.empty()) out.push_back(std::move(o));
-    }
-    return out;
 }
 
 void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls) {

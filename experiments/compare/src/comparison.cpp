@@ -13,10 +13,6 @@ namespace tandem::experiments {
 
 bool is_imported(const LegData& leg) { return leg.implementation == "imported"; }
 
-bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
-    return implementation_a == "reference" && implementation_b != "reference";
-}
-
 ResidualPoints residual_points_after(const std::vector<StepRow>& steps_a, const std::vector<EvalRow>& evals_a,
                                      const std::vector<StepRow>& steps_b, const std::vector<EvalRow>& evals_b,
                                      bool reference_is_a, int64_t eval_after, int64_t step_after) {
@@ -424,6 +420,15 @@ void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const E
         for (auto& line : non_finite_values(l)) c.failures.push_back(std::move(line));
     }
     c.completeness_judged = true;
+}
+
+std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader) {
+    std::vector<ObservablesComparison> out;
+    for (const auto& e : c.l4) {
+        ObservablesComparison o = compare_observables(reader, e.leg_a, e.leg_b);
+        if (!o.rows.empty()) out.push_back(std::move(o));
+    }
+    return out;
 }
 
 }  // namespace tandem::experiments

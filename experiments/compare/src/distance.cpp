@@ -1,11 +1,11 @@
 // The paired numerics distance (error-model bound), the envelope distance (z-scores, band, two-sided
 // test) and the verdict names (docs/thresholds.md).
 #include "tandem/compare/distance.h"
+#include "tandem/compare/statistics.h"
 
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
 #include "tandem/number_or_na.h"
-#include "tandem/compare/compare.h"
 #include "tandem/spec/model.h"
 
 #include <algorithm>

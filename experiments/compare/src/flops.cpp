@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 
-#include "tandem/compare/compare.h"
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/compare/statistics.h"
 

@@ -2,6 +2,7 @@
 // parameters, L3 template and tokens, L4 trajectories judged by the two distances into the pair's
 // verdict (docs/thresholds.md). Pure: legs in, entries out.
 #include "tandem/compare/compare.h"
+#include "tandem/spec/leg_kinds.h"
 
 #include "tandem/data/token_diff.h"
 #include "tandem/engine/tensor.h"

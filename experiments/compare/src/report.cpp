@@ -603,4 +603,32 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     return c;
 }
 
+// The fingerprint chain around a pair's first point over its bound (or its largest ratio), for the report.
+Table localisation_table(const Localisation& l, size_t context) {
+    Table t;
+    t.id = "localisation";
+    t.title = "Localisation: " + l.leg_a + " vs " + l.leg_b + " (fingerprints, docs/observables.md)";
+    t.columns = {"", "update", "micro-batch", "layer", "op", "pass", "depth", "rel diff", "norm rel diff", "bound", "ratio"};
+    if (l.points.empty()) {
+        t.notes.push_back(l.summary());
+        return t;
+    }
+    const size_t centre = l.first ? *l.first : l.max_ratio_index;
+    const size_t from = centre > context ? centre - context : 0;
+    const size_t to = std::min(l.points.size(), centre + context + 1);
+    for (size_t i = from; i < to; ++i) {
+        const LocalisedPoint& p = l.points[i];
+        t.rows.push_back({i == centre ? (l.first ? "<< first over bound" : "<< largest ratio") : "", std::to_string(p.update),
+                          p.micro_batch < 0 ? "-" : std::to_string(p.micro_batch), p.layer < 0 ? "-" : std::to_string(p.layer),
+                          p.op, p.pass, std::to_string(p.depth), fmt(p.rel_diff, "%.3e"), fmt(p.norm_rel_diff, "%.3e"),
+                          fmt(p.bound, "%.3e"), fmt(p.ratio, "%.3g")});
+    }
+    t.notes.push_back(l.summary());
+    t.notes.push_back("chain: points " + std::to_string(from + 1) + ".." + std::to_string(to) + " of " +
+                      std::to_string(l.points.size()) + " (update, micro-batch, forward -> backward -> optimizer); bound = " +
+                      "k(pass)·eps32·C^depth·sqrt(1+update), k = " + fmt(kLocaliseKForward, "%g") + " forward, " +
+                      fmt(kLocaliseKBackward, "%g") + " backward, " + fmt(kLocaliseKOptimizer, "%g") + " optimizer");
+    return t;
+}
+
 }  // namespace tandem::experiments

@@ -107,4 +107,10 @@ PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool refe
 }
 
 
+std::pair<int64_t, int64_t> timing_window(int64_t updates) {
+    if (updates <= 0) return {-1, -1};
+    if (updates > 200) return {100, std::min<int64_t>(updates - 1, 499)};
+    return {updates / 5, updates - 1};
+}
+
 }  // namespace tandem::experiments

@@ -12,11 +12,6 @@ namespace tandem::experiments {
 double update_tokens_per_second(const StepRow& row) {
     return row.wall_s > 0 ? static_cast<double>(row.tokens) / row.wall_s : std::nan("");
 }
-std::pair<int64_t, int64_t> timing_window(int64_t updates) {
-    if (updates <= 0) return {-1, -1};
-    if (updates > 200) return {100, std::min<int64_t>(updates - 1, 499)};
-    return {updates / 5, updates - 1};
-}
 GradStats grad_stats(const LegData& l, double clip) {
     GradStats g;
     g.leg = l.name;

@@ -3,7 +3,7 @@
 // per GPU, so each leg's timings are its own; with --share-devices (RunnerOptions::share_devices) they run
 // at once and their timing rows say which legs shared the device. Also the CPU threads each leg gets.
 // Private to tandem_runner.
-#include "tandem/runner/runner.h"
+#include "tandem/runner/runner_options.h"
 
 #include <map>
 #include <string>

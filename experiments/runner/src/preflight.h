@@ -3,7 +3,7 @@
 // the experiment alone, and a size estimate of the run against the memory and disk available, so an
 // absurd experiment is refused in milliseconds instead of after minutes of preparation.
 #include "tandem/spec/experiment.h"
-#include "tandem/runner/runner.h"
+#include "tandem/runner/runner_options.h"
 
 #include <filesystem>
 #include <optional>

@@ -7,7 +7,7 @@
 #include "executors/executor.h"
 #include "tandem/runner/leg_process.h"
 #include "tandem/runner/run_record.h"
-#include "tandem/runner/runner.h"
+#include "tandem/runner/runner_options.h"
 #include "watchdog.h"
 
 #include <chrono>

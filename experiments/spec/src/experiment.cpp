@@ -209,6 +209,10 @@ const ExperimentSpec::LegDefinition* ExperimentSpec::leg_definition(const std::s
     return nullptr;
 }
 
+FaultSettings ExperimentSpec::fault_settings() const {
+    return {lora_targets, lora_use_rslora, lora_rank, lora_dropout, accumulation, clip, template_name};
+}
+
 std::vector<FaultSwitch> ExperimentSpec::leg_fault_switches(const std::string& leg) const {
     if (const LegDefinition* d = leg_definition(leg)) {
         if (d->implementation != "engine") return {};

@@ -3,7 +3,6 @@
 #include "tandem/spec/faults.h"
 
 #include "tandem/error.h"
-#include "tandem/spec/experiment.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,42 +25,42 @@ std::string number_text(double v) {
 }
 
 // ---- not applicable: the settings under which a fault's switch changes nothing or is refused
-bool targets(const ExperimentSpec& s, const char* projection) {
+bool targets(const FaultSettings& s, const char* projection) {
     return std::find(s.lora_targets.begin(), s.lora_targets.end(), projection) != s.lora_targets.end();
 }
-std::string needs_k_and_v(const ExperimentSpec& s) {
+std::string needs_k_and_v(const FaultSettings& s) {
     if (targets(s, "k_proj") && targets(s, "v_proj")) return "";
     std::string t;
     for (const auto& x : s.lora_targets) t += (t.empty() ? "" : ", ") + x;
     return "needs LoRA on both k_proj and v_proj (lora.targets: " + t + ")";
 }
-std::string needs_rslora(const ExperimentSpec& s) {
+std::string needs_rslora(const FaultSettings& s) {
     if (!s.lora_use_rslora) return "the experiment scales by alpha/r already (lora.use_rslora false)";
     return s.lora_rank == 1 ? "alpha/r equals alpha/sqrt(r) at lora.rank 1" : "";
 }
-std::string needs_rank_above_one(const ExperimentSpec& s) {
+std::string needs_rank_above_one(const FaultSettings& s) {
     return s.lora_rank == 1 ? "alpha equals the scaling at lora.rank 1" : "";
 }
-std::string needs_dropout(const ExperimentSpec& s) { return s.lora_dropout > 0 ? "" : "lora.dropout is 0: no mask to draw"; }
-std::string needs_accumulation(const ExperimentSpec& s) {
+std::string needs_dropout(const FaultSettings& s) { return s.lora_dropout > 0 ? "" : "lora.dropout is 0: no mask to draw"; }
+std::string needs_accumulation(const FaultSettings& s) {
     return s.accumulation > 1 ? "" : "one micro-batch per update (batch.accumulation 1): the switch changes nothing";
 }
-std::string needs_dropout_and_accumulation(const ExperimentSpec& s) {
+std::string needs_dropout_and_accumulation(const FaultSettings& s) {
     const std::string d = needs_dropout(s);
     return d.empty() ? needs_accumulation(s) : d;
 }
-std::string needs_clip(const ExperimentSpec& s) { return s.clip > 0 ? "" : "clip is 0: the gradient is never clipped"; }
-std::string needs_clip_and_accumulation(const ExperimentSpec& s) {
+std::string needs_clip(const FaultSettings& s) { return s.clip > 0 ? "" : "clip is 0: the gradient is never clipped"; }
+std::string needs_clip_and_accumulation(const FaultSettings& s) {
     const std::string c = needs_clip(s);
     return c.empty() ? needs_accumulation(s) : c;
 }
-std::string needs_qwen3_template(const ExperimentSpec& s) {
+std::string needs_qwen3_template(const FaultSettings& s) {
     return s.template_name == "qwen3" ? "" : "the experiment's template is " + s.template_name + ", not qwen3";
 }
 
 }  // namespace
 
-std::string fault_not_applicable(const FaultInfo& fault, const ExperimentSpec& spec) {
+std::string fault_not_applicable(const FaultInfo& fault, const FaultSettings& spec) {
     return fault.not_applicable ? fault.not_applicable(spec) : std::string();
 }
 

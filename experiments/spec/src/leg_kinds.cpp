@@ -69,4 +69,8 @@ std::vector<std::string> leg_kind_names() {
     return names;
 }
 
+bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b) {
+    return implementation_a == "reference" && implementation_b != "reference";
+}
+
 }  // namespace tandem::experiments

@@ -133,7 +133,7 @@ FaultMatrix fault_matrix_of(const std::vector<LegData>& legs, const ExperimentSp
     for (const auto& [sw, leg] : faults) {
         const FaultInfo& info = fault_info(sw.name);
         FaultRow r;
-        if (const std::string why = fault_not_applicable(info, spec); !why.empty()) {
+        if (const std::string why = fault_not_applicable(info, spec.fault_settings()); !why.empty()) {
             r.first_update.assign(fault_matrix_levels().size(), std::nullopt);
             r.status = "not applicable";
             r.not_applicable = why;  // no leg ran it (run_faults checks before starting any)
@@ -496,7 +496,7 @@ FaultsOutcome run_faults(const FaultsOptions& opt) {
     std::vector<std::pair<FaultSwitch, std::string>> fault_legs;
     for (const auto& f : faults) {
         // A fault that cannot apply to this experiment gets no leg: a `not applicable` row (fault_matrix_of).
-        if (const std::string why = fault_not_applicable(fault_info(f.name), spec); !why.empty()) {
+        if (const std::string why = fault_not_applicable(fault_info(f.name), spec.fault_settings()); !why.empty()) {
             say("fault " + f.name + ": not applicable to " + opt.experiment.string() + ": " + why);
             fault_legs.emplace_back(f, "");
             continue;

@@ -5,6 +5,7 @@
 #include "tandem/compare/compare.h"
 #include "tandem/compare/report.h"
 #include "tandem/legs/leg_protocol.h"
+#include "tandem/spec/leg_kinds.h"
 #include "tandem/store/run_file.h"
 #include "tandem/compare/run_overview.h"
 

@@ -294,6 +294,21 @@ void TrajectoryChart::set_ticks(QCategoryAxis* axis, double lo, double hi, const
 
 void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOptions& options) {
     const bool log = options.log_y && !options.residual;
+    apply_fonts_and_frame(options);
+    set_y_title(options);
+    const auto full = full_x_range(curves);
+    const auto range = options.x_range ? options.x_range : full;
+    YExtent y = draw_curves(curves, options, range, log);
+    if (range) set_x_ticks(options, *range);
+    set_y_ticks(options, y, range.has_value(), log);
+    zero_line_->setVisible(options.residual && range.has_value());
+    if (options.residual && range) zero_line_->replace(QList<QPointF>{QPointF(range->first, 0), QPointF(range->second, 0)});
+    for (auto* marker : chart_->legend()->markers(zero_line_)) marker->setVisible(false);
+    set_title(curves, options);
+    place_crosshair();
+}
+
+void TrajectoryChart::apply_fonts_and_frame(const ChartOptions& options) {
     QFont font = chart_->font();
     if (options.font_pt > 0) font.setPointSizeF(options.font_pt);
     if (!options.font_family.isEmpty()) font.setFamily(options.font_family);
@@ -317,106 +332,115 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         chart_->legend()->setContentsMargins(0, 0, 0, 0);
         chart_->legend()->setAlignment(Qt::AlignTop);
     }
-    // The long title with its unit when it fits the plot's height, else the metric table's short one.
-    {
-        const QFontMetricsF fm(y_axis_->titleFont());
-        QString title = y_axis_title(options, false);
-        const double room = options.compact ? options.rows : options.rows * 0.7;
-        if (fm.horizontalAdvance(title) > room) title = y_axis_title(options, true);
-        y_axis_->setTitleText(title);
-    }
+}
 
-    auto full = full_x_range(curves);
-    const auto range = options.x_range ? options.x_range : full;
-    const auto line_count = std::count_if(curves.begin(), curves.end(), [](const Curve& c) { return c.series && !c.markers; });
-    double y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
-    double full_lo = y_lo, full_hi = y_hi;
+// The long title with its unit when it fits the plot's height, else the metric table's short one.
+void TrajectoryChart::set_y_title(const ChartOptions& options) {
+    const QFontMetricsF fm(y_axis_->titleFont());
+    QString title = y_axis_title(options, false);
+    const double room = options.compact ? options.rows : options.rows * 0.7;
+    if (fm.horizontalAdvance(title) > room) title = y_axis_title(options, true);
+    y_axis_->setTitleText(title);
+}
+
+// One series of the chart drawn (or kept: a series whose recorded points, range and display settings
+// are as at the last update keeps its drawn points, so a live batch that appends to one run recomputes
+// that run's curves only); its y extent joins `y` unless it is hidden.
+QXYSeries* TrajectoryChart::draw_series(const QString& name, const Series& source, bool smoothed, bool markers,
+                                        bool hidden, const DrawContext& ctx, YExtent& y) {
+    const ChartOptions& options = ctx.options;
+    const auto& range = ctx.range;
+    auto* series = series_for(name, markers);
+    series->setVisible(!hidden);
+    DrawnKey key{&source, source.size(), source.empty() ? 0.0 : source.back().update, source.empty() ? 0.0 : source.back().value,
+                 range ? range->first : 0.0, range ? range->second : 0.0, options.columns, ctx.log, smoothed ? options.smoothing : 0.0};
+    auto cached = drawn_.find(name);
+    if (cached == drawn_.end() || !(cached->second.key == key)) {
+        const Series& s = smoothed ? (smoothed_storage_ = smoothed_for_display(source, options.smoothing)) : source;
+        // Buckets two pixels wide: each keeps its minimum and maximum, so no recorded value leaves
+        // the picture, and a long run costs about one point per pixel to paint.
+        const int buckets = std::max(50, options.columns / 2);
+        QList<QPointF> points = range ? envelope_points(s, range->first, range->second, buckets) : QList<QPointF>{};
+        if (ctx.log) {
+            points.removeIf([](const QPointF& p) { return !(p.y() > 0); });
+            for (auto& p : points) p.setY(std::log10(p.y()));  // a linear axis over log10(y): labels stay ours
+        }
+        Drawn d{key};
+        d.y_lo = d.full_lo = std::numeric_limits<double>::infinity();
+        d.y_hi = d.full_hi = -d.y_lo;
+        for (const auto& p : points) {
+            if (range && (p.x() < range->first || p.x() > range->second)) continue;
+            if (!std::isfinite(p.y())) continue;
+            d.y_lo = std::min(d.y_lo, p.y());
+            d.y_hi = std::max(d.y_hi, p.y());
+        }
+        for (const auto& p : s) {
+            const double v = ctx.log ? (p.value > 0 ? std::log10(p.value) : std::nan("")) : p.value;
+            if (!std::isfinite(v)) continue;
+            d.full_lo = std::min(d.full_lo, v);
+            d.full_hi = std::max(d.full_hi, v);
+        }
+        // Markers show where the few points of a short series are; with many curves they only clutter.
+        if (!markers) {
+            // In print only the few points of an evaluation series get a marker.
+            series->setPointsVisible(points.size() <= (options.compact ? 12 : 60) && ctx.line_count <= 8);
+            if (options.compact) series->setMarkerSize(3.5);  // a point, not a blot, at print size
+        }
+        series->replace(points);
+        cached = drawn_.insert_or_assign(name, d).first;
+    }
+    if (!hidden) {
+        // Hidden curves leave the autoscale: the visible ones fill the plot.
+        y.lo = std::min(y.lo, cached->second.y_lo);
+        y.hi = std::max(y.hi, cached->second.y_hi);
+        y.full_lo = std::min(y.full_lo, cached->second.full_lo);
+        y.full_hi = std::max(y.full_hi, cached->second.full_hi);
+    }
+    return series;
+}
+
+void TrajectoryChart::style_series(QXYSeries* series, const Curve& c, bool faded, const ChartOptions& options) {
+    QPen pen = curve_pen(c);
+    QColor color = c.color;
+    if (faded) color.setAlpha(90);  // raw curve stays visible underneath the smoothed one
+    pen.setColor(color);
+    // A dense curve (more points than half the plot's pixels) is drawn solid and thin: a dash
+    // pattern is invisible at that density, and dashes or wide strokes cost several times the
+    // painting of a one-pixel line (what keeps ten long runs under 50 ms per redraw).
+    const bool dense = series->count() * 2 > options.columns && !options.compact;
+    pen.setWidthF(dense ? std::min(c.width, 1.0) : c.width);
+    pen.setStyle(dense ? Qt::SolidLine : c.style);
+    if (pen != series->pen()) series->setPen(pen);
+}
+
+// Every curve's series (a smoothed curve: its faded raw line under the smoothed one, one legend entry),
+// the series no curve wants any more removed; returns the y extent of the visible ones.
+TrajectoryChart::YExtent TrajectoryChart::draw_curves(const std::vector<Curve>& curves, const ChartOptions& options,
+                                                      const std::optional<std::pair<double, double>>& range, bool log) {
+    const DrawContext ctx{options, range, log,
+                          std::count_if(curves.begin(), curves.end(), [](const Curve& c) { return c.series && !c.markers; })};
+    YExtent y;
     std::set<QString> wanted;
-    // A series whose recorded points, range and display settings are as at the last update keeps
-    // its drawn points: a live batch that appends to one run recomputes that run's curves only.
-    auto draw = [&](const QString& name, const Series& source, bool smoothed, bool markers, bool hidden) {
-        wanted.insert(name);
-        auto* series = series_for(name, markers);
-        series->setVisible(!hidden);
-        DrawnKey key{&source, source.size(), source.empty() ? 0.0 : source.back().update, source.empty() ? 0.0 : source.back().value,
-                     range ? range->first : 0.0, range ? range->second : 0.0, options.columns, log, smoothed ? options.smoothing : 0.0};
-        auto cached = drawn_.find(name);
-        if (cached == drawn_.end() || !(cached->second.key == key)) {
-            const Series& s = smoothed ? (smoothed_storage_ = smoothed_for_display(source, options.smoothing)) : source;
-            // Buckets two pixels wide: each keeps its minimum and maximum, so no recorded value leaves
-            // the picture, and a long run costs about one point per pixel to paint.
-            const int buckets = std::max(50, options.columns / 2);
-            QList<QPointF> points = range ? envelope_points(s, range->first, range->second, buckets) : QList<QPointF>{};
-            if (log) {
-                points.removeIf([](const QPointF& p) { return !(p.y() > 0); });
-                for (auto& p : points) p.setY(std::log10(p.y()));  // a linear axis over log10(y): labels stay ours
-            }
-            Drawn d{key};
-            d.y_lo = d.full_lo = std::numeric_limits<double>::infinity();
-            d.y_hi = d.full_hi = -d.y_lo;
-            for (const auto& p : points) {
-                if (range && (p.x() < range->first || p.x() > range->second)) continue;
-                if (!std::isfinite(p.y())) continue;
-                d.y_lo = std::min(d.y_lo, p.y());
-                d.y_hi = std::max(d.y_hi, p.y());
-            }
-            for (const auto& p : s) {
-                const double y = log ? (p.value > 0 ? std::log10(p.value) : std::nan("")) : p.value;
-                if (!std::isfinite(y)) continue;
-                d.full_lo = std::min(d.full_lo, y);
-                d.full_hi = std::max(d.full_hi, y);
-            }
-            // Markers show where the few points of a short series are; with many curves they only clutter.
-            if (!markers) {
-                // In print only the few points of an evaluation series get a marker.
-                series->setPointsVisible(points.size() <= (options.compact ? 12 : 60) && line_count <= 8);
-                if (options.compact) series->setMarkerSize(3.5);  // a point, not a blot, at print size
-            }
-            series->replace(points);
-            cached = drawn_.insert_or_assign(name, d).first;
-        }
-        if (!hidden) {
-            // Hidden curves leave the autoscale: the visible ones fill the plot.
-            y_lo = std::min(y_lo, cached->second.y_lo);
-            y_hi = std::max(y_hi, cached->second.y_hi);
-            full_lo = std::min(full_lo, cached->second.full_lo);
-            full_hi = std::max(full_hi, cached->second.full_hi);
-        }
-        return series;
-    };
-    auto style = [&](QXYSeries* series, const Curve& c, bool faded) {
-        QPen pen = curve_pen(c);
-        QColor color = c.color;
-        if (faded) color.setAlpha(90);  // raw curve stays visible underneath the smoothed one
-        pen.setColor(color);
-        // A dense curve (more points than half the plot's pixels) is drawn solid and thin: a dash
-        // pattern is invisible at that density, and dashes or wide strokes cost several times the
-        // painting of a one-pixel line (what keeps ten long runs under 50 ms per redraw).
-        const bool dense = series->count() * 2 > options.columns && !options.compact;
-        pen.setWidthF(dense ? std::min(c.width, 1.0) : c.width);
-        pen.setStyle(dense ? Qt::SolidLine : c.style);
-        if (pen != series->pen()) series->setPen(pen);
-    };
     for (const auto& c : curves) {
         if (!c.series) continue;
         const bool hidden = options.hidden.count(c.name) > 0;
+        wanted.insert(c.name);
         if (c.markers) {
-            auto* series = draw(c.name, *c.series, false, true, hidden);
+            auto* series = draw_series(c.name, *c.series, false, true, hidden, ctx, y);
             if (series->color() != c.color) {
                 series->setColor(c.color);
                 if (auto* scatter = qobject_cast<QScatterSeries*>(series)) scatter->setBorderColor(c.color);
             }
             continue;
         }
-        if (options.smoothing > 0 && c.smooth) {
-            auto* raw = draw(c.name, *c.series, false, false, hidden);
-            style(raw, c, true);
-            for (auto* marker : chart_->legend()->markers(raw)) marker->setVisible(false);  // one entry: the smoothed line
-            style(draw(c.name + QStringLiteral(" (smoothed)"), *c.series, true, false, hidden), c, false);
-        } else {
-            auto* raw = draw(c.name, *c.series, false, false, hidden);
-            style(raw, c, false);
-            for (auto* marker : chart_->legend()->markers(raw)) marker->setVisible(true);
+        auto* raw = draw_series(c.name, *c.series, false, false, hidden, ctx, y);
+        const bool smoothed = options.smoothing > 0 && c.smooth;
+        style_series(raw, c, smoothed, options);
+        for (auto* marker : chart_->legend()->markers(raw)) marker->setVisible(!smoothed);  // one entry: the smoothed line
+        if (smoothed) {
+            const QString name = c.name + QStringLiteral(" (smoothed)");
+            wanted.insert(name);
+            style_series(draw_series(name, *c.series, true, false, hidden, ctx, y), c, false, options);
         }
     }
     for (auto it = series_.begin(); it != series_.end();) {
@@ -426,73 +450,76 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
         drawn_.erase(it->first);
         it = series_.erase(it);
     }
+    return y;
+}
 
-    // Axes: nice ticks placed at their values (integers on the update and token axes), as many as
-    // fit without their labels touching.
-    if (range) {
-        const QFontMetricsF fm(x_axis_->labelsFont());
-        const double plot_w = options.plot_width > 0 ? options.plot_width : options.columns * 0.85;
-        const bool integers = experiments::x_axis_info(options.x_axis).integers;
-        // Start with ticks every ~50 px in a figure (70 on screen) and thin them until labels do not touch.
-        int max_x = std::clamp(static_cast<int>(plot_w / (options.compact ? 50 : 70)), 2, 11);
-        AxisTicks t;
-        for (;;) {
-            t = linear_ticks(range->first, range->second, max_x, integers);
-            double widest = 0;
-            for (const auto& l : t.labels) widest = std::max(widest, fm.horizontalAdvance(QString::fromStdString(l)));
-            const double step_px = t.step / (range->second - range->first) * plot_w;
-            if (max_x <= 2 || t.values.size() < 2 || step_px >= widest + 1.5 * fm.averageCharWidth()) break;
-            max_x = std::min(max_x - 1, static_cast<int>(t.values.size()) - 1);
-        }
-        set_ticks(x_axis_, range->first, range->second, t.values, t.labels, false);
-        x_ticks_ = t.values;
-        if (!options.compact && !t.labels.empty()) {
-            // The last label is centred on the plot's right edge: room for its right half.
-            const int half = static_cast<int>(std::ceil(fm.horizontalAdvance(QString::fromStdString(t.labels.back())) / 2)) + 4;
-            QMargins m = chart_->margins();  // the left one is the view's (aligned plot areas)
-            if (m.right() != std::max(4, half)) {
-                m.setRight(std::max(4, half));
-                chart_->setMargins(m);
-            }
+// The x axis: nice ticks placed at their values (integers on the update and token axes), as many as
+// fit without their labels touching.
+void TrajectoryChart::set_x_ticks(const ChartOptions& options, const std::pair<double, double>& range) {
+    const QFontMetricsF fm(x_axis_->labelsFont());
+    const double plot_w = options.plot_width > 0 ? options.plot_width : options.columns * 0.85;
+    const bool integers = experiments::x_axis_info(options.x_axis).integers;
+    // Start with ticks every ~50 px in a figure (70 on screen) and thin them until labels do not touch.
+    int max_x = std::clamp(static_cast<int>(plot_w / (options.compact ? 50 : 70)), 2, 11);
+    AxisTicks t;
+    for (;;) {
+        t = linear_ticks(range.first, range.second, max_x, integers);
+        double widest = 0;
+        for (const auto& l : t.labels) widest = std::max(widest, fm.horizontalAdvance(QString::fromStdString(l)));
+        const double step_px = t.step / (range.second - range.first) * plot_w;
+        if (max_x <= 2 || t.values.size() < 2 || step_px >= widest + 1.5 * fm.averageCharWidth()) break;
+        max_x = std::min(max_x - 1, static_cast<int>(t.values.size()) - 1);
+    }
+    set_ticks(x_axis_, range.first, range.second, t.values, t.labels, false);
+    if (!options.compact && !t.labels.empty()) {
+        // The last label is centred on the plot's right edge: room for its right half.
+        const int half = static_cast<int>(std::ceil(fm.horizontalAdvance(QString::fromStdString(t.labels.back())) / 2)) + 4;
+        QMargins m = chart_->margins();  // the left one is the view's (aligned plot areas)
+        if (m.right() != std::max(4, half)) {
+            m.setRight(std::max(4, half));
+            chart_->setMargins(m);
         }
     }
-    if (options.residual && range) {
-        y_lo = std::min(y_lo, 0.0);  // the zero line is always in view
-        y_hi = std::max(y_hi, 0.0);
-    }
-    if (!(y_hi >= y_lo) && full_hi >= full_lo) {
-        y_lo = full_lo;  // nothing inside the zoomed range: the data's range
-        y_hi = full_hi;
-    }
-    if (options.x_range && full_hi > full_lo && y_hi >= y_lo) {
-        // Zoomed in: y fits the visible points, but never narrower than 1 % of the data's whole
-        // range (two nearly equal points would otherwise fill the plot with float noise).
-        const double floor = 0.01 * (full_hi - full_lo);
-        if (y_hi - y_lo < floor) {
-            const double mid = 0.5 * (y_lo + y_hi);
-            y_lo = mid - floor / 2;
-            y_hi = mid + floor / 2;
-        }
-    }
-    if (y_hi >= y_lo) {
-        double pad = (y_hi - y_lo) * 0.05;
-        if (pad == 0) pad = log ? 0.02 : std::max(std::abs(y_hi) * 0.05, 1e-12);
-        const double lo = y_lo - pad, hi = y_hi + pad;
-        // As many ticks as fit 2.2 label heights apart, at least three labelled.
-        const double label_h = QFontMetricsF(y_axis_->labelsFont()).height();
-        const double plot_h = options.compact ? options.rows : options.rows * 0.75;
-        const int y_max = std::clamp(static_cast<int>(plot_h / (2.2 * label_h)), 3, 8);
-        AxisTicks t = log ? log_ticks(std::pow(10.0, lo), std::pow(10.0, hi), y_max) : linear_ticks(lo, hi, y_max, false);
-        for (int more = y_max + 1; t.values.size() < 3 && more <= 16; ++more)
-            t = log ? log_ticks(std::pow(10.0, lo), std::pow(10.0, hi), more) : linear_ticks(lo, hi, more, false);
-        if (log && t.values.size() < 3) t = linear_ticks(std::pow(10.0, lo), std::pow(10.0, hi), 4, false);
-        set_ticks(y_axis_, lo, hi, t.values, t.labels, log);
-        y_ticks_ = t.values;
-    }
-    zero_line_->setVisible(options.residual && range.has_value());
-    if (options.residual && range) zero_line_->replace(QList<QPointF>{QPointF(range->first, 0), QPointF(range->second, 0)});
-    for (auto* marker : chart_->legend()->markers(zero_line_)) marker->setVisible(false);
+}
 
+// The y axis: the visible points' extent (the zero line always in view on a residual panel; the data's
+// whole range when nothing is inside a zoom; never narrower than 1 % of it), padded, with as many ticks
+// as fit.
+void TrajectoryChart::set_y_ticks(const ChartOptions& options, YExtent y, bool has_range, bool log) {
+    if (options.residual && has_range) {
+        y.lo = std::min(y.lo, 0.0);
+        y.hi = std::max(y.hi, 0.0);
+    }
+    if (!(y.hi >= y.lo) && y.full_hi >= y.full_lo) {
+        y.lo = y.full_lo;
+        y.hi = y.full_hi;
+    }
+    if (options.x_range && y.full_hi > y.full_lo && y.hi >= y.lo) {
+        // Zoomed in: two nearly equal points would otherwise fill the plot with float noise.
+        const double floor = 0.01 * (y.full_hi - y.full_lo);
+        if (y.hi - y.lo < floor) {
+            const double mid = 0.5 * (y.lo + y.hi);
+            y.lo = mid - floor / 2;
+            y.hi = mid + floor / 2;
+        }
+    }
+    if (!(y.hi >= y.lo)) return;
+    double pad = (y.hi - y.lo) * 0.05;
+    if (pad == 0) pad = log ? 0.02 : std::max(std::abs(y.hi) * 0.05, 1e-12);
+    const double lo = y.lo - pad, hi = y.hi + pad;
+    // As many ticks as fit 2.2 label heights apart, at least three labelled.
+    const double label_h = QFontMetricsF(y_axis_->labelsFont()).height();
+    const double plot_h = options.compact ? options.rows : options.rows * 0.75;
+    const int y_max = std::clamp(static_cast<int>(plot_h / (2.2 * label_h)), 3, 8);
+    AxisTicks t = log ? log_ticks(std::pow(10.0, lo), std::pow(10.0, hi), y_max) : linear_ticks(lo, hi, y_max, false);
+    for (int more = y_max + 1; t.values.size() < 3 && more <= 16; ++more)
+        t = log ? log_ticks(std::pow(10.0, lo), std::pow(10.0, hi), more) : linear_ticks(lo, hi, more, false);
+    if (log && t.values.size() < 3) t = linear_ticks(std::pow(10.0, lo), std::pow(10.0, hi), 4, false);
+    set_ticks(y_axis_, lo, hi, t.values, t.labels, log);
+    y_ticks_ = t.values;
+}
+
+void TrajectoryChart::set_title(const std::vector<Curve>& curves, const ChartOptions& options) {
     if (options.compact || !options.title)
         chart_->setTitle(QString());  // a figure's residual panel says what it is in its y title
     else if (options.residual && options.z)
@@ -503,7 +530,6 @@ void TrajectoryChart::update(const std::vector<Curve>& curves, const ChartOption
                                         : residual_chart_title(options.metric));
     else
         chart_->setTitle(QString());
-    place_crosshair();
 }
 
 void TrajectoryChart::set_crosshair(std::optional<double> x, const QString& tip) {

@@ -1,8 +1,9 @@
 // The live trajectory gate: flags per new update / evaluation (docs/gate.md).
 #include "tandem/compare/judge/gate.h"
+#include "tandem/compare/statistics.h"
 
 #include "tandem/error.h"
-#include "tandem/compare/compare.h"
+#include "tandem/spec/leg_kinds.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,8 +2,6 @@
 // its bound (tandem/compare/judge/localise.h, docs/observables.md).
 #include "tandem/compare/judge/localise.h"
 
-#include "tandem/compare/compare.h"
-#include "tandem/compare/report.h"
 
 #include "tandem/engine/observe.h"
 #include "tandem/error.h"
@@ -188,33 +186,6 @@ std::string Localisation::summary() const {
     return s + blind_spots();
 }
 
-Table localisation_table(const Localisation& l, size_t context) {
-    Table t;
-    t.id = "localisation";
-    t.title = "Localisation: " + l.leg_a + " vs " + l.leg_b + " (fingerprints, docs/observables.md)";
-    t.columns = {"", "update", "micro-batch", "layer", "op", "pass", "depth", "rel diff", "norm rel diff", "bound", "ratio"};
-    if (l.points.empty()) {
-        t.notes.push_back(l.summary());
-        return t;
-    }
-    const size_t centre = l.first ? *l.first : l.max_ratio_index;
-    const size_t from = centre > context ? centre - context : 0;
-    const size_t to = std::min(l.points.size(), centre + context + 1);
-    for (size_t i = from; i < to; ++i) {
-        const LocalisedPoint& p = l.points[i];
-        t.rows.push_back({i == centre ? (l.first ? "<< first over bound" : "<< largest ratio") : "", std::to_string(p.update),
-                          p.micro_batch < 0 ? "-" : std::to_string(p.micro_batch), p.layer < 0 ? "-" : std::to_string(p.layer),
-                          p.op, p.pass, std::to_string(p.depth), fmt("%.3e", p.rel_diff), fmt("%.3e", p.norm_rel_diff),
-                          fmt("%.3e", p.bound), fmt("%.3g", p.ratio)});
-    }
-    t.notes.push_back(l.summary());
-    t.notes.push_back("chain: points " + std::to_string(from + 1) + ".." + std::to_string(to) + " of " +
-                      std::to_string(l.points.size()) + " (update, micro-batch, forward -> backward -> optimizer); bound = " +
-                      "k(pass)·eps32·C^depth·sqrt(1+update), k = " + fmt("%g", kLocaliseKForward) + " forward, " +
-                      fmt("%g", kLocaliseKBackward) + " backward, " + fmt("%g", kLocaliseKOptimizer) + " optimizer");
-    return t;
-}
-
 Attributes localisation_attributes(const Localisation& l) {
     Attributes a;
     a["summary"] = l.summary();
@@ -237,15 +208,6 @@ Attributes localisation_attributes(const Localisation& l) {
         a["first_ratio"] = p.ratio;
     }
     return a;
-}
-
-std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader) {
-    std::vector<ObservablesComparison> out;
-    for (const auto& e : c.l4) {
-        ObservablesComparison o = compare_observables(reader, e.leg_a, e.leg_b);
-        if (!o.rows.empty()) out.push_back(std::move(o));
-    }
-    return out;
 }
 
 void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls) {

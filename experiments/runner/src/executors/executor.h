@@ -7,7 +7,7 @@
 // outlives a killed runner; the next `tandem run --resume` finds it again from legs/<leg>/process.json
 // and the size events.jsonl had when the job was submitted.
 #include "tandem/runner/leg_process.h"
-#include "tandem/runner/runner.h"
+#include "tandem/runner/leg_plan.h"
 
 #include <nlohmann/json.hpp>
 

@@ -129,11 +129,6 @@ LegExecutor& executor_for(const std::string& name) {
     throw Error("unknown leg executor '" + name + "' (local, slurm)");
 }
 
-const std::vector<std::string>& leg_executors() {
-    static const std::vector<std::string> k = {"local", "slurm"};
-    return k;
-}
-
 void record_leg_process(const fs::path& leg_dir, const json& record) {
     write_file_atomic(leg_dir / "process.json", record.dump() + "\n");
 }

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -152,7 +153,7 @@ private:
     std::optional<double> crosshair_at_;
     QMetaObject::Connection follow_plot_;
     void place_crosshair();
-    std::vector<double> x_ticks_, y_ticks_;
+    std::vector<double> y_ticks_;
     std::map<QString, QXYSeries*> series_;
     // What each series was last drawn from, to skip the ones a live batch did not touch.
     struct DrawnKey {
@@ -172,6 +173,28 @@ private:
     };
     std::map<QString, Drawn> drawn_;
     Series smoothed_storage_;
+
+    // update()'s steps, in its order.
+    struct YExtent {
+        double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+        double full_lo = std::numeric_limits<double>::infinity(), full_hi = -std::numeric_limits<double>::infinity();
+    };
+    struct DrawContext {
+        const ChartOptions& options;
+        const std::optional<std::pair<double, double>>& range;
+        bool log;
+        std::ptrdiff_t line_count;  // curves drawn as lines (markers only where there are few)
+    };
+    void apply_fonts_and_frame(const ChartOptions& options);
+    void set_y_title(const ChartOptions& options);
+    YExtent draw_curves(const std::vector<Curve>& curves, const ChartOptions& options,
+                        const std::optional<std::pair<double, double>>& range, bool log);
+    QXYSeries* draw_series(const QString& name, const Series& source, bool smoothed, bool markers, bool hidden,
+                           const DrawContext& ctx, YExtent& y);
+    void style_series(QXYSeries* series, const Curve& c, bool faded, const ChartOptions& options);
+    void set_x_ticks(const ChartOptions& options, const std::pair<double, double>& range);
+    void set_y_ticks(const ChartOptions& options, YExtent y, bool has_range, bool log);
+    void set_title(const std::vector<Curve>& curves, const ChartOptions& options);
 };
 
 }  // namespace tandem::views

@@ -63,8 +63,6 @@ struct Thresholds {
 // levels needing data it lacks are "n/a (imported)", and its L4 is reported, not gated.
 bool is_imported(const LegData& leg);
 
-// Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
-bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
 
 // Throughput of one update: supervised tokens / wall seconds (NaN when the wall time is not
 // positive). The per-update curve behind TimingRow::tokens_per_s (which sums over the run).
@@ -277,9 +275,6 @@ std::vector<std::string> non_finite_values(const LegData& leg);
 // imported TensorBoard/CSV leg holds whatever series it has; only the values its import kept out count.
 void judge_completeness(Comparison& c, const std::vector<LegData>& legs, const ExpectedSeries& expected);
 
-// The median-s/update window: the paper's updates 101-500 (first 100 discarded) when the run is long
-// enough, else [n/5, n-1] (0-based, inclusive).
-std::pair<int64_t, int64_t> timing_window(int64_t updates);
 
 // `model`: the error model of the run (error_model_for); `envelopes`: the seed envelopes of the
 // experiment (same sha256_without_seeds), any stacks. `planned_updates`: the run's plan, for the lr
@@ -359,5 +354,8 @@ bool same_run_leg(const RunLegRef& a, const RunLegRef& b);
 RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {},
                                 const std::filesystem::path& catalog = {});
 
+
+// The evaluation observables of every L4 pair of `c` whose legs both recorded some (observables.h).
+std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader);
 
 }  // namespace tandem::experiments

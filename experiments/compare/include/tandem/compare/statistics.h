@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace tandem::experiments {
@@ -65,5 +66,9 @@ struct PercentSeries {
 };
 // reference_is_a: the pair's first leg is the reference (see the comment at the top).
 PercentSeries residual_percent(const std::vector<PairedPoint>& points, bool reference_is_a);
+
+// The median-s/update window: the paper's updates 101-500 (first 100 discarded) when the run is long
+// enough, else [n/5, n-1] (0-based, inclusive).
+std::pair<int64_t, int64_t> timing_window(int64_t updates);
 
 }  // namespace tandem::experiments

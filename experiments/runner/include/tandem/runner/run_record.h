@@ -11,7 +11,7 @@
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/runner/prepare.h"
 #include "tandem/store/run_file.h"
-#include "tandem/runner/runner.h"
+#include "tandem/runner/leg_plan.h"
 
 #include <filesystem>
 #include <functional>

@@ -135,6 +135,8 @@ struct ExperimentSpec {
     // The faults an engine leg of this name runs with: its definition's list when it has one, else
     // `faults` (docs/faults.md). Legs of other implementations run no faults.
     std::vector<FaultSwitch> leg_fault_switches(const std::string& leg) const;
+    // What the fault catalogue's applicability checks read (fault_not_applicable).
+    FaultSettings fault_settings() const;
 
     // The resolved spec as JSON (every field present); this is experiment.json's "spec".
     nlohmann::json to_json() const;

@@ -33,7 +33,18 @@ struct FaultSize {
 };
 
 struct LegFaults;
-struct ExperimentSpec;
+
+// The experiment's settings a fault's applicability reads (ExperimentSpec::fault_settings()): the
+// catalogue judges these, not the whole experiment, so it needs nothing above it.
+struct FaultSettings {
+    std::vector<std::string> lora_targets;
+    bool lora_use_rslora = true;
+    int64_t lora_rank = 16;
+    double lora_dropout = 0;
+    int64_t accumulation = 1;
+    double clip = 0;
+    std::string template_name;
+};
 
 struct FaultInfo {
     std::string name;         // "rope-theta": lower case, digits, '-'
@@ -49,12 +60,12 @@ struct FaultInfo {
     // Why the fault cannot apply to an experiment ("" when it can): a fault whose switch would change
     // nothing, or that the engine refuses, for this experiment's settings (docs/faults.md "Not
     // applicable"). nullptr: it always applies.
-    std::string (*not_applicable)(const ExperimentSpec& spec) = nullptr;
+    std::string (*not_applicable)(const FaultSettings& settings) = nullptr;
 };
 
-// The fault's not_applicable reason for `spec` ("" = it applies). `tandem faults` checks it before any
+// The fault's not_applicable reason for an experiment's `settings` ("" = it applies). `tandem faults` checks it before any
 // leg starts: such a fault is a `not applicable` row, not a leg.
-std::string fault_not_applicable(const FaultInfo& fault, const ExperimentSpec& spec);
+std::string fault_not_applicable(const FaultInfo& fault, const FaultSettings& settings);
 
 // Every fault, in catalogue order (the order of docs/faults.md and of `tandem faults`).
 const std::vector<FaultInfo>& fault_catalogue();

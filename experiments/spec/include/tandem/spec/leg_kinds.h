@@ -38,5 +38,7 @@ const LegKind* find_leg_kind(const std::string& name);
 const LegKind& leg_kind(const std::string& name);
 // The names, in table order ("engine", "reference", ...).
 std::vector<std::string> leg_kind_names();
+// Whether a is the reference side of the pair (a, b): a is a "reference" implementation and b is not.
+bool reference_is_first(const std::string& implementation_a, const std::string& implementation_b);
 
 }  // namespace tandem::experiments

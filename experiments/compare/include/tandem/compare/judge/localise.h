@@ -71,9 +71,6 @@ Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<Fi
 
 // The report's localisations (docs/report.md) are add_localisations' (compare.h): every pair whose
 // verdict does not pass and whose two legs both recorded fingerprints.
-struct Comparison;
-// The evaluation observables of every L4 pair of `c` whose legs both recorded some (observables.h).
-std::vector<ObservablesComparison> compare_pair_observables(const Comparison& c, const RunFileReader& reader);
 // Stores each in run.h5 (/localisation/<a>~<b>).
 void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls);
 

@@ -38,13 +38,13 @@ def steps_of(tmp, leg):
     return steps_seen(folder_of(tmp), leg)
 
 
-def wait_for_step(tmp, leg, update, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if steps_of(tmp, leg) >= update:
-            return
+def wait_for_step(tmp, leg, update, runner):
+    """Until `leg` has recorded `update` updates. No clock: a busy machine only makes it slower; the wait
+    fails when the runner ends first (ctest's timeout bounds a hang)."""
+    while steps_of(tmp, leg) < update:
+        if runner.poll() is not None:
+            raise AssertionError(f"the runner ended (exit {runner.returncode}) before leg {leg} reached update {update}")
         time.sleep(0.02)
-    raise AssertionError(f"leg {leg} did not reach update {update}")
 
 
 def leg_pid(tmp, leg):
@@ -66,7 +66,7 @@ def test_a_sigstopped_leg_is_stopped_as_stalled_and_resumes_equal_to_its_twin(tm
     spec = small_experiment(tmp, "stall", gate={"stall": "stop", "stall_seconds": 3})
     p = start_run(tmp, spec)
     try:
-        wait_for_step(tmp, "a", 1)
+        wait_for_step(tmp, "a", 1, p)
         pid = leg_pid(tmp, "a")
         os.killpg(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -99,7 +99,7 @@ def test_with_default_settings_a_sigstopped_leg_is_flagged_within_120_s(tmp_path
     spec = small_experiment(tmp, "stall-default")
     p = start_run(tmp, spec, legs="a=engine")
     try:
-        wait_for_step(tmp, "a", 1)
+        wait_for_step(tmp, "a", 1, p)
         pid = leg_pid(tmp, "a")
         os.killpg(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -135,7 +135,7 @@ def test_a_catalog_deleted_mid_run_is_recreated_with_the_run_and_the_last_line_s
     db_path = os.path.join(tmp, "tandem.db")
     p = start_run(tmp, spec, legs="engine")
     try:
-        wait_for_step(tmp, "engine", 1)
+        wait_for_step(tmp, "engine", 1, p)
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(db_path + suffix):
                 os.remove(db_path + suffix)

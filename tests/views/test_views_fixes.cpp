@@ -534,6 +534,28 @@ exit 1
         QVERIFY(!launcher.leg_button_enabled(1, QStringLiteral("resume")));  // the finished one cannot
     }
 
+    // Closing the window while `tandem leg stop` still runs: the view ends its child processes
+    // itself and nothing reports into a half-destroyed view (it crashed on a busy machine).
+    void closing_while_a_leg_request_runs_does_not_crash() {
+        QTemporaryDir dir;
+        const QString cli = dir.filePath(QStringLiteral("tandem"));
+        write_executable(cli, QStringLiteral(R"(#!/bin/bash
+if [[ "$1" == "leg" ]]; then echo "tandem leg: asked"; sleep 30; exit 0; fi
+)") + fake_run_of_two_legs(2) + QStringLiteral(R"(sleep 30
+)"));
+        {
+            LauncherView launcher;
+            set_up_fake_launcher(launcher, dir, cli);
+            QSignalSpy found(&launcher, &LauncherView::run_folder_found);
+            launcher.start();
+            QVERIFY(found.wait(10000));
+            QTRY_VERIFY(launcher.leg_button_enabled(0, QStringLiteral("stop")));
+            launcher.findChild<QAbstractButton*>(QStringLiteral("stop_a"))->click();
+            QTest::qWait(300);  // the request process has started and prints before it sleeps
+        }  // destroyed with both the runner and the request still running
+        QVERIFY(true);
+    }
+
     // 8. Tables say what "pass" means (footnotes) in the GUI and in LaTeX; LaTeX tables fit an
     //    article page, text columns are left-aligned, numbers go through siunitx.
     void tables_keep_their_footnotes_and_latex_fits_the_page() {

@@ -163,10 +163,16 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
 }
 
 LauncherView::~LauncherView() {
-    if (process_->state() != QProcess::NotRunning) {
-        process_->terminate();
-        if (!process_->waitForFinished(5000)) process_->kill();
-        process_->waitForFinished(2000);
+    // Both child processes outlive this object's members (QObject deletes children after them): a
+    // process still running then reports `finished` into a half-destroyed view. Cut the connections
+    // first, then end the processes here. (Seen as a crash when `tandem leg stop` was still running as
+    // the window closed, on a busy machine.)
+    for (QProcess* p : {process_, control_}) {
+        p->disconnect(this);
+        if (p->state() == QProcess::NotRunning) continue;
+        p->terminate();
+        if (!p->waitForFinished(5000)) p->kill();
+        p->waitForFinished(2000);
     }
 }
 

@@ -7,6 +7,7 @@
 #include "tandem/data/corpus.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/error.h"
+#include "tandem/spec/leg_paths.h"
 #include "tandem/strict_json.h"
 #include "tandem/store/host_info.h"
 #include "tandem/store/probe.h"
@@ -20,7 +21,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,24 +72,6 @@ fs::path reference_python() {
     if (const char* home = std::getenv("HOME"); home && *home)
         return fs::path(home) / ".cache" / "tandem" / "refenv" / "bin" / "python";
     return TANDEM_REFENV_PYTHON_DEFAULT;
-}
-
-// Pins "name==version" from experiments/legs/requirements.txt (source tree or installed copy).
-std::map<std::string, std::string> pinned_versions() {
-    std::map<std::string, std::string> pins;
-    for (const fs::path& candidate : {fs::path(TANDEM_SOURCE_DIR) / "experiments/legs/requirements.txt",
-                                     fs::path(TANDEM_INSTALL_DATADIR) / "legs/requirements.txt"}) {
-        std::ifstream in(candidate);
-        if (!in) continue;
-        std::string line;
-        while (std::getline(in, line)) {
-            const auto eq = line.find("==");
-            if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
-            pins[line.substr(0, eq)] = line.substr(eq + 2);
-        }
-        break;
-    }
-    return pins;
 }
 
 void check_host(Report& r) {
@@ -172,7 +154,7 @@ void check_reference_environment(Report& r) {
         r.miss("reference env", python.string() + " does not run; run scripts/setup");
         return;
     }
-    const auto pins = pinned_versions();
+    const auto pins = ex::reference_pins();
     std::string present, problems;
     for (const auto& [module, version] : versions.items()) {
         if (version.is_null()) {

@@ -86,7 +86,6 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         c.stack_implementations.push_back(l.implementation);
     }
     c.fault_banner = fault_banner(faulty);
-    std::map<std::string, const SettingsEntry*> settings_of;
     for (const auto& l : legs) {
         SettingsEntry s;
         s.leg = l.name;
@@ -94,7 +93,6 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         if (s.reported) s.differences = settings_differences(*l.trace.settings, spec, planned_updates);
         c.settings.push_back(std::move(s));
     }
-    for (const auto& s : c.settings) settings_of[s.leg] = &s;
     const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates};
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
@@ -138,12 +136,12 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         c.l3.push_back(l3);
         // The optimizer settings each leg reported, against the spec (before update 0): a setting that
         // differs makes every pair of the leg `different`, named (docs/thresholds.md "Optimizer settings").
-        for (const LegData* leg : {&a, &b}) {
-            const SettingsEntry* s = settings_of.at(leg->name);
-            if (s->pass()) continue;
-            std::string line = "settings " + a.name + "~" + b.name + ": " + leg->name + "'s optimizer (before update 0): " +
-                               s->differences.front();
-            for (size_t k = 1; k < s->differences.size(); ++k) line += "; also " + s->differences[k];
+        for (const size_t k : {i, j}) {  // c.settings is in leg order
+            const SettingsEntry& s = c.settings[k];
+            if (s.pass()) continue;
+            std::string line = "settings " + a.name + "~" + b.name + ": " + s.leg + "'s optimizer (before update 0): " +
+                               s.differences.front();
+            for (size_t d = 1; d < s.differences.size(); ++d) line += "; also " + s.differences[d];
             c.failures.push_back(std::move(line));
         }
 

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 
@@ -79,19 +78,6 @@ std::optional<nlohmann::json> python_packages(const std::string& python, const s
         if (why) *why = "printed no package list";
         return std::nullopt;
     }
-}
-
-// Pins "name==version" of the reference environment (experiments/legs/requirements.txt beside the legs).
-std::map<std::string, std::string> reference_pins() {
-    std::map<std::string, std::string> pins;
-    std::ifstream in(legs_dir() / "requirements.txt");
-    std::string line;
-    while (std::getline(in, line)) {
-        const auto eq = line.find("==");
-        if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
-        pins[line.substr(0, eq)] = line.substr(eq + 2);
-    }
-    return pins;
 }
 
 }  // namespace

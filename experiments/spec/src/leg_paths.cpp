@@ -4,6 +4,7 @@
 #include "tandem/version.h"
 
 #include <cstdlib>
+#include <fstream>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -19,6 +20,18 @@ fs::path legs_dir() {
     fs::path src = fs::path(TANDEM_SOURCE_DIR) / "experiments" / "legs";
     if (fs::exists(src / "reference_leg.py")) return src;
     return fs::path(TANDEM_INSTALL_DATADIR) / "legs";
+}
+
+std::map<std::string, std::string> reference_pins() {
+    std::map<std::string, std::string> pins;
+    std::ifstream in(legs_dir() / "requirements.txt");
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto eq = line.find("==");
+        if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+        pins[line.substr(0, eq)] = line.substr(eq + 2);
+    }
+    return pins;
 }
 
 fs::path self_executable() {

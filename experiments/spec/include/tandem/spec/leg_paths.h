@@ -5,6 +5,7 @@
 // leg and the engine's C library. Environment variables first, then the build or source tree
 // (compiled in), then the installed package.
 #include <filesystem>
+#include <map>
 #include <string>
 
 namespace tandem::experiments {
@@ -13,6 +14,9 @@ namespace tandem::experiments {
 std::string reference_python();
 // $TANDEM_LEGS_DIR, else <checkout>/experiments/legs, else <prefix>/share/tandem/legs.
 std::filesystem::path legs_dir();
+// The reference environment's pins, "name==version" lines of legs_dir()/requirements.txt (name -> version;
+// empty when the file is missing): what scripts/setup installs.
+std::map<std::string, std::string> reference_pins();
 // The running tandem executable (/proc/self/exe): the engine leg and envelope members run it again.
 std::filesystem::path self_executable();
 // The engine's C library, for the SDK legs that drive it (docs/legs.md): $TANDEM_ENGINE_LIB, else the

@@ -104,9 +104,18 @@ LauncherView::LauncherView(QWidget* parent) : QWidget(parent) {
         // Say what happened, not "… requested" forever: the command's own line (it names the leg
         // and what the runner will do), or its error.
         const QString last = out.section(QLatin1Char('\n'), -1);
-        if (code != 0) state_->setText(out.isEmpty() ? tr("tandem leg %1 %2 exited with %3.").arg(control_action_, control_leg_).arg(code) : last);
-        else state_->setText(last.isEmpty() ? tr("Leg %1: %2 taken.").arg(control_leg_, control_action_) : last);
+        // A request sent to a running runner that answers after the runner ended (a busy machine)
+        // stays in the log: the state line already says how the run ended, naming every leg.
+        const bool run_end_said = control_sent_while_running_ && process_->state() == QProcess::NotRunning;
+        if (run_end_said) {
+            // keep the end of the run
+        } else if (code != 0) {
+            state_->setText(out.isEmpty() ? tr("tandem leg %1 %2 exited with %3.").arg(control_action_, control_leg_).arg(code) : last);
+        } else {
+            state_->setText(last.isEmpty() ? tr("Leg %1: %2 taken.").arg(control_leg_, control_action_) : last);
+        }
         if (!run_folder_.isEmpty()) on_progress(std::make_shared<RunProgress>(read_run_progress(run_folder_.toStdString())));
+        Q_EMIT leg_request_finished(code);
     });
     follower_ = new LegProgressFollower(this);
 
@@ -354,6 +363,7 @@ void LauncherView::control_leg(const QString& leg, const QString& action) {
     state_->setText(tr("%1 %2 requested…").arg(action, leg));
     control_action_ = action;
     control_leg_ = leg;
+    control_sent_while_running_ = running();
     control_->start(tandem_, args);
     // A resumed leg is followed again (the runner relaunches it, or the command continues the run).
     if (action == QStringLiteral("resume")) follower_->follow(run_folder_, 500);

@@ -75,6 +75,7 @@ public Q_SLOTS:
 Q_SIGNALS:
     void run_folder_found(const QString& folder);  // the runner created the run's folder
     void run_finished(int exit_code);
+    void leg_request_finished(int exit_code);  // a `tandem leg …` request has answered
 
 private:
     void launch(const QStringList& arguments);
@@ -92,6 +93,7 @@ private:
     QString catalog_;
     QString run_folder_;
     QString control_action_, control_leg_;  // the last `tandem leg` request
+    bool control_sent_while_running_ = false;  // ... was sent while the runner ran
     bool stopping_ = false;                 // Stop was pressed: the runner's exit is expected
     QStringList folders_before_;
     QProcess* process_ = nullptr;

@@ -197,230 +197,281 @@ std::optional<Table> stacks_table(const Comparison& c) {
     return tb;
 }
 
+namespace {
+
+// L1: the initial held-out cross-entropy of each pair.
+Table l1_table(const Comparison& c, const Thresholds& t) {
+    Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
+    for (const auto& e : c.l1)
+        tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
+                           e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
+                           e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
+    tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (docs/spec.md §Levels)");
+    return tb;
+}
+
+// L2: the parameters of each pair after load.
+Table l2_table(const Comparison& c) {
+    Table tb{"l2", "L2: parameters after load", {"legs", "tensors compared", "identical", "mismatching", "check"}, {}, {}};
+    for (const auto& e : c.l2) {
+        tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.equal),
+                           std::to_string(e.mismatches.size()), check_text(e.pass, e.na)});
+        for (const auto& m : e.mismatches) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + m);
+    }
+    tb.notes.push_back("pass: every tensor has the same shape and the same float32 bytes (sha256)");
+    return tb;
+}
+
+// L3: chat template, token ids, supervision and truncation of each pair, with the first mismatch.
+Table l3_table(const Comparison& c) {
+    Table tb{"l3", "L3: chat template, token ids, supervision, truncation",
+             {"legs", "records", "identical", "first mismatch", "what", "check"}, {}, {}};
+    for (const auto& e : c.l3) {
+        tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.identical),
+                           e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, check_text(e.pass, e.na)});
+        if (e.first_index) {
+            tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ", record " + e.first_id + ": " + e.detail);
+            if (e.first_token) {
+                tb.notes.push_back("  " + e.leg_a + " tokens from " + std::to_string(e.window_begin) + ": " + ids_text(e.window_a));
+                tb.notes.push_back("  " + e.leg_b + " tokens from " + std::to_string(e.window_begin) + ": " + ids_text(e.window_b));
+            }
+        }
+    }
+    return tb;
+}
+
+// Each leg's optimizer settings against the spec; none when no leg reported them.
+std::optional<Table> settings_table(const Comparison& c) {
+    if (!std::any_of(c.settings.begin(), c.settings.end(), [](const SettingsEntry& s) { return s.reported; })) return std::nullopt;
+    Table tb{"settings", "Optimizer settings against the spec (before update 0)", {"leg", "reported", "differences", "check"}, {}, {}};
+    for (const auto& s : c.settings) {
+        tb.rows.push_back({s.leg, s.reported ? "yes" : "no", std::to_string(s.differences.size()),
+                           !s.reported ? "n/a (not reported)" : s.pass() ? "pass" : "FAIL"});
+        for (const auto& d : s.differences) tb.notes.push_back(s.leg + ": " + d);
+    }
+    tb.notes.push_back("compared: optimizer, per parameter group lr, lr at update 0, betas, eps, weight decay; schedule, "
+                       "warmup, clip (docs/thresholds.md \"Optimizer settings\")");
+    return tb;
+}
+
+// L4: the differences of held-out CE and training loss of each pair, with its verdict.
+Table l4_table(const Comparison& c) {
+    Table tb{"l4", "L4: held-out CE at paired evaluations and training loss",
+             {"legs", "series", "paired", "mean signed", "mean abs", "dispersion", "largest (update)", "sign changes",
+              "mean abs rel", "check"},
+             {}, {}};
+    for (const auto& e : c.l4) {
+        std::string legs = e.leg_a + " vs " + e.leg_b;
+        tb.rows.push_back({legs, "held-out CE", std::to_string(e.eval.n), fmt(e.eval.mean_signed, "%.3e"),
+                           fmt(e.eval.mean_abs, "%.3e"), fmt(e.eval.std, "%.3e"),
+                           fmt(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
+                           std::to_string(e.eval.sign_changes), fmt(e.eval.mean_abs_rel, "%.3e"),
+                           pair_verdict_name(e.verdict)});
+        tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), fmt(e.loss.mean_signed, "%.3e"),
+                           fmt(e.loss.mean_abs, "%.3e"), fmt(e.loss.std, "%.3e"),
+                           fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
+                           std::to_string(e.loss.sign_changes), fmt(e.loss.mean_abs_rel, "%.3e"), "-"});
+        tb.notes.push_back(legs + ": final loss " + fmt_opt(e.final_loss_a) + " vs " + fmt_opt(e.final_loss_b) +
+                           "; largest |" + e.residual_leg + " - " + e.residual_reference + "| " +
+                           percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
+                           percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
+    }
+    tb.notes.push_back("differences are a - b; dispersion = population std of the differences; check: the pair's verdict "
+                       "from the two distances below (docs/thresholds.md)");
+    return tb;
+}
+
+// One row of the distances table: a pair's paired numerics distance and seed envelope distance.
+std::vector<std::string> distances_row(const L4Entry& e) {
+    const PairedDistance& n = e.numerics;
+    const EnvelopeDistance& v = e.envelope;
+    std::string rel = "-", bound = "-", ratio = "-";
+    if (n.applies && n.max_ratio_update >= 0)
+        for (const auto& p : n.points)
+            if (p.update == n.max_ratio_update) {
+                rel = fmt(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
+                bound = fmt(p.scale, "%.3e");
+                ratio = fmt(p.distance, "%.3g");
+            }
+    std::string env = "none", z = "-", tt = "-", pp = "-", exits = "-";
+    if (v.available) {
+        env = v.stack + ", " + std::to_string(v.members) + " runs";
+        z = v.max_abs_z_update < 0 ? "n/a" : fmt(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
+        tt = fmt(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
+        pp = fmt(v.p, "%.3g");
+        exits = std::to_string(v.outside_band.size());
+    }
+    return {e.leg_a + " vs " + e.leg_b, n.applies ? "yes" : "no", rel, bound, ratio, env, z, tt, pp, exits,
+            pair_verdict_name(e.verdict)};
+}
+
+// The two distances of each pair (paired numerics and seed envelope) behind its verdict.
+Table distances_table(const Comparison& c, const Thresholds& t) {
+    Table tb{"distances", "Two distances: paired numerics (error-model bound) and seed envelope",
+             {"legs", "paired", "largest rel diff (update)", "bound there", "ratio", "envelope", "largest |z| (update)",
+              "two-sided t (df)", "p", "band exits", "verdict"},
+             {}, {}};
+    for (const auto& e : c.l4) {
+        tb.rows.push_back(distances_row(e));
+        tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
+    }
+    tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
+                       c.error_model.describe());
+    tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band mean +- c sqrt(1 + 1/N) std "
+                       "widened by the bound (c: Student's t, N - 1 dof, at alpha " + fmt(t.envelope_alpha / 2, "%.2g") +
+                       " over every update judged, Sidak); two-sided prediction t-test of the leg's mean held-out CE after update 0 "
+                       "against the members' (alpha " + fmt(t.envelope_alpha / 2, "%.2g") + " over the series tested, Bonferroni)");
+    return tb;
+}
+
+// A per-update series cell of paired legs: the largest ratio to the float32 bound and where it went beyond.
+std::string paired_cell(const PairedDistance& d) {
+    if (!d.applies || d.points.empty()) return std::string("-");
+    std::string cell = fmt(d.max_ratio, "%.3g") + "x bound (" + std::to_string(d.max_ratio_update) + ")";
+    if (d.first_beyond_update >= 0) cell += ", beyond from " + std::to_string(d.first_beyond_update);
+    return cell;
+}
+
+// A per-update series cell of unpaired legs: the seed envelope's |z|, p and band exits.
+std::string envelope_cell(const EnvelopeDistance& d) {
+    if (!d.available) return std::string("-");
+    return "|z| " + fmt(d.max_abs_z, "%.3g") + ", p " + fmt(d.p, "%.3g") + ", " + std::to_string(d.outside_band.size()) +
+           " band exit(s)";
+}
+
+// Per-update series of each pair: lr against the schedule, training loss and pre-clip grad norm.
+Table series_table(const Comparison& c, const Thresholds& t) {
+    Table tb{"series", "Per-update series: lr against the schedule, training loss and pre-clip grad norm",
+             {"legs", "lr off the schedule", "training loss", "pre-clip grad norm", "judged by"}, {}, {}};
+    for (const auto& e : c.l4) {
+        std::string lr;
+        for (const auto& x : e.schedule)
+            if (x.off()) lr += (lr.empty() ? "" : "; ") + x.leg + " at " + std::to_string(x.first_off_update);
+        if (lr.empty()) lr = e.schedule.empty() ? "-" : e.schedule.front().not_checked.empty() ? "none" : "not checked";
+        const bool paired = e.loss_numerics.applies;
+        const bool envelope = e.loss_envelope.available;
+        tb.rows.push_back({e.leg_a + " vs " + e.leg_b, lr,
+                           paired ? paired_cell(e.loss_numerics) : envelope_cell(e.loss_envelope),
+                           paired ? paired_cell(e.grad_numerics) : envelope_cell(e.grad_envelope),
+                           paired ? "float32 bounds" : envelope ? "seed envelope" : "-"});
+        for (const auto& x : e.schedule)
+            if (x.off()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + x.describe());
+            else if (!x.not_checked.empty()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": lr of " + x.leg + " not checked: " + x.not_checked);
+        for (const auto& x : e.pinned) tb.notes.push_back(x);
+        if (!e.series_note.empty()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + e.series_note);
+    }
+    tb.notes.push_back("lr: each leg against the spec's schedule to 4 float32 ulp; training loss and pre-clip grad norm of paired legs: "
+                       "|leg - reference| / |reference| per update against k eps32 C^(L+1) sqrt(S) sqrt(1+u) with k " +
+                       fmt(t.loss_k, "%g") + " and " + fmt(t.grad_norm_k, "%g") +
+                       "; of unpaired legs on the shared plan: the envelope's per-update band and a two-sided test of the mean "
+                       "(docs/thresholds.md \"Per-update series\")");
+    return tb;
+}
+
+// The live gate's flags; none when the run raised none.
+std::optional<Table> gate_table(const Comparison& c) {
+    if (c.flags.empty()) return std::nullopt;
+    Table tb{"gate", "Live gate flags", {"leg", "update", "flag", "value", "threshold", "action"}, {}, {}};
+    for (const auto& f : c.flags)
+        tb.rows.push_back({f.leg, std::to_string(f.update), f.kind, fmt(f.value, "%.4g"), fmt(f.threshold, "%.4g"),
+                           gate_action_name(f.action)});
+    for (const auto& f : c.flags) tb.notes.push_back(f.message);
+    tb.notes.push_back("flags: docs/gate.md (non-finite values, step-time anomalies, loss spikes)");
+    return tb;
+}
+
+// Each leg's pre-clip gradient norm: median, p99, max and the share above the clip.
+Table grad_norm_table(const Comparison& c) {
+    Table tb{"grad-norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
+    for (const auto& g : c.grads)
+        tb.rows.push_back({g.leg, std::to_string(g.n), fmt(g.median), fmt(g.p99), fmt(g.max),
+                           fmt(100.0 * g.frac_above_clip, "%.1f") + "%"});
+    return tb;
+}
+
+// Each leg's timing (setup, load, tokenize, per update), throughput and peak memory.
+Table timing_table(const Comparison& c) {
+    Table tb{"timing", "Timing and memory",
+             {"leg", "device", "status", "setup s", "model load s", "tokenize s", "median s/update (window)", "tokens/s",
+              "GFLOP/update", "GFLOP/s", "of sgemm peak", "peak device", "peak host"},
+             {}, {}};
+    auto giga = [](double v) { return v < 0 ? std::string("n/a") : fmt(v / 1e9, "%.1f"); };
+    for (const auto& r : c.timing)
+        tb.rows.push_back({r.leg + " (" + r.implementation + ")",
+                           r.device + (r.device_shared_with.empty() ? "" : " (shared with " + r.device_shared_with + ")"),
+                           r.status, sec(r.setup_s), sec(r.model_load_s),
+                           sec(r.tokenize_s),
+                           sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
+                           r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
+                           giga(r.flops.flops_per_s),
+                           r.flops.utilisation < 0 ? "n/a" : fmt(100.0 * r.flops.utilisation, "%.0f") + "%",
+                           bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
+    for (const auto& r : c.timing)
+        if (!r.device_shared_with.empty()) {
+            tb.notes.push_back("shared: legs that ran at the same time on one GPU (--share-devices) slow each other; their "
+                               "timings are not each leg's own (docs/cli.md \"Legs on one GPU\")");
+            break;
+        }
+    tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
+    tb.notes.push_back("GFLOP: one formula for every leg, from the shared plan (docs/benchmarks.md \"FLOPs and utilisation\"; n/a for a leg "
+                       "with its own plan); GFLOP/s over the window's update wall time; of sgemm peak: the matrix library's "
+                       "float32 GEMM probe at the leg's threads (a GPU leg: the device's cuBLAS float32 GEMM; n/a: not probed)");
+    return tb;
+}
+
+// The device bandwidth and sgemm probes.
+Table probes_table(const Comparison& c) {
+    Table tb{"probes", "Device bandwidth probes", {"device", "name", "direction", "bytes", "best s", "GB/s"}, {}, {}};
+    for (const auto& p : c.probes) {
+        for (const auto& d : p.directions)
+            tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), fmt(d.best_seconds, "%.5f"),
+                               fmt(d.gbps, "%.2f")});
+        for (const auto& s : p.sgemm)
+            tb.rows.push_back({p.device, p.device_name, "sgemm, " + sgemm_where(s),
+                               std::to_string(s.m) + "^3", fmt(s.best_seconds, "%.5f"), fmt(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
+    }
+    if (c.probes.empty()) tb.notes.push_back("no probe recorded");
+    return tb;
+}
+
+// docs/observables.md: the evaluation observables of one pair
+Table observables_table(const ObservablesComparison& o) {
+    Table tb{"observables", "Evaluation observables: " + o.leg_a + " vs " + o.leg_b + " (docs/observables.md)",
+             {"update", "|dW| " + o.leg_a, "|dW| " + o.leg_b, "max slot rel diff |dW|", "at", "max rel diff |A|,|B|",
+              "probes top-1 same", "max |dp| top-32", "KL max / mean"},
+             {}, {}};
+    for (const auto& r : o.rows)
+        tb.rows.push_back({std::to_string(r.update), fmt(r.update_norm_a, "%.6g"), fmt(r.update_norm_b, "%.6g"),
+                           fmt(r.max_delta_rel, "%.2e"), r.max_delta_at, fmt(r.max_factor_rel, "%.2e"),
+                           std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e"),
+                           std::isnan(r.max_kl) ? std::string("n/a") : fmt(r.max_kl, "%.2e") + " / " + fmt(r.mean_kl, "%.2e")});
+    tb.notes.push_back("|dW| = sqrt(sum over layers and projections of |B A|^2) * scaling: the adapter's whole update; "
+                       "slot = (layer, projection); probes: the first 16 eval records' next token; KL(" + o.leg_b + " || " + o.leg_a +
+                       ") of the full next-token distributions (recorded with `observe`; n/a without)");
+    for (const auto& r : o.rows)
+        if (!r.kl_error.empty()) tb.notes.push_back("KL at update " + std::to_string(r.update) + " not available: " + r.kl_error);
+    return tb;
+}
+
+}  // namespace
+
 std::vector<Table> report_tables(const Comparison& c, const Thresholds& t) {
     std::vector<Table> out;
     if (c.fault_matrix) out = fault_matrix_tables(*c.fault_matrix);
-    {
-        Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
-        for (const auto& e : c.l1)
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
-                               e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
-                               e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
-        tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (docs/spec.md §Levels)");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"l2", "L2: parameters after load", {"legs", "tensors compared", "identical", "mismatching", "check"}, {}, {}};
-        for (const auto& e : c.l2) {
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.equal),
-                               std::to_string(e.mismatches.size()), check_text(e.pass, e.na)});
-            for (const auto& m : e.mismatches) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + m);
-        }
-        tb.notes.push_back("pass: every tensor has the same shape and the same float32 bytes (sha256)");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"l3", "L3: chat template, token ids, supervision, truncation",
-                 {"legs", "records", "identical", "first mismatch", "what", "check"}, {}, {}};
-        for (const auto& e : c.l3) {
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, std::to_string(e.compared), std::to_string(e.identical),
-                               e.first_index ? e.first_id : "none", e.what.empty() ? "-" : e.what, check_text(e.pass, e.na)});
-            if (e.first_index) {
-                tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ", record " + e.first_id + ": " + e.detail);
-                if (e.first_token) {
-                    tb.notes.push_back("  " + e.leg_a + " tokens from " + std::to_string(e.window_begin) + ": " + ids_text(e.window_a));
-                    tb.notes.push_back("  " + e.leg_b + " tokens from " + std::to_string(e.window_begin) + ": " + ids_text(e.window_b));
-                }
-            }
-        }
-        out.push_back(tb);
-    }
-    if (std::any_of(c.settings.begin(), c.settings.end(), [](const SettingsEntry& s) { return s.reported; })) {
-        Table tb{"settings", "Optimizer settings against the spec (before update 0)", {"leg", "reported", "differences", "check"}, {}, {}};
-        for (const auto& s : c.settings) {
-            tb.rows.push_back({s.leg, s.reported ? "yes" : "no", std::to_string(s.differences.size()),
-                               !s.reported ? "n/a (not reported)" : s.pass() ? "pass" : "FAIL"});
-            for (const auto& d : s.differences) tb.notes.push_back(s.leg + ": " + d);
-        }
-        tb.notes.push_back("compared: optimizer, per parameter group lr, lr at update 0, betas, eps, weight decay; schedule, "
-                           "warmup, clip (docs/thresholds.md \"Optimizer settings\")");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"l4", "L4: held-out CE at paired evaluations and training loss",
-                 {"legs", "series", "paired", "mean signed", "mean abs", "dispersion", "largest (update)", "sign changes",
-                  "mean abs rel", "check"},
-                 {}, {}};
-        for (const auto& e : c.l4) {
-            std::string legs = e.leg_a + " vs " + e.leg_b;
-            tb.rows.push_back({legs, "held-out CE", std::to_string(e.eval.n), fmt(e.eval.mean_signed, "%.3e"),
-                               fmt(e.eval.mean_abs, "%.3e"), fmt(e.eval.std, "%.3e"),
-                               fmt(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
-                               std::to_string(e.eval.sign_changes), fmt(e.eval.mean_abs_rel, "%.3e"),
-                               pair_verdict_name(e.verdict)});
-            tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), fmt(e.loss.mean_signed, "%.3e"),
-                               fmt(e.loss.mean_abs, "%.3e"), fmt(e.loss.std, "%.3e"),
-                               fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
-                               std::to_string(e.loss.sign_changes), fmt(e.loss.mean_abs_rel, "%.3e"), "-"});
-            tb.notes.push_back(legs + ": final loss " + fmt_opt(e.final_loss_a) + " vs " + fmt_opt(e.final_loss_b) +
-                               "; largest |" + e.residual_leg + " - " + e.residual_reference + "| " +
-                               percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
-                               percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
-        }
-        tb.notes.push_back("differences are a - b; dispersion = population std of the differences; check: the pair's verdict "
-                           "from the two distances below (docs/thresholds.md)");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"distances", "Two distances: paired numerics (error-model bound) and seed envelope",
-                 {"legs", "paired", "largest rel diff (update)", "bound there", "ratio", "envelope", "largest |z| (update)",
-                  "two-sided t (df)", "p", "band exits", "verdict"},
-                 {}, {}};
-        for (const auto& e : c.l4) {
-            const PairedDistance& n = e.numerics;
-            const EnvelopeDistance& v = e.envelope;
-            std::string rel = "-", bound = "-", ratio = "-";
-            if (n.applies && n.max_ratio_update >= 0)
-                for (const auto& p : n.points)
-                    if (p.update == n.max_ratio_update) {
-                        rel = fmt(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
-                        bound = fmt(p.scale, "%.3e");
-                        ratio = fmt(p.distance, "%.3g");
-                    }
-            std::string env = "none", z = "-", tt = "-", pp = "-", exits = "-";
-            if (v.available) {
-                env = v.stack + ", " + std::to_string(v.members) + " runs";
-                z = v.max_abs_z_update < 0 ? "n/a" : fmt(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
-                tt = fmt(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
-                pp = fmt(v.p, "%.3g");
-                exits = std::to_string(v.outside_band.size());
-            }
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, n.applies ? "yes" : "no", rel, bound, ratio, env, z, tt, pp, exits,
-                               pair_verdict_name(e.verdict)});
-            tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + pair_verdict_name(e.verdict) + ": " + e.verdict_reason);
-        }
-        tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
-                           c.error_model.describe());
-        tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band mean +- c sqrt(1 + 1/N) std "
-                           "widened by the bound (c: Student's t, N - 1 dof, at alpha " + fmt(t.envelope_alpha / 2, "%.2g") +
-                           " over every update judged, Sidak); two-sided prediction t-test of the leg's mean held-out CE after update 0 "
-                           "against the members' (alpha " + fmt(t.envelope_alpha / 2, "%.2g") + " over the series tested, Bonferroni)");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"series", "Per-update series: lr against the schedule, training loss and pre-clip grad norm",
-                 {"legs", "lr off the schedule", "training loss", "pre-clip grad norm", "judged by"}, {}, {}};
-        auto paired_cell = [](const PairedDistance& d) {
-            if (!d.applies || d.points.empty()) return std::string("-");
-            std::string cell = fmt(d.max_ratio, "%.3g") + "x bound (" + std::to_string(d.max_ratio_update) + ")";
-            if (d.first_beyond_update >= 0) cell += ", beyond from " + std::to_string(d.first_beyond_update);
-            return cell;
-        };
-        auto envelope_cell = [](const EnvelopeDistance& d) {
-            if (!d.available) return std::string("-");
-            return "|z| " + fmt(d.max_abs_z, "%.3g") + ", p " + fmt(d.p, "%.3g") + ", " + std::to_string(d.outside_band.size()) +
-                   " band exit(s)";
-        };
-        for (const auto& e : c.l4) {
-            std::string lr;
-            for (const auto& x : e.schedule)
-                if (x.off()) lr += (lr.empty() ? "" : "; ") + x.leg + " at " + std::to_string(x.first_off_update);
-            if (lr.empty()) lr = e.schedule.empty() ? "-" : e.schedule.front().not_checked.empty() ? "none" : "not checked";
-            const bool paired = e.loss_numerics.applies;
-            const bool envelope = e.loss_envelope.available;
-            tb.rows.push_back({e.leg_a + " vs " + e.leg_b, lr,
-                               paired ? paired_cell(e.loss_numerics) : envelope_cell(e.loss_envelope),
-                               paired ? paired_cell(e.grad_numerics) : envelope_cell(e.grad_envelope),
-                               paired ? "float32 bounds" : envelope ? "seed envelope" : "-"});
-            for (const auto& x : e.schedule)
-                if (x.off()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + x.describe());
-                else if (!x.not_checked.empty()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": lr of " + x.leg + " not checked: " + x.not_checked);
-            for (const auto& x : e.pinned) tb.notes.push_back(x);
-            if (!e.series_note.empty()) tb.notes.push_back(e.leg_a + " vs " + e.leg_b + ": " + e.series_note);
-        }
-        tb.notes.push_back("lr: each leg against the spec's schedule to 4 float32 ulp; training loss and pre-clip grad norm of paired legs: "
-                           "|leg - reference| / |reference| per update against k eps32 C^(L+1) sqrt(S) sqrt(1+u) with k " +
-                           fmt(t.loss_k, "%g") + " and " + fmt(t.grad_norm_k, "%g") +
-                           "; of unpaired legs on the shared plan: the envelope's per-update band and a two-sided test of the mean "
-                           "(docs/thresholds.md \"Per-update series\")");
-        out.push_back(tb);
-    }
-    if (!c.flags.empty()) {
-        Table tb{"gate", "Live gate flags", {"leg", "update", "flag", "value", "threshold", "action"}, {}, {}};
-        for (const auto& f : c.flags)
-            tb.rows.push_back({f.leg, std::to_string(f.update), f.kind, fmt(f.value, "%.4g"), fmt(f.threshold, "%.4g"),
-                               gate_action_name(f.action)});
-        for (const auto& f : c.flags) tb.notes.push_back(f.message);
-        tb.notes.push_back("flags: docs/gate.md (non-finite values, step-time anomalies, loss spikes)");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"grad-norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
-        for (const auto& g : c.grads)
-            tb.rows.push_back({g.leg, std::to_string(g.n), fmt(g.median), fmt(g.p99), fmt(g.max),
-                               fmt(100.0 * g.frac_above_clip, "%.1f") + "%"});
-        out.push_back(tb);
-    }
-    if (auto t = stacks_table(c)) out.push_back(*t);
-    {
-        Table tb{"timing", "Timing and memory",
-                 {"leg", "device", "status", "setup s", "model load s", "tokenize s", "median s/update (window)", "tokens/s",
-                  "GFLOP/update", "GFLOP/s", "of sgemm peak", "peak device", "peak host"},
-                 {}, {}};
-        auto giga = [](double v) { return v < 0 ? std::string("n/a") : fmt(v / 1e9, "%.1f"); };
-        for (const auto& r : c.timing)
-            tb.rows.push_back({r.leg + " (" + r.implementation + ")",
-                               r.device + (r.device_shared_with.empty() ? "" : " (shared with " + r.device_shared_with + ")"),
-                               r.status, sec(r.setup_s), sec(r.model_load_s),
-                               sec(r.tokenize_s),
-                               sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
-                               r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
-                               giga(r.flops.flops_per_s),
-                               r.flops.utilisation < 0 ? "n/a" : fmt(100.0 * r.flops.utilisation, "%.0f") + "%",
-                               bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
-        for (const auto& r : c.timing)
-            if (!r.device_shared_with.empty()) {
-                tb.notes.push_back("shared: legs that ran at the same time on one GPU (--share-devices) slow each other; their "
-                                   "timings are not each leg's own (docs/cli.md \"Legs on one GPU\")");
-                break;
-            }
-        tb.notes.push_back("window: 0-based updates, inclusive (the paper's 101-500 when the run is long enough); tokens/s: supervised tokens over summed update wall time");
-        tb.notes.push_back("GFLOP: one formula for every leg, from the shared plan (docs/benchmarks.md \"FLOPs and utilisation\"; n/a for a leg "
-                           "with its own plan); GFLOP/s over the window's update wall time; of sgemm peak: the matrix library's "
-                           "float32 GEMM probe at the leg's threads (a GPU leg: the device's cuBLAS float32 GEMM; n/a: not probed)");
-        out.push_back(tb);
-    }
-    {
-        Table tb{"probes", "Device bandwidth probes", {"device", "name", "direction", "bytes", "best s", "GB/s"}, {}, {}};
-        for (const auto& p : c.probes) {
-            for (const auto& d : p.directions)
-                tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), fmt(d.best_seconds, "%.5f"),
-                                   fmt(d.gbps, "%.2f")});
-            for (const auto& s : p.sgemm)
-                tb.rows.push_back({p.device, p.device_name, "sgemm, " + sgemm_where(s),
-                                   std::to_string(s.m) + "^3", fmt(s.best_seconds, "%.5f"), fmt(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
-        }
-        if (c.probes.empty()) tb.notes.push_back("no probe recorded");
-        out.push_back(tb);
-    }
+    out.push_back(l1_table(c, t));
+    out.push_back(l2_table(c));
+    out.push_back(l3_table(c));
+    if (auto s = settings_table(c)) out.push_back(*s);
+    out.push_back(l4_table(c));
+    out.push_back(distances_table(c, t));
+    out.push_back(series_table(c, t));
+    if (auto g = gate_table(c)) out.push_back(*g);
+    out.push_back(grad_norm_table(c));
+    if (auto s = stacks_table(c)) out.push_back(*s);
+    out.push_back(timing_table(c));
+    out.push_back(probes_table(c));
     // docs/observables.md: the evaluation observables of each pair
-    for (const auto& o : c.observables) {
-        Table tb{"observables", "Evaluation observables: " + o.leg_a + " vs " + o.leg_b + " (docs/observables.md)",
-                 {"update", "|dW| " + o.leg_a, "|dW| " + o.leg_b, "max slot rel diff |dW|", "at", "max rel diff |A|,|B|",
-                  "probes top-1 same", "max |dp| top-32", "KL max / mean"},
-                 {}, {}};
-        for (const auto& r : o.rows)
-            tb.rows.push_back({std::to_string(r.update), fmt(r.update_norm_a, "%.6g"), fmt(r.update_norm_b, "%.6g"),
-                               fmt(r.max_delta_rel, "%.2e"), r.max_delta_at, fmt(r.max_factor_rel, "%.2e"),
-                               std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e"),
-                               std::isnan(r.max_kl) ? std::string("n/a") : fmt(r.max_kl, "%.2e") + " / " + fmt(r.mean_kl, "%.2e")});
-        tb.notes.push_back("|dW| = sqrt(sum over layers and projections of |B A|^2) * scaling: the adapter's whole update; "
-                           "slot = (layer, projection); probes: the first 16 eval records' next token; KL(" + o.leg_b + " || " + o.leg_a +
-                           ") of the full next-token distributions (recorded with `observe`; n/a without)");
-        for (const auto& r : o.rows)
-            if (!r.kl_error.empty()) tb.notes.push_back("KL at update " + std::to_string(r.update) + " not available: " + r.kl_error);
-        out.push_back(tb);
-    }
+    for (const auto& o : c.observables) out.push_back(observables_table(o));
     // docs/observables.md: where a failing pair diverged, when both legs recorded fingerprints
     for (const auto& l : c.localisations) out.push_back(localisation_table(l));
     for (auto& tb : out) tb.banner = c.fault_banner;  // docs/faults.md: no table of a faulty run without it

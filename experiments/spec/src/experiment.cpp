@@ -230,59 +230,65 @@ std::string ExperimentSpec::leg_setting(const std::string& leg, const std::strin
     throw Error("leg setting '" + field + "' cannot be overridden per leg");
 }
 
-ExperimentSpec parse_experiment(const json& j, const std::string& source) {
-    ExperimentSpec s;
-    Fields top(j, source, "");
+namespace {
+
+// The top level's name, description, seed and per-purpose seeds.
+void parse_name_and_seeds(Fields& top, const std::string& source, ExperimentSpec& s) {
     s.name = top.str("name", std::nullopt);
     if (s.name.empty() || s.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
                               std::string::npos)
         top.fail("name", "must be non-empty and use only letters, digits, '-', '_' and '.'");
     s.description = top.str("description", std::string());
     s.seed = static_cast<uint64_t>(top.integer("seed", 1234, 0, "must be a non-negative integer"));
-    {
-        Fields f(section(top, "seeds"), source, "seeds");
-        for (const auto& n : ExperimentSpec::seed_names())
-            s.seed_of(n) = static_cast<uint64_t>(f.integer(n, static_cast<int64_t>(s.seed), 0, "must be a non-negative integer"));
-        f.reject_unknown();
-    }
+    Fields f(section(top, "seeds"), source, "seeds");
+    for (const auto& n : ExperimentSpec::seed_names())
+        s.seed_of(n) = static_cast<uint64_t>(f.integer(n, static_cast<int64_t>(s.seed), 0, "must be a non-negative integer"));
+    f.reject_unknown();
+}
 
-    {
-        Fields f(section(top, "model"), source, "model");
-        if (!top.has("model")) top.fail("model", "is required");
-        int given = 0;
-        if (f.has("config")) {
-            ++given;
-            const json& c = f.raw("config");
-            if (c.is_string()) {
-                s.model_config = c.get<std::string>();
-                if (s.model_config.empty() || s.model_config == "inline")
-                    f.fail("config", "must name a config (tiny, qwen3-0.6b, ...) or be an object of config.json fields");
-            } else if (c.is_object()) {
-                s.model_config = "inline";
-                s.model_inline = c;
-            } else {
-                f.fail("config", "must be a config name or an object of config.json fields");
-            }
+// The model section: exactly one of config (a name or inline fields) or base (a checkpoint folder).
+void parse_model(Fields& top, const std::string& source, ExperimentSpec& s) {
+    Fields f(section(top, "model"), source, "model");
+    if (!top.has("model")) top.fail("model", "is required");
+    int given = 0;
+    if (f.has("config")) {
+        ++given;
+        const json& c = f.raw("config");
+        if (c.is_string()) {
+            s.model_config = c.get<std::string>();
+            if (s.model_config.empty() || s.model_config == "inline")
+                f.fail("config", "must name a config (tiny, qwen3-0.6b, ...) or be an object of config.json fields");
+        } else if (c.is_object()) {
+            s.model_config = "inline";
+            s.model_inline = c;
+        } else {
+            f.fail("config", "must be a config name or an object of config.json fields");
         }
-        if (f.has("base")) {
-            ++given;
-            s.model_base = f.str("base", std::nullopt);
-            if (s.model_base.empty()) f.fail("base", "must be a non-empty path or assets:NAME");
-            if (is_asset_reference(s.model_base))
-                if (auto problem = asset_reference_problem(s.model_base); !problem.empty()) f.fail("base", problem);
-        }
-        if (given != 1) f.fail("", "needs exactly one of config (a name or fields) or base (a checkpoint folder)");
-        f.reject_unknown();
     }
-    {
-        Fields f(section(top, "lora"), source, "lora");
-        s.lora_rank = f.integer("rank", 16, 1);
-        s.lora_alpha = f.number("alpha", 32.0, 0, 1e9, true, "must be a number in (0, 1e9]");
-        s.lora_use_rslora = f.boolean("use_rslora", true);
-        s.lora_dropout = f.number("dropout", 0.05, 0, 0.999, false, "must be in [0, 1)");
-        s.lora_targets = string_list(f, "targets", kKnownTargets, kKnownTargets);
-        f.reject_unknown();
+    if (f.has("base")) {
+        ++given;
+        s.model_base = f.str("base", std::nullopt);
+        if (s.model_base.empty()) f.fail("base", "must be a non-empty path or assets:NAME");
+        if (is_asset_reference(s.model_base))
+            if (auto problem = asset_reference_problem(s.model_base); !problem.empty()) f.fail("base", problem);
     }
+    if (given != 1) f.fail("", "needs exactly one of config (a name or fields) or base (a checkpoint folder)");
+    f.reject_unknown();
+}
+
+// The lora section: rank, alpha, rsLoRA, dropout and target modules.
+void parse_lora(Fields& top, const std::string& source, ExperimentSpec& s) {
+    Fields f(section(top, "lora"), source, "lora");
+    s.lora_rank = f.integer("rank", 16, 1);
+    s.lora_alpha = f.number("alpha", 32.0, 0, 1e9, true, "must be a number in (0, 1e9]");
+    s.lora_use_rslora = f.boolean("use_rslora", true);
+    s.lora_dropout = f.number("dropout", 0.05, 0, 0.999, false, "must be in [0, 1)");
+    s.lora_targets = string_list(f, "targets", kKnownTargets, kKnownTargets);
+    f.reject_unknown();
+}
+
+// The optimizer and schedule sections and the top level's clip.
+void parse_optimizer(Fields& top, const std::string& source, ExperimentSpec& s) {
     {
         Fields f(section(top, "optimizer"), source, "optimizer");
         std::string kind = f.str("name", std::string("adamw"), {"adamw"});
@@ -306,6 +312,10 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         f.reject_unknown();
     }
     s.clip = top.number("clip", 1.0, 0, 1e9, true, "must be a number in (0, 1e9]");
+}
+
+// The batch, sequence, corpus, eval and checkpoint sections.
+void parse_data(Fields& top, const std::string& source, ExperimentSpec& s) {
     {
         Fields f(section(top, "batch"), source, "batch");
         s.micro_batch = f.integer("micro_batch", 2, 1);
@@ -338,107 +348,127 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
         s.checkpoint_interval = f.integer("interval", 0, 0, "must be a non-negative integer (0: none)");
         f.reject_unknown();
     }
+}
+
+// The top level's per-leg settings (dropout_masks, plan, template), l3_records and their per-leg overrides.
+void parse_leg_settings(Fields& top, const std::string& source, ExperimentSpec& s) {
     s.dropout_masks = top.str("dropout_masks", std::string("shared"), {"native", "shared"});
     s.plan = top.str("plan", std::string("shared"), {"shared", "native"});
     s.template_name = top.str("template", std::string("qwen3"), {"qwen3", "chatml"});
     s.l3_records = top.integer("l3_records", 64, 0, "must be a non-negative integer");
-    if (top.has("overrides")) {
-        const json& o = top.raw("overrides");
-        if (!o.is_object()) top.fail("overrides", "must be an object {leg: {field: value}}");
-        for (auto it = o.begin(); it != o.end(); ++it) {
-            Fields f(it.value(), source, "overrides." + it.key());
-            auto& m = s.overrides[it.key()];
-            if (f.has("dropout_masks")) m["dropout_masks"] = f.str("dropout_masks", std::nullopt, {"native", "shared"});
-            if (f.has("plan")) m["plan"] = f.str("plan", std::nullopt, {"shared", "native"});
-            if (f.has("template")) m["template"] = f.str("template", std::nullopt, {"qwen3", "chatml"});
-            f.reject_unknown();
-        }
-    }
-    if (top.has("legs")) {
-        const json& o = top.raw("legs");
-        if (!o.is_object() || o.empty())
-            top.fail("legs", "must be an object {leg: {implementation, command?, python?, device?, devices?, slurm?, faults?}}");
-        for (auto it = o.begin(); it != o.end(); ++it) {
-            Fields f(it.value(), source, "legs." + it.key());
-            ExperimentSpec::LegDefinition d;
-            d.name = it.key();
-            try {
-                validate_leg_name(d.name);
-            } catch (const Error& e) {
-                f.fail("", e.what());
-            }
-            d.implementation = f.str("implementation", std::nullopt, leg_kind_names());
-            const LegKind& kind = leg_kind(d.implementation);
-            if (f.has("command")) {
-                const json& c = f.raw("command");
-                if (!c.is_array() || c.empty()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
-                for (const auto& a : c) {
-                    if (!a.is_string()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
-                    d.command.push_back(a.get<std::string>());
-                }
-            }
-            if (kind.takes_command && d.command.empty()) f.fail("command", "is required for a command leg");
-            if (!kind.takes_command && !d.command.empty())
-                f.fail("command", "is only for implementation command (the others start their own program)");
-            if (f.has("python")) {
-                d.python = f.str("python", std::string());
-                if (d.python.empty()) f.fail("python", "must be a Python interpreter or an environment folder (a venv, a conda environment)");
-                if (!kind.takes_python)
-                    f.fail("python", "is only for Python legs (reference, sdk-python, or a command leg's {python}), not '" +
-                                         d.implementation + "'");
-            }
-            d.device = f.str("device", std::string());
-            if (!d.device.empty() && d.device != "cpu" && d.device.rfind("cuda:", 0) != 0)
-                f.fail("device", "must be cpu or cuda:N, not '" + d.device + "'");
-            if (f.has("faults")) {
-                d.faults = faults_from_json(f.raw("faults"), source + ": field " + f.path("faults"));
-                if (!kind.takes_faults)
-                    f.fail("faults", "faults are injected into engine legs only (docs/faults.md), not '" + d.implementation + "'");
-            }
-            if (f.has("devices")) {
-                const char* what = "must be a list of at least two devices, all cpu or all distinct cuda:N (one rank each)";
-                const json& v = f.raw("devices");
-                if (!v.is_array() || v.size() < 2) f.fail("devices", what);
-                for (const auto& e : v) {
-                    if (!e.is_string()) f.fail("devices", what);
-                    std::string dev = e.get<std::string>();
-                    const bool cuda = dev.rfind("cuda:", 0) == 0;
-                    if (dev != "cpu" && !cuda) f.fail("devices", "'" + dev + "' is not cpu or cuda:N");
-                    if (!d.devices.empty() && (d.devices.front() == "cpu") != (dev == "cpu"))
-                        f.fail("devices", "mixes cpu and cuda devices (all ranks must be of one kind)");
-                    if (cuda && std::find(d.devices.begin(), d.devices.end(), dev) != d.devices.end())
-                        f.fail("devices", "'" + dev + "' given twice (one rank per GPU)");
-                    d.devices.push_back(dev);
-                }
-                if (!kind.takes_ranks)
-                    f.fail("devices", "is only for implementation reference (its ranks run with torch.distributed)");
-                if (!d.device.empty()) f.fail("devices", "give device or devices, not both");
-            }
-            if (f.has("slurm")) d.slurm = SlurmOptions::from_json(f.raw("slurm"), source, "legs." + d.name + ".slurm");
-            f.reject_unknown();
-            s.legs.push_back(std::move(d));
-        }
-    }
-    if (top.has("gate")) s.gate = GateConfig::from_json(top.raw("gate"), source);
-    if (top.has("observe")) {
-        Fields f(top.raw("observe"), source, "observe");
-        if (f.has("updates")) {
-            const json& u = f.raw("updates");
-            if (!u.is_array()) f.fail("updates", "must be a list of update indices (integers >= 0)");
-            for (const auto& e : u) {
-                if (!e.is_number_integer() || e.get<int64_t>() < 0)
-                    f.fail("updates", "must be a list of update indices (integers >= 0), not " + e.dump());
-                s.observe_updates.push_back(e.get<int64_t>());
-            }
-            std::sort(s.observe_updates.begin(), s.observe_updates.end());
-            s.observe_updates.erase(std::unique(s.observe_updates.begin(), s.observe_updates.end()), s.observe_updates.end());
-        }
-        s.observe_every = f.integer("every", 0, 0, "must be a non-negative integer (0: only the listed updates)");
+    if (!top.has("overrides")) return;
+    const json& o = top.raw("overrides");
+    if (!o.is_object()) top.fail("overrides", "must be an object {leg: {field: value}}");
+    for (auto it = o.begin(); it != o.end(); ++it) {
+        Fields f(it.value(), source, "overrides." + it.key());
+        auto& m = s.overrides[it.key()];
+        if (f.has("dropout_masks")) m["dropout_masks"] = f.str("dropout_masks", std::nullopt, {"native", "shared"});
+        if (f.has("plan")) m["plan"] = f.str("plan", std::nullopt, {"shared", "native"});
+        if (f.has("template")) m["template"] = f.str("template", std::nullopt, {"qwen3", "chatml"});
         f.reject_unknown();
     }
-    if (top.has("faults")) s.faults = faults_from_json(top.raw("faults"), source + ": field faults");
-    top.str("$schema", std::string());  // allowed, ignored
-    top.reject_unknown();
+}
+
+// A leg's command: a non-empty list of strings, given exactly when the leg's kind takes one.
+void parse_leg_command(Fields& f, const LegKind& kind, ExperimentSpec::LegDefinition& d) {
+    if (f.has("command")) {
+        const json& c = f.raw("command");
+        if (!c.is_array() || c.empty()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
+        for (const auto& a : c) {
+            if (!a.is_string()) f.fail("command", "must be a non-empty list of strings (program and arguments)");
+            d.command.push_back(a.get<std::string>());
+        }
+    }
+    if (kind.takes_command && d.command.empty()) f.fail("command", "is required for a command leg");
+    if (!kind.takes_command && !d.command.empty())
+        f.fail("command", "is only for implementation command (the others start their own program)");
+}
+
+// A leg's devices: one rank each, all cpu or distinct cuda:N, for leg kinds that take ranks.
+void parse_leg_devices(Fields& f, const LegKind& kind, ExperimentSpec::LegDefinition& d) {
+    const char* what = "must be a list of at least two devices, all cpu or all distinct cuda:N (one rank each)";
+    const json& v = f.raw("devices");
+    if (!v.is_array() || v.size() < 2) f.fail("devices", what);
+    for (const auto& e : v) {
+        if (!e.is_string()) f.fail("devices", what);
+        std::string dev = e.get<std::string>();
+        const bool cuda = dev.rfind("cuda:", 0) == 0;
+        if (dev != "cpu" && !cuda) f.fail("devices", "'" + dev + "' is not cpu or cuda:N");
+        if (!d.devices.empty() && (d.devices.front() == "cpu") != (dev == "cpu"))
+            f.fail("devices", "mixes cpu and cuda devices (all ranks must be of one kind)");
+        if (cuda && std::find(d.devices.begin(), d.devices.end(), dev) != d.devices.end())
+            f.fail("devices", "'" + dev + "' given twice (one rank per GPU)");
+        d.devices.push_back(dev);
+    }
+    if (!kind.takes_ranks)
+        f.fail("devices", "is only for implementation reference (its ranks run with torch.distributed)");
+    if (!d.device.empty()) f.fail("devices", "give device or devices, not both");
+}
+
+// One leg of the legs section, named `name`.
+ExperimentSpec::LegDefinition parse_leg(const std::string& name, const json& j, const std::string& source) {
+    Fields f(j, source, "legs." + name);
+    ExperimentSpec::LegDefinition d;
+    d.name = name;
+    try {
+        validate_leg_name(d.name);
+    } catch (const Error& e) {
+        f.fail("", e.what());
+    }
+    d.implementation = f.str("implementation", std::nullopt, leg_kind_names());
+    const LegKind& kind = leg_kind(d.implementation);
+    parse_leg_command(f, kind, d);
+    if (f.has("python")) {
+        d.python = f.str("python", std::string());
+        if (d.python.empty()) f.fail("python", "must be a Python interpreter or an environment folder (a venv, a conda environment)");
+        if (!kind.takes_python)
+            f.fail("python", "is only for Python legs (reference, sdk-python, or a command leg's {python}), not '" +
+                                 d.implementation + "'");
+    }
+    d.device = f.str("device", std::string());
+    if (!d.device.empty() && d.device != "cpu" && d.device.rfind("cuda:", 0) != 0)
+        f.fail("device", "must be cpu or cuda:N, not '" + d.device + "'");
+    if (f.has("faults")) {
+        d.faults = faults_from_json(f.raw("faults"), source + ": field " + f.path("faults"));
+        if (!kind.takes_faults)
+            f.fail("faults", "faults are injected into engine legs only (docs/faults.md), not '" + d.implementation + "'");
+    }
+    if (f.has("devices")) parse_leg_devices(f, kind, d);
+    if (f.has("slurm")) d.slurm = SlurmOptions::from_json(f.raw("slurm"), source, "legs." + d.name + ".slurm");
+    f.reject_unknown();
+    return d;
+}
+
+// The legs section, when given: a non-empty object of leg definitions.
+void parse_legs(Fields& top, const std::string& source, ExperimentSpec& s) {
+    if (!top.has("legs")) return;
+    const json& o = top.raw("legs");
+    if (!o.is_object() || o.empty())
+        top.fail("legs", "must be an object {leg: {implementation, command?, python?, device?, devices?, slurm?, faults?}}");
+    for (auto it = o.begin(); it != o.end(); ++it) s.legs.push_back(parse_leg(it.key(), it.value(), source));
+}
+
+// The observe section, when given: the updates to fingerprint (sorted, without repeats) and every how many.
+void parse_observe(Fields& top, const std::string& source, ExperimentSpec& s) {
+    if (!top.has("observe")) return;
+    Fields f(top.raw("observe"), source, "observe");
+    if (f.has("updates")) {
+        const json& u = f.raw("updates");
+        if (!u.is_array()) f.fail("updates", "must be a list of update indices (integers >= 0)");
+        for (const auto& e : u) {
+            if (!e.is_number_integer() || e.get<int64_t>() < 0)
+                f.fail("updates", "must be a list of update indices (integers >= 0), not " + e.dump());
+            s.observe_updates.push_back(e.get<int64_t>());
+        }
+        std::sort(s.observe_updates.begin(), s.observe_updates.end());
+        s.observe_updates.erase(std::unique(s.observe_updates.begin(), s.observe_updates.end()), s.observe_updates.end());
+    }
+    s.observe_every = f.integer("every", 0, 0, "must be a non-negative integer (0: only the listed updates)");
+    f.reject_unknown();
+}
+
+// The checks across sections, once every field is read: overrides' legs, observed updates, the spec's size.
+void check_experiment(const ExperimentSpec& s, const std::string& source) {
     // An override names a leg the experiment defines or a leg kind (docs/experiment-format.md): a misspelt
     // name would otherwise be ignored without a word.
     for (const auto& [leg, fields] : s.overrides) {
@@ -463,6 +493,26 @@ ExperimentSpec parse_experiment(const json& j, const std::string& source) {
                     " bytes as JSON, more than the " + std::to_string(kMaxSpecJsonBytes) +
                     " the run file stores (one HDF5 attribute); shorten " + (description ? "the description" : "it"));
     }
+}
+
+}  // namespace
+
+ExperimentSpec parse_experiment(const json& j, const std::string& source) {
+    ExperimentSpec s;
+    Fields top(j, source, "");
+    parse_name_and_seeds(top, source, s);
+    parse_model(top, source, s);
+    parse_lora(top, source, s);
+    parse_optimizer(top, source, s);
+    parse_data(top, source, s);
+    parse_leg_settings(top, source, s);
+    parse_legs(top, source, s);
+    if (top.has("gate")) s.gate = GateConfig::from_json(top.raw("gate"), source);
+    parse_observe(top, source, s);
+    if (top.has("faults")) s.faults = faults_from_json(top.raw("faults"), source + ": field faults");
+    top.str("$schema", std::string());  // allowed, ignored
+    top.reject_unknown();
+    check_experiment(s, source);
     return s;
 }
 

@@ -82,6 +82,42 @@ def test_a_full_disk_is_one_line_naming_the_output_and_the_retry_succeeds(run, f
     assert again.returncode in (0, 3), again.stdout + again.stderr
 
 
+# The commands that make run folders: they check the free space first (the estimate names the
+# output folder), so the disk is a larger tmpfs that a retry fits once the filler is gone.
+RUN_FOLDER_COMMANDS = [
+    ("run", ["run", "EXP", "--legs", "engine", "--no-probe", "--quiet", "--threads", "2", "--out", "OUT/runs",
+             "--catalog", "OUT/../c.db"], "OUT/runs"),
+    ("envelope", ["envelope", "EXP", "--legs", "engine", "--seeds", "2", "--threads", "2", "--out", "OUT/env",
+                  "--catalog", "OUT/../c.db"], "OUT/env"),
+    ("faults", ["faults", "EXP", "--faults", "none", "--no-probe", "--threads", "2", "--out", "OUT/f",
+                "--catalog", "OUT/../c.db"], "OUT/f"),
+]
+
+
+@pytest.mark.parametrize("name,argv,named", RUN_FOLDER_COMMANDS, ids=[c[0] for c in RUN_FOLDER_COMMANDS])
+def test_commands_that_make_run_folders_on_a_full_disk(run, name, argv, named):
+    tmp, _ = run
+    disk = tempfile.mkdtemp(dir=tmp)
+    if not F.small_filesystem(disk, size="600m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        sub = lambda a: a.replace("EXP", os.path.join(tmp, "x.json")).replace("OUT", disk)  # noqa: E731
+        args = [sub(a) for a in argv]
+        p = tandem(*args, timeout=600)
+        assert p.returncode == 1, p.stdout + p.stderr
+        errors = [l for l in p.stderr.splitlines() if "error" in l.lower()]
+        assert len(errors) == 1 and errors[0].startswith("tandem: error:"), p.stderr
+        assert sub(named) in errors[0], errors[0]
+        assert "No space left on device" in errors[0] or "of disk" in errors[0], errors[0]
+        assert "Traceback" not in p.stdout + p.stderr
+        assert sorted(os.listdir(disk)) == ["filler"], f"{name} left {os.listdir(disk)} on the full disk"
+        os.remove(os.path.join(disk, "filler"))
+        again = tandem(*args, timeout=600)  # the same command line
+        assert again.returncode in (0, 3), again.stdout + again.stderr
+    finally:
+        F.unmount_below(disk)
+
+
 def test_report_of_a_live_run_says_so_and_export_refuses_it(run):
     tmp, folder = run
     live = tempfile.mkdtemp(dir=tmp)

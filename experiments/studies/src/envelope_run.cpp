@@ -353,6 +353,26 @@ void write_summary(const EnvelopeOptions& opt, const ExperimentSpec& spec, const
     write_file_atomic(out.folder / "envelope.json", summary.dump(2) + "\n");
 }
 
+// The envelope's folder with its members' specs. A failure here (a full disk, a catalog that is not a
+// database) leaves nothing behind: the folder goes, and the output folder too when this made it.
+std::vector<MemberRun> prepare_envelope_folder(const EnvelopeOptions& opt, const ExperimentSpec& spec,
+                                               const std::vector<std::string>& vary, EnvelopeOutcome& out) {
+    const bool out_dir_existed = fs::exists(opt.out_dir);
+    try {
+        out.folder = fs::absolute(create_run_folder(opt.out_dir, spec.name + "-envelope"));
+        fs::create_directories(out.folder / "members");
+        {
+            Catalog check(opt.catalog);  // a catalog that is not a database is refused before any member runs
+        }
+        return prepare_members(opt, spec, vary, out.folder);
+    } catch (...) {
+        std::error_code ec;
+        if (!out.folder.empty()) fs::remove_all(out.folder, ec);
+        if (!out_dir_existed) fs::remove(opt.out_dir, ec);  // only when empty
+        throw;
+    }
+}
+
 }  // namespace
 
 EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
@@ -366,17 +386,12 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
     const MemberSizing sizing = size_members(opt, spec);
 
     EnvelopeOutcome out;
-    out.folder = fs::absolute(create_run_folder(opt.out_dir, spec.name + "-envelope"));
-    fs::create_directories(out.folder / "members");
-    {
-        Catalog check(opt.catalog);  // a catalog that is not a database is refused before any member runs
-    }
+    std::vector<MemberRun> members = prepare_envelope_folder(opt, spec, vary, out);
     say("envelope of " + spec.name + ": " + std::to_string(opt.seeds) + " runs of " +
         join(std::vector<std::string>(sizing.stacks.begin(), sizing.stacks.end()), ",") + ", varying " +
         (vary.empty() ? std::string("no seed") : join(vary, ",")) + "; " + std::to_string(sizing.parallel) + " at a time, " +
         std::to_string(sizing.member_threads) + " CPU thread(s) each; folder " + out.folder.string());
 
-    std::vector<MemberRun> members = prepare_members(opt, spec, vary, out.folder);
     MemberPool pool{opt, out.folder, sizing.parallel, sizing.member_threads, say, t0};
     bool stopping = false;
     {

@@ -1,5 +1,7 @@
 #include "tandem/table_numbers.h"
 
+#include "tandem/number_text.h"
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -65,11 +67,6 @@ std::optional<double> size_unit(const std::string& unit) {
     return it == units.end() ? std::nullopt : std::optional<double>(it->second);
 }
 
-std::string number_text(double v) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.10g", v);
-    return text;
-}
 
 }  // namespace
 
@@ -118,7 +115,7 @@ Table plain_number_table(const Table& t) {
         for (std::size_t r = 0; r < t.rows.size(); ++r) {
             const auto& n = cells[r];
             std::string value;
-            if (n) value = sizes ? number_text(std::stod(n->number) * *size_unit(n->unit) / (1024.0 * 1024)) : n->number;
+            if (n) value = sizes ? number_text(std::stod(n->number) * *size_unit(n->unit) / (1024.0 * 1024), "%.10g") : n->number;
             out.rows[r].push_back(value);
             if (notes) out.rows[r].push_back(n ? n->note : std::string());
         }

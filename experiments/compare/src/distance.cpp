@@ -5,7 +5,7 @@
 
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
-#include "tandem/number_or_na.h"
+#include "tandem/number_text.h"
 #include "tandem/spec/model.h"
 
 #include <algorithm>

@@ -6,7 +6,7 @@
 
 #include "tandem/data/token_diff.h"
 #include "tandem/engine/tensor.h"
-#include "tandem/number_or_na.h"
+#include "tandem/number_text.h"
 
 #include <algorithm>
 #include <cmath>

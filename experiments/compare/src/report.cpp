@@ -3,7 +3,7 @@
 
 #include "tandem/error.h"
 #include "tandem/join.h"
-#include "tandem/number_or_na.h"
+#include "tandem/number_text.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/strict_json.h"
@@ -21,13 +21,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fmt(double x, const char* f = "%.6g") { return number_or_na(x, f); }
-std::string fmt_opt(const std::optional<double>& x, const char* f = "%.8f") { return x ? fmt(*x, f) : "n/a"; }
+std::string fmt_opt(const std::optional<double>& x, const char* f = "%.8f") { return x ? number_or_na(*x, f) : "n/a"; }
 // "1.234e-03% (update 40)": the largest |residual %| of a series, or "n/a" when it has no finite point.
 std::string percent_at(const PercentSeries& s) {
-    return s.max_abs_update < 0 ? "n/a" : fmt(s.max_abs, "%.3e") + "% (update " + std::to_string(s.max_abs_update) + ")";
+    return s.max_abs_update < 0 ? "n/a" : number_or_na(s.max_abs, "%.3e") + "% (update " + std::to_string(s.max_abs_update) + ")";
 }
-std::string sec(double s) { return s < 0 ? "n/a" : fmt(s, "%.3f"); }
+std::string sec(double s) { return s < 0 ? "n/a" : number_or_na(s, "%.3f"); }
 std::string bytes(int64_t b) { return b < 0 ? "n/a" : format_bytes(b); }
 std::string yesno(bool pass) { return pass ? "pass" : "FAIL"; }
 // The check column of L1-L3: "n/a (imported)" when an imported leg lacks the level's data.
@@ -43,7 +42,7 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 
 namespace {
 
-std::string size_cell(const std::optional<double>& v) { return v ? fmt(*v, "%.6g") : "-"; }
+std::string size_cell(const std::optional<double>& v) { return v ? number_or_na(*v, "%.6g") : "-"; }
 
 // The cell of one level: the first update it fired at, "-" when it did not.
 std::string level_cell(const FaultRow& r, size_t level) {
@@ -136,10 +135,10 @@ std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
         auto row_of = [&](const FaultRow& r, const std::string& name) {
             return std::vector<std::string>{name,
                                             r.end_update ? std::to_string(*r.end_update) : "n/a",
-                                            r.ce_leg ? fmt(*r.ce_leg, "%.6f") : "n/a",
-                                            r.ce_diff_abs ? fmt(*r.ce_diff_abs, "%.3e") : "n/a",
-                                            r.ce_diff_rel ? fmt(*r.ce_diff_rel, "%.3e") : "n/a",
-                                            r.ce_diff_clean_units ? fmt(*r.ce_diff_clean_units, "%.3g") : "n/a"};
+                                            r.ce_leg ? number_or_na(*r.ce_leg, "%.6f") : "n/a",
+                                            r.ce_diff_abs ? number_or_na(*r.ce_diff_abs, "%.3e") : "n/a",
+                                            r.ce_diff_rel ? number_or_na(*r.ce_diff_rel, "%.3e") : "n/a",
+                                            r.ce_diff_clean_units ? number_or_na(*r.ce_diff_clean_units, "%.3g") : "n/a"};
         };
         tb.rows.push_back(row_of(m.clean, "(clean " + m.clean_leg + ")"));
         for (const auto& r : m.rows) tb.rows.push_back(row_of(r, r.fault));
@@ -204,9 +203,9 @@ Table l1_table(const Comparison& c, const Thresholds& t) {
     Table tb{"l1", "L1: initial held-out cross-entropy", {"legs", "CE a", "CE b", "abs diff", "rel diff", "check"}, {}, {}};
     for (const auto& e : c.l1)
         tb.rows.push_back({e.leg_a + " vs " + e.leg_b, fmt_opt(e.ce_a), fmt_opt(e.ce_b),
-                           e.ce_a && e.ce_b ? fmt(e.abs_diff, "%.3e") : "n/a",
-                           e.ce_a && e.ce_b ? fmt(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
-    tb.notes.push_back("pass: relative difference <= " + fmt(t.l1_rel, "%.0e") + " (docs/spec.md §Levels)");
+                           e.ce_a && e.ce_b ? number_or_na(e.abs_diff, "%.3e") : "n/a",
+                           e.ce_a && e.ce_b ? number_or_na(e.rel_diff, "%.3e") : "n/a", check_text(e.pass, e.na)});
+    tb.notes.push_back("pass: relative difference <= " + number_or_na(t.l1_rel, "%.0e") + " (docs/spec.md §Levels)");
     return tb;
 }
 
@@ -262,15 +261,15 @@ Table l4_table(const Comparison& c) {
              {}, {}};
     for (const auto& e : c.l4) {
         std::string legs = e.leg_a + " vs " + e.leg_b;
-        tb.rows.push_back({legs, "held-out CE", std::to_string(e.eval.n), fmt(e.eval.mean_signed, "%.3e"),
-                           fmt(e.eval.mean_abs, "%.3e"), fmt(e.eval.std, "%.3e"),
-                           fmt(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
-                           std::to_string(e.eval.sign_changes), fmt(e.eval.mean_abs_rel, "%.3e"),
+        tb.rows.push_back({legs, "held-out CE", std::to_string(e.eval.n), number_or_na(e.eval.mean_signed, "%.3e"),
+                           number_or_na(e.eval.mean_abs, "%.3e"), number_or_na(e.eval.std, "%.3e"),
+                           number_or_na(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
+                           std::to_string(e.eval.sign_changes), number_or_na(e.eval.mean_abs_rel, "%.3e"),
                            pair_verdict_name(e.verdict)});
-        tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), fmt(e.loss.mean_signed, "%.3e"),
-                           fmt(e.loss.mean_abs, "%.3e"), fmt(e.loss.std, "%.3e"),
-                           fmt(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
-                           std::to_string(e.loss.sign_changes), fmt(e.loss.mean_abs_rel, "%.3e"), "-"});
+        tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), number_or_na(e.loss.mean_signed, "%.3e"),
+                           number_or_na(e.loss.mean_abs, "%.3e"), number_or_na(e.loss.std, "%.3e"),
+                           number_or_na(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
+                           std::to_string(e.loss.sign_changes), number_or_na(e.loss.mean_abs_rel, "%.3e"), "-"});
         tb.notes.push_back(legs + ": final loss " + fmt_opt(e.final_loss_a) + " vs " + fmt_opt(e.final_loss_b) +
                            "; largest |" + e.residual_leg + " - " + e.residual_reference + "| " +
                            percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
@@ -289,16 +288,16 @@ std::vector<std::string> distances_row(const L4Entry& e) {
     if (n.applies && n.max_ratio_update >= 0)
         for (const auto& p : n.points)
             if (p.update == n.max_ratio_update) {
-                rel = fmt(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
-                bound = fmt(p.scale, "%.3e");
-                ratio = fmt(p.distance, "%.3g");
+                rel = number_or_na(p.difference, "%.3e") + " (" + std::to_string(p.update) + ")";
+                bound = number_or_na(p.scale, "%.3e");
+                ratio = number_or_na(p.distance, "%.3g");
             }
     std::string env = "none", z = "-", tt = "-", pp = "-", exits = "-";
     if (v.available) {
         env = v.stack + ", " + std::to_string(v.members) + " runs";
-        z = v.max_abs_z_update < 0 ? "n/a" : fmt(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
-        tt = fmt(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
-        pp = fmt(v.p, "%.3g");
+        z = v.max_abs_z_update < 0 ? "n/a" : number_or_na(v.max_abs_z, "%.3g") + " (" + std::to_string(v.max_abs_z_update) + ")";
+        tt = number_or_na(v.t, "%.3g") + " (" + std::to_string(v.df) + ")";
+        pp = number_or_na(v.p, "%.3g");
         exits = std::to_string(v.outside_band.size());
     }
     return {e.leg_a + " vs " + e.leg_b, n.applies ? "yes" : "no", rel, bound, ratio, env, z, tt, pp, exits,
@@ -318,16 +317,16 @@ Table distances_table(const Comparison& c, const Thresholds& t) {
     tb.notes.push_back("paired numerics distance: |leg - reference| / |reference| of held-out CE per evaluation against the bound " +
                        c.error_model.describe());
     tb.notes.push_back("envelope distance: z = (leg - envelope mean) / envelope std per evaluation; band mean +- c sqrt(1 + 1/N) std "
-                       "widened by the bound (c: Student's t, N - 1 dof, at alpha " + fmt(t.envelope_alpha / 2, "%.2g") +
+                       "widened by the bound (c: Student's t, N - 1 dof, at alpha " + number_or_na(t.envelope_alpha / 2, "%.2g") +
                        " over every update judged, Sidak); two-sided prediction t-test of the leg's mean held-out CE after update 0 "
-                       "against the members' (alpha " + fmt(t.envelope_alpha / 2, "%.2g") + " over the series tested, Bonferroni)");
+                       "against the members' (alpha " + number_or_na(t.envelope_alpha / 2, "%.2g") + " over the series tested, Bonferroni)");
     return tb;
 }
 
 // A per-update series cell of paired legs: the largest ratio to the float32 bound and where it went beyond.
 std::string paired_cell(const PairedDistance& d) {
     if (!d.applies || d.points.empty()) return std::string("-");
-    std::string cell = fmt(d.max_ratio, "%.3g") + "x bound (" + std::to_string(d.max_ratio_update) + ")";
+    std::string cell = number_or_na(d.max_ratio, "%.3g") + "x bound (" + std::to_string(d.max_ratio_update) + ")";
     if (d.first_beyond_update >= 0) cell += ", beyond from " + std::to_string(d.first_beyond_update);
     return cell;
 }
@@ -335,7 +334,7 @@ std::string paired_cell(const PairedDistance& d) {
 // A per-update series cell of unpaired legs: the seed envelope's |z|, p and band exits.
 std::string envelope_cell(const EnvelopeDistance& d) {
     if (!d.available) return std::string("-");
-    return "|z| " + fmt(d.max_abs_z, "%.3g") + ", p " + fmt(d.p, "%.3g") + ", " + std::to_string(d.outside_band.size()) +
+    return "|z| " + number_or_na(d.max_abs_z, "%.3g") + ", p " + number_or_na(d.p, "%.3g") + ", " + std::to_string(d.outside_band.size()) +
            " band exit(s)";
 }
 
@@ -362,7 +361,7 @@ Table series_table(const Comparison& c, const Thresholds& t) {
     }
     tb.notes.push_back("lr: each leg against the spec's schedule to 4 float32 ulp; training loss and pre-clip grad norm of paired legs: "
                        "|leg - reference| / |reference| per update against k eps32 C^(L+1) sqrt(S) sqrt(1+u) with k " +
-                       fmt(t.loss_k, "%g") + " and " + fmt(t.grad_norm_k, "%g") +
+                       number_or_na(t.loss_k, "%g") + " and " + number_or_na(t.grad_norm_k, "%g") +
                        "; of unpaired legs on the shared plan: the envelope's per-update band and a two-sided test of the mean "
                        "(docs/thresholds.md \"Per-update series\")");
     return tb;
@@ -373,7 +372,7 @@ std::optional<Table> gate_table(const Comparison& c) {
     if (c.flags.empty()) return std::nullopt;
     Table tb{"gate", "Live gate flags", {"leg", "update", "flag", "value", "threshold", "action"}, {}, {}};
     for (const auto& f : c.flags)
-        tb.rows.push_back({f.leg, std::to_string(f.update), f.kind, fmt(f.value, "%.4g"), fmt(f.threshold, "%.4g"),
+        tb.rows.push_back({f.leg, std::to_string(f.update), f.kind, number_or_na(f.value, "%.4g"), number_or_na(f.threshold, "%.4g"),
                            gate_action_name(f.action)});
     for (const auto& f : c.flags) tb.notes.push_back(f.message);
     tb.notes.push_back("flags: docs/gate.md (non-finite values, step-time anomalies, loss spikes)");
@@ -384,8 +383,8 @@ std::optional<Table> gate_table(const Comparison& c) {
 Table grad_norm_table(const Comparison& c) {
     Table tb{"grad-norm", "Pre-clip gradient norm", {"leg", "updates", "median", "p99", "max", "above clip"}, {}, {}};
     for (const auto& g : c.grads)
-        tb.rows.push_back({g.leg, std::to_string(g.n), fmt(g.median), fmt(g.p99), fmt(g.max),
-                           fmt(100.0 * g.frac_above_clip, "%.1f") + "%"});
+        tb.rows.push_back({g.leg, std::to_string(g.n), number_or_na(g.median, "%.6g"), number_or_na(g.p99, "%.6g"), number_or_na(g.max, "%.6g"),
+                           number_or_na(100.0 * g.frac_above_clip, "%.1f") + "%"});
     return tb;
 }
 
@@ -395,16 +394,16 @@ Table timing_table(const Comparison& c) {
              {"leg", "device", "status", "setup s", "model load s", "tokenize s", "median s/update (window)", "tokens/s",
               "GFLOP/update", "GFLOP/s", "of sgemm peak", "peak device", "peak host"},
              {}, {}};
-    auto giga = [](double v) { return v < 0 ? std::string("n/a") : fmt(v / 1e9, "%.1f"); };
+    auto giga = [](double v) { return v < 0 ? std::string("n/a") : number_or_na(v / 1e9, "%.1f"); };
     for (const auto& r : c.timing)
         tb.rows.push_back({r.leg + " (" + r.implementation + ")",
                            r.device + (r.device_shared_with.empty() ? "" : " (shared with " + r.device_shared_with + ")"),
                            r.status, sec(r.setup_s), sec(r.model_load_s),
                            sec(r.tokenize_s),
                            sec(r.median_update_s) + " (" + std::to_string(r.window_first) + "-" + std::to_string(r.window_last) + ")",
-                           r.tokens_per_s < 0 ? "n/a" : fmt(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
+                           r.tokens_per_s < 0 ? "n/a" : number_or_na(r.tokens_per_s, "%.1f"), giga(r.flops.flops_per_update),
                            giga(r.flops.flops_per_s),
-                           r.flops.utilisation < 0 ? "n/a" : fmt(100.0 * r.flops.utilisation, "%.0f") + "%",
+                           r.flops.utilisation < 0 ? "n/a" : number_or_na(100.0 * r.flops.utilisation, "%.0f") + "%",
                            bytes(r.peak_device_bytes), bytes(r.peak_host_bytes)});
     for (const auto& r : c.timing)
         if (!r.device_shared_with.empty()) {
@@ -424,11 +423,11 @@ Table probes_table(const Comparison& c) {
     Table tb{"probes", "Device bandwidth probes", {"device", "name", "direction", "bytes", "best s", "GB/s"}, {}, {}};
     for (const auto& p : c.probes) {
         for (const auto& d : p.directions)
-            tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), fmt(d.best_seconds, "%.5f"),
-                               fmt(d.gbps, "%.2f")});
+            tb.rows.push_back({p.device, p.device_name, d.name, std::to_string(d.bytes_counted), number_or_na(d.best_seconds, "%.5f"),
+                               number_or_na(d.gbps, "%.2f")});
         for (const auto& s : p.sgemm)
             tb.rows.push_back({p.device, p.device_name, "sgemm, " + sgemm_where(s),
-                               std::to_string(s.m) + "^3", fmt(s.best_seconds, "%.5f"), fmt(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
+                               std::to_string(s.m) + "^3", number_or_na(s.best_seconds, "%.5f"), number_or_na(s.flops_per_s / 1e9, "%.1f") + " GFLOP/s"});
     }
     if (c.probes.empty()) tb.notes.push_back("no probe recorded");
     return tb;
@@ -441,10 +440,10 @@ Table observables_table(const ObservablesComparison& o) {
               "probes top-1 same", "max |dp| top-32", "KL max / mean"},
              {}, {}};
     for (const auto& r : o.rows)
-        tb.rows.push_back({std::to_string(r.update), fmt(r.update_norm_a, "%.6g"), fmt(r.update_norm_b, "%.6g"),
-                           fmt(r.max_delta_rel, "%.2e"), r.max_delta_at, fmt(r.max_factor_rel, "%.2e"),
-                           std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), fmt(r.max_prob_diff, "%.2e"),
-                           std::isnan(r.max_kl) ? std::string("n/a") : fmt(r.max_kl, "%.2e") + " / " + fmt(r.mean_kl, "%.2e")});
+        tb.rows.push_back({std::to_string(r.update), number_or_na(r.update_norm_a, "%.6g"), number_or_na(r.update_norm_b, "%.6g"),
+                           number_or_na(r.max_delta_rel, "%.2e"), r.max_delta_at, number_or_na(r.max_factor_rel, "%.2e"),
+                           std::to_string(r.top1_agree) + "/" + std::to_string(r.probes), number_or_na(r.max_prob_diff, "%.2e"),
+                           std::isnan(r.max_kl) ? std::string("n/a") : number_or_na(r.max_kl, "%.2e") + " / " + number_or_na(r.mean_kl, "%.2e")});
     tb.notes.push_back("|dW| = sqrt(sum over layers and projections of |B A|^2) * scaling: the adapter's whole update; "
                        "slot = (layer, projection); probes: the first 16 eval records' next token; KL(" + o.leg_b + " || " + o.leg_a +
                        ") of the full next-token distributions (recorded with `observe`; n/a without)");
@@ -671,14 +670,14 @@ Table localisation_table(const Localisation& l, size_t context) {
         const LocalisedPoint& p = l.points[i];
         t.rows.push_back({i == centre ? (l.first ? "<< first over bound" : "<< largest ratio") : "", std::to_string(p.update),
                           p.micro_batch < 0 ? "-" : std::to_string(p.micro_batch), p.layer < 0 ? "-" : std::to_string(p.layer),
-                          p.op, p.pass, std::to_string(p.depth), fmt(p.rel_diff, "%.3e"), fmt(p.norm_rel_diff, "%.3e"),
-                          fmt(p.bound, "%.3e"), fmt(p.ratio, "%.3g")});
+                          p.op, p.pass, std::to_string(p.depth), number_or_na(p.rel_diff, "%.3e"), number_or_na(p.norm_rel_diff, "%.3e"),
+                          number_or_na(p.bound, "%.3e"), number_or_na(p.ratio, "%.3g")});
     }
     t.notes.push_back(l.summary());
     t.notes.push_back("chain: points " + std::to_string(from + 1) + ".." + std::to_string(to) + " of " +
                       std::to_string(l.points.size()) + " (update, micro-batch, forward -> backward -> optimizer); bound = " +
-                      "k(pass)·eps32·C^depth·sqrt(1+update), k = " + fmt(kLocaliseKForward, "%g") + " forward, " +
-                      fmt(kLocaliseKBackward, "%g") + " backward, " + fmt(kLocaliseKOptimizer, "%g") + " optimizer");
+                      "k(pass)·eps32·C^depth·sqrt(1+update), k = " + number_or_na(kLocaliseKForward, "%g") + " forward, " +
+                      number_or_na(kLocaliseKBackward, "%g") + " backward, " + number_or_na(kLocaliseKOptimizer, "%g") + " optimizer");
     return t;
 }
 

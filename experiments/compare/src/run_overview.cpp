@@ -1,6 +1,7 @@
 #include "tandem/compare/run_overview.h"
 
 #include "tandem/compare/compare.h"  // diff_specs
+#include "tandem/number_text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -47,29 +48,26 @@ const json* at_key(const json& spec, const std::string& key) {
     return node;
 }
 
-std::string number_text(double v) {
-    char text[64];
-    if (v != 0 && (std::fabs(v) < 1e-2 || std::fabs(v) >= 1e6)) {
-        // 1e-4, 2.5e-4: shorter than 0.0001 and what a sweep's lr reads like.
-        std::snprintf(text, sizeof text, "%.5e", v);
-        std::string s = text;
-        const auto e = s.find('e');
-        std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
-        while (mantissa.back() == '0') mantissa.pop_back();
-        if (mantissa.back() == '.') mantissa.pop_back();
-        const char sign = exponent[0];
-        exponent.erase(0, 1);
-        while (exponent.size() > 1 && exponent[0] == '0') exponent.erase(0, 1);
-        return mantissa + "e" + (sign == '-' ? "-" : "") + exponent;
-    }
-    std::snprintf(text, sizeof text, "%.6g", v);
-    return text;
+// 1e-4, 2.5e-4 for small and large values (shorter than 0.0001 and what a sweep's lr reads like),
+// "%.6g" otherwise.
+std::string sweep_number_text(double v) {
+    if (v == 0 || !(std::fabs(v) < 1e-2 || std::fabs(v) >= 1e6)) return number_text(v, "%.6g");
+    const std::string s = number_text(v, "%.5e");
+    const auto e = s.find('e');
+    if (e == std::string::npos) return s;  // nan, inf
+    std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
+    while (mantissa.back() == '0') mantissa.pop_back();
+    if (mantissa.back() == '.') mantissa.pop_back();
+    const char sign = exponent[0];
+    exponent.erase(0, 1);
+    while (exponent.size() > 1 && exponent[0] == '0') exponent.erase(0, 1);
+    return mantissa + "e" + (sign == '-' ? "-" : "") + exponent;
 }
 
 std::string value_text(const json& v) {
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
-    if (v.is_number_float()) return number_text(v.get<double>());
+    if (v.is_number_float()) return sweep_number_text(v.get<double>());
     if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
     return v.dump();
 }

@@ -14,6 +14,7 @@
 #include "tandem/engine/trainer.h"
 #include "tandem/engine_devices/make_backend.h"
 #include "tandem/error.h"
+#include "tandem/number_text.h"
 #include "tandem/spec/experiment.h"
 #include "tandem/spec/faults.h"
 #include "tandem/legs/leg_protocol.h"
@@ -58,13 +59,6 @@ int64_t peak_rss_bytes() {
 
 json read_json(const fs::path& p) { return parse_json_strict(read_file(p), p.string()); }
 
-// "nan", "inf", "-inf" or the value with 9 significant digits (as Python's f"{x:.9g}" writes it,
-// so both legs word the same failure the same way).
-std::string number_text(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", x);
-    return std::isnan(x) ? "nan" : buf;
-}
 
 // A failure whose error event this leg already wrote (run_engine_leg must not write a second one).
 struct ReportedFailure : Error {
@@ -89,7 +83,7 @@ std::string non_finite_step(const std::string& leg, int64_t update, double loss,
     const char* what = !std::isfinite(loss) ? "loss" : !std::isfinite(grad_norm) ? "grad norm" : nullptr;
     if (!what) return "";
     return "leg " + leg + ": non-finite " + what + " at update " + std::to_string(update) + " (loss " +
-           number_text(loss) + ", grad norm " + number_text(grad_norm) + ")";
+           number_text(loss, "%.9g") + ", grad norm " + number_text(grad_norm, "%.9g") + ")";
 }
 // Test-only fault injection (docs/leg-protocol.md): TANDEM_TEST_NONFINITE_LOSS_AT=k makes update
 // k's loss NaN, as a numeric blow-up would; both legs honour it, so tests/legs/test_nonfinite.py can check that
@@ -105,7 +99,7 @@ int64_t injected_nonfinite_update() {
 std::string non_finite_eval(const std::string& leg, int64_t update, double heldout_ce) {
     if (std::isfinite(heldout_ce)) return "";
     return "leg " + leg + ": non-finite held-out loss at update " + std::to_string(update) + " (held-out CE " +
-           number_text(heldout_ce) + ")";
+           number_text(heldout_ce, "%.9g") + ")";
 }
 
 struct Encoded {

@@ -3,6 +3,7 @@
 #include "tandem/spec/faults.h"
 
 #include "tandem/error.h"
+#include "tandem/number_text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,11 +19,6 @@ namespace {
 
 FaultSize count_size(const std::string& unit, double def) { return FaultSize{unit, def, 1, true, false}; }
 
-std::string number_text(double v) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.6g", v);
-    return b;
-}
 
 // ---- not applicable: the settings under which a fault's switch changes nothing or is refused
 bool targets(const FaultSettings& s, const char* projection) {

@@ -23,7 +23,7 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
-#include "tandem/number_or_na.h"
+#include "tandem/number_text.h"
 #include "tandem/store/host_info.h"
 #include "tandem/store/probe.h"
 #include "tandem/version.h"
@@ -350,8 +350,7 @@ std::vector<BenchCase> run_engine_bench(const BenchOptions& o, const std::functi
 
 namespace {
 
-std::string num(double v, const char* f = "%.3f") { return number_or_na(v, f); }
-std::string triple(const Spread& s, const char* f = "%.3f") { return num(s.min, f) + " / " + num(s.median, f) + " / " + num(s.max, f); }
+std::string triple(const Spread& s, const char* f = "%.3f") { return number_or_na(s.min, f) + " / " + number_or_na(s.median, f) + " / " + number_or_na(s.max, f); }
 
 }  // namespace
 
@@ -389,8 +388,8 @@ std::string format_engine_bench(const std::vector<BenchCase>& cases, const std::
             std::vector<double> rss(s.peak_rss_bytes.begin(), s.peak_rss_bytes.end());
             const double achieved = c.flops_per_update / t.median;
             rows.push_back({c.shape, std::to_string(c.threads), k == 0 ? "engine" : k == 1 ? "reference" : "other engine", triple(t),
-                            num(s.tokens_per_update / t.median, "%.1f"), num(cpu.median), num(c.flops_per_update / 1e9, "%.1f"),
-                            num(achieved / 1e9, "%.1f"), num(100.0 * achieved / peak.median, "%.0f") + " %",
+                            number_or_na(s.tokens_per_update / t.median, "%.1f"), number_or_na(cpu.median, "%.3f"), number_or_na(c.flops_per_update / 1e9, "%.1f"),
+                            number_or_na(achieved / 1e9, "%.1f"), number_or_na(100.0 * achieved / peak.median, "%.0f") + " %",
                             format_bytes(int64_t(spread(rss).median))});
         }
         const double speed = spread(c.reference.s_per_update).median / spread(c.engine.s_per_update).median;
@@ -401,14 +400,14 @@ std::string format_engine_bench(const std::vector<BenchCase>& cases, const std::
         std::vector<double> pair;
         for (size_t i = 0; i < std::min(c.engine.s_per_update.size(), c.reference.s_per_update.size()); ++i)
             pair.push_back(c.reference.s_per_update[i] / c.engine.s_per_update[i]);
-        rows.push_back({c.shape, std::to_string(c.threads), "ratio", "engine " + num(speed, "%.2f") + "x faster (pairs " + triple(spread(pair), "%.2f") + ")",
-                        num(speed, "%.2f") + "x", num(cpu_ratio, "%.2f") + "x", "", "", "",
-                        num(spread(er).median / spread(rr).median, "%.2f") + "x"});
+        rows.push_back({c.shape, std::to_string(c.threads), "ratio", "engine " + number_or_na(speed, "%.2f") + "x faster (pairs " + triple(spread(pair), "%.2f") + ")",
+                        number_or_na(speed, "%.2f") + "x", number_or_na(cpu_ratio, "%.2f") + "x", "", "", "",
+                        number_or_na(spread(er).median / spread(rr).median, "%.2f") + "x"});
         if (!c.other.s_per_update.empty()) {
             const double vs = spread(c.other.s_per_update).median / spread(c.engine.s_per_update).median;
             const double vs_cpu = spread(c.other.cpu_s_per_update).median / spread(c.engine.cpu_s_per_update).median;
-            rows.push_back({c.shape, std::to_string(c.threads), "engine vs other", "engine " + num(vs, "%.2f") + "x faster",
-                            num(vs, "%.2f") + "x", num(vs_cpu, "%.2f") + "x", "", "", "", ""});
+            rows.push_back({c.shape, std::to_string(c.threads), "engine vs other", "engine " + number_or_na(vs, "%.2f") + "x faster",
+                            number_or_na(vs, "%.2f") + "x", number_or_na(vs_cpu, "%.2f") + "x", "", "", "", ""});
         }
     }
     if (md) {
@@ -436,8 +435,8 @@ std::string format_engine_bench(const std::vector<BenchCase>& cases, const std::
     }
     for (const auto& c : cases) {
         const Spread p = spread(c.sgemm_flops_per_s);
-        o << (md ? "\n" : "") << "sgemm peak " << c.shape << " t" << c.threads << ": " << num(p.min / 1e9, "%.1f") << " / "
-          << num(p.median / 1e9, "%.1f") << " / " << num(p.max / 1e9, "%.1f") << " GFLOP/s (min / median / max over the repeats)\n";
+        o << (md ? "\n" : "") << "sgemm peak " << c.shape << " t" << c.threads << ": " << number_or_na(p.min / 1e9, "%.1f") << " / "
+          << number_or_na(p.median / 1e9, "%.1f") << " / " << number_or_na(p.max / 1e9, "%.1f") << " GFLOP/s (min / median / max over the repeats)\n";
     }
     return o.str();
 }

@@ -4,7 +4,7 @@
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
-#include "tandem/number_or_na.h"
+#include "tandem/number_text.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/compare/report.h"
@@ -394,7 +394,6 @@ fs::path seeded_copy(const fs::path& experiment, const fs::path& dir, uint64_t s
     return out;
 }
 
-std::string fmt(double x, const char* f) { return number_or_na(x, f); }
 
 FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
                           const std::function<void(const std::string&)>& say) {
@@ -445,18 +444,18 @@ FaultsOutcome clean_seeds(const FaultsOptions& opt, const ExperimentSpec& spec,
         std::string lr_off;
         for (const auto& x : l4.schedule)
             if (x.off()) lr_off += (lr_off.empty() ? "" : ", ") + x.leg + "@" + std::to_string(x.first_off_update);
-        tb.rows.push_back({std::to_string(seed), r.run_id, fmt(c.l1[0].rel_diff, "%.3e"), c.l2[0].pass ? "pass" : "FAIL",
+        tb.rows.push_back({std::to_string(seed), r.run_id, number_or_na(c.l1[0].rel_diff, "%.3e"), c.l2[0].pass ? "pass" : "FAIL",
                            c.l3[0].pass ? "pass" : "FAIL",
-                           fmt(l4.numerics.max_ratio, "%.3g") + " / " + fmt(l4.loss_numerics.max_ratio, "%.3g") + " / " +
-                               fmt(l4.grad_numerics.max_ratio, "%.3g"),
-                           lr_off.empty() ? "-" : lr_off, flags.empty() ? "-" : flags, fmt(ratio, "%.2f"),
+                           number_or_na(l4.numerics.max_ratio, "%.3g") + " / " + number_or_na(l4.loss_numerics.max_ratio, "%.3g") + " / " +
+                               number_or_na(l4.grad_numerics.max_ratio, "%.3g"),
+                           lr_off.empty() ? "-" : lr_off, flags.empty() ? "-" : flags, number_or_na(ratio, "%.2f"),
                            row.caught_by().empty() ? "none" : joined(row.caught_by())});
     }
     for (const auto& l : fault_matrix_levels())
         tb.notes.push_back(l + " fired in " + std::to_string(fired_count[l]) + " of " + std::to_string(opt.clean_seeds) + " clean runs");
-    tb.notes.push_back("largest update time / running median over every clean leg: " + fmt(worst_ratio, "%.2f") +
+    tb.notes.push_back("largest update time / running median over every clean leg: " + number_or_na(worst_ratio, "%.2f") +
                        " (CPU time where the leg reports it, else wall time; the step-time flag fires above " +
-                       fmt(spec.gate.step_time_factor, "%g") + "x, docs/gate.md)");
+                       number_or_na(spec.gate.step_time_factor, "%g") + "x, docs/gate.md)");
     out.all_legs_finished = all_finished;
     out.clean_pair_passed = fired_count["L1"] + fired_count["L2"] + fired_count["L3"] == 0;
     out.every_fault_caught = true;
@@ -543,7 +542,7 @@ FaultsOutcome run_faults(const FaultsOptions& opt) {
         o << render_table(table, f) << "\n";
     }
     const std::string summary = "run folder " + run.folder.string() + "; " + std::to_string(out.matrix.rows.size()) + " faults, " +
-                                std::to_string(plans.size()) + " legs, " + fmt(wall, "%.0f") + " s wall (--jobs " +
+                                std::to_string(plans.size()) + " legs, " + number_or_na(wall, "%.0f") + " s wall (--jobs " +
                                 std::to_string(opt.jobs) + ")";
     o << (f == ReportFormat::Latex ? "% " : f == ReportFormat::Csv ? "# " : "") << summary << "\n";
     out.text = o.str();

@@ -3,6 +3,7 @@
 #include "tandem/compare/statistics.h"
 
 #include "tandem/error.h"
+#include "tandem/number_text.h"
 #include "tandem/spec/leg_kinds.h"
 
 #include <algorithm>
@@ -16,11 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string fmt(const char* f, double x) {
-    char b[64];
-    std::snprintf(b, sizeof b, f, x);
-    return b;
-}
 
 }  // namespace
 
@@ -115,8 +111,8 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             const char* unit = cpu ? " s of CPU" : " s";
             if (took > limit)
                 out.push_back({leg, "step-time", s.update, took, limit, config_.step_time,
-                               leg + ": update " + std::to_string(s.update) + " took " + fmt("%.3g", took) + unit + ", " +
-                                   fmt("%.1f", took / median) + "x its running median " + fmt("%.3g", median) + unit,
+                               leg + ": update " + std::to_string(s.update) + " took " + number_text(took, "%.3g") + unit + ", " +
+                                   number_text(took / median, "%.1f") + "x its running median " + number_text(median, "%.3g") + unit,
                                cpu ? "cpu_s" : "wall_s"});
         }
         check_envelope(leg, "loss", s.update, s.loss, out);
@@ -129,9 +125,9 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             const double limit = m + config_.loss_spike_sigma * sd;
             if (sd > 0 && s.loss > limit)
                 out.push_back({leg, "loss-spike", s.update, s.loss, limit, config_.loss_spike,
-                               leg + ": loss " + fmt("%.6g", s.loss) + " at update " + std::to_string(s.update) + " is above mean + " +
-                                   fmt("%g", config_.loss_spike_sigma) + " std of its last " + std::to_string(losses.size()) +
-                                   " updates (" + fmt("%.6g", limit) + ")",
+                               leg + ": loss " + number_text(s.loss, "%.6g") + " at update " + std::to_string(s.update) + " is above mean + " +
+                                   number_text(config_.loss_spike_sigma, "%g") + " std of its last " + std::to_string(losses.size()) +
+                                   " updates (" + number_text(limit, "%.6g") + ")",
                                "loss"});
         }
     }
@@ -175,9 +171,9 @@ void TrajectoryGate::check_envelope(const std::string& leg, const char* series, 
     const bool above = value > band.high;
     const std::string what = std::string(series) == "heldout_ce" ? "held-out CE" : "training loss";
     out.push_back({leg, "envelope", update, value, above ? band.high : band.low, config_.envelope,
-                   leg + ": " + what + " " + fmt("%.7g", value) + " at update " + std::to_string(update) + " is " +
+                   leg + ": " + what + " " + number_text(value, "%.7g") + " at update " + std::to_string(update) + " is " +
                        (above ? "above" : "below") + " the " + env->implementation + " seed envelope band [" +
-                       fmt("%.7g", band.low) + ", " + fmt("%.7g", band.high) + "] (" + std::to_string(env->members) + " runs)",
+                       number_text(band.low, "%.7g") + ", " + number_text(band.high, "%.7g") + "] (" + std::to_string(env->members) + " runs)",
                    series});
 }
 
@@ -202,8 +198,8 @@ std::vector<GateFlag> TrajectoryGate::check_pairs(const std::map<std::string, co
             if (rel > bound)
                 out.push_back({leg, "paired-bound", p.update, rel, bound, config_.paired_bound,
                                leg + ": held-out CE at update " + std::to_string(p.update) + " differs from " + ref + "'s by " +
-                                   fmt("%.3g", rel) + " relative, " + fmt("%.3g", rel / bound) + "x the error-model bound " +
-                                   fmt("%.3g", bound),
+                                   number_text(rel, "%.3g") + " relative, " + number_text(rel / bound, "%.3g") + "x the error-model bound " +
+                                   number_text(bound, "%.3g"),
                                "heldout_ce"});
         }
     }

@@ -2,6 +2,8 @@
 // its bound (tandem/compare/judge/localise.h, docs/observables.md).
 #include "tandem/compare/judge/localise.h"
 
+#include "tandem/number_text.h"
+
 
 #include "tandem/engine/observe.h"
 #include "tandem/error.h"
@@ -58,11 +60,6 @@ void difference(const FingerprintRow& a, const FingerprintRow& b, LocalisedPoint
     p.norm_rel_diff = std::fabs(a.norm - b.norm) / scale;
 }
 
-std::string fmt(const char* f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
 
 std::string point_name(const LocalisedPoint& p) {
     std::string s = "update " + std::to_string(p.update) + ", ";
@@ -176,13 +173,13 @@ std::string Localisation::summary() const {
     if (first) {
         const LocalisedPoint& p = points[*first];
         return "first divergence (" + pair + "): " + point_name(p) + ": difference " +
-               fmt("%.3g", std::max(p.rel_diff, p.norm_rel_diff)) + " > bound " + fmt("%.3g", p.bound) + " (ratio " +
-               fmt("%.3g", p.ratio) + ", point " + std::to_string(*first + 1) + " of " + std::to_string(points.size()) + ")" +
+               number_text(std::max(p.rel_diff, p.norm_rel_diff), "%.3g") + " > bound " + number_text(p.bound, "%.3g") + " (ratio " +
+               number_text(p.ratio, "%.3g") + ", point " + std::to_string(*first + 1) + " of " + std::to_string(points.size()) + ")" +
                blind_spots();
     }
     const LocalisedPoint& m = points[max_ratio_index];
     std::string s = "no divergence (" + pair + "): all " + std::to_string(points.size()) + " points within their bounds " +
-                    "(largest ratio " + fmt("%.3g", m.ratio) + " at " + point_name(m) + ")";
+                    "(largest ratio " + number_text(m.ratio, "%.3g") + " at " + point_name(m) + ")";
     return s + blind_spots();
 }
 

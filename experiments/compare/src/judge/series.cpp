@@ -4,7 +4,7 @@
 
 #include "tandem/compare/distance.h"
 #include "tandem/engine/optim.h"
-#include "tandem/number_or_na.h"
+#include "tandem/number_text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -17,12 +17,6 @@ double scheduled_lr(const ExperimentSpec& spec, int64_t update, int64_t total) {
 }
 
 namespace {
-
-std::string g_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
 
 // Equal to float32 rounding (a leg may hold its settings in float32).
 bool same_setting(double have, double want) {
@@ -65,7 +59,7 @@ std::vector<std::string> settings_differences(const nlohmann::json& s, const Exp
                                (tensors.size() == 1 ? " tensor" : " tensors");
         auto check = [&](const char* name, std::optional<double> have, double want) {
             if (have && !same_setting(*have, want))
-                out.push_back(std::string(name) + " " + g_text(*have) + on + "; the spec says " + g_text(want));
+                out.push_back(std::string(name) + " " + number_text(*have, "%g") + on + "; the spec says " + number_text(want, "%g"));
         };
         check("lr", number_at(g, "lr"), spec.lr);
         if (auto b = g.find("betas"); b != g.end() && b->is_array() && b->size() == 2 && (*b)[0].is_number() && (*b)[1].is_number()) {
@@ -77,7 +71,7 @@ std::vector<std::string> settings_differences(const nlohmann::json& s, const Exp
         if (auto have = number_at(g, "lr_update0"); have && std::isfinite(lr0)) {
             const double tolerance = std::max(kLrUlps * kFloat32Epsilon * std::fabs(lr0), kLrUlps * kFloat32Epsilon * 1e-6 * spec.lr);
             if (!(std::fabs(*have - lr0) <= tolerance))
-                out.push_back("lr " + g_text(*have) + " at update 0" + on + "; the spec's schedule says " + g_text(lr0));
+                out.push_back("lr " + number_text(*have, "%g") + " at update 0" + on + "; the spec's schedule says " + number_text(lr0, "%g"));
         }
     }
     if (auto it = s.find("schedule"); it != s.end() && it->is_string() && it->get<std::string>() != "cosine")
@@ -87,15 +81,15 @@ std::vector<std::string> settings_differences(const nlohmann::json& s, const Exp
         const int64_t warmup = engine::warmup_updates(spec.warmup_fraction, total);
         if (auto it = s.find("warmup_updates"); it != s.end() && it->is_number_integer() && it->get<int64_t>() != warmup)
             out.push_back("warmup " + std::to_string(it->get<int64_t>()) + " updates; the spec says " + std::to_string(warmup) +
-                          " (ceil(" + g_text(spec.warmup_fraction) + " x " + std::to_string(total) + "))");
+                          " (ceil(" + number_text(spec.warmup_fraction, "%g") + " x " + std::to_string(total) + "))");
         if (auto it = s.find("total_updates"); it != s.end() && it->is_number_integer() && it->get<int64_t>() != total)
             out.push_back("schedule over " + std::to_string(it->get<int64_t>()) + " updates; the plan has " + std::to_string(total));
     }
     if (auto it = s.find("clip"); it != s.end()) {
         if (it->is_null()) {
-            if (spec.clip > 0) out.push_back("no gradient clipping; the spec clips the global norm at " + g_text(spec.clip));
+            if (spec.clip > 0) out.push_back("no gradient clipping; the spec clips the global norm at " + number_text(spec.clip, "%g"));
         } else if (it->is_number() && !same_setting(it->get<double>(), spec.clip)) {
-            out.push_back("clip " + g_text(it->get<double>()) + "; the spec says " + g_text(spec.clip));
+            out.push_back("clip " + number_text(it->get<double>(), "%g") + "; the spec says " + number_text(spec.clip, "%g"));
         }
     }
     if (auto it = s.find("not_optimized"); it != s.end() && it->is_array() && !it->empty())

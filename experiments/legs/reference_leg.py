@@ -24,7 +24,6 @@ import math
 import os
 import platform
 import random
-import resource
 import sys
 import time
 import traceback
@@ -55,7 +54,8 @@ if _sdk_python_dir(_HERE):
 
 from leg_protocol import emit as emit_events, emit_together  # noqa: E402
 from hf_text import encode_record, load_tokenizer  # noqa: E402
-from tandem_leg import RunFolder, checkpoint as leg_checkpoint, stack_versions  # noqa: E402
+from tandem_leg import (RunFolder, checkpoint as leg_checkpoint, needed_records, peak_host_rss_bytes,  # noqa: E402
+                        stack_versions, warmup_updates)
 
 
 def log(msg):
@@ -133,10 +133,6 @@ def base_safetensors_files(base_dir):
         return [single]
     with open(os.path.join(base_dir, "model.safetensors.index.json")) as f:
         return [os.path.join(base_dir, s) for s in sorted(set(json.load(f)["weight_map"].values()))]
-
-
-def peak_host_rss_bytes():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 # --- batching ------------------------------------------------------------------------------------
@@ -283,251 +279,371 @@ def set_rng_state(torch, device, state):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def run_leg(args, rank=0, world=1):
-    t_start = time.perf_counter()
-    import numpy as np
-    import torch
-    import transformers
-    import peft
-    from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
-    from safetensors.torch import save_file, load_file
-    from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
+class ReferenceLeg:
+    """The reference leg as named steps, in the order its events come (docs/leg-protocol.md), as the
+    engine leg's EngineLeg::run (experiments/legs/src/engine_leg.cpp): open (the stack, the device,
+    determinism, the seeds, hello, the checkpoint to resume from), load the model, encode the data,
+    build the trainer and the observables, then either resume or report the checks (L2, settings,
+    L3, then L1 with the first evaluation), the update loop (step, fingerprints, optimizer check,
+    evaluate, checkpoint) and finish (the adapter, timing, memory, done). The steps run in the
+    order of the single function they came from: every RNG draw (seeds, LoRA init, dropout masks,
+    the native plan) comes in the same order."""
 
-    # The shared dropout masks, the fingerprint hooks and the L2 digests: the same code a paired user
-    # leg runs (tandem_leg.torch, docs/legs.md).
-    from tandem_leg.torch import MaskContext, fingerprint, install_shared_masks, l2_digests, optimizer_settings
-    from tandem_leg.torch.replay import OptimizerReplay
+    def __init__(self, args, rank=0, world=1):
+        self.args, self.rank, self.world = args, rank, world
 
-    run = RunFolder(args.run)
-    spec = run.spec
-    leg = args.leg
-    ranks = Ranks(torch, rank, world)
-    device = torch.device(args.devices[rank] if world > 1 else args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if args.threads:
-        torch.set_num_threads(max(1, args.threads // world))  # the leg's threads, split over its ranks
-    # Only rank 0 speaks the protocol; the other ranks compute.
-    emit = emit_events if ranks.lead else (lambda *a, **k: None)
-    set_determinism(torch, device)
-    seed = run.seed("dropout")  # the dropout masks and the native RNG (docs/experiment-format.md "seeds")
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % (2 ** 32))
+    def run(self):
+        self.t_start = time.perf_counter()
+        self.import_stack()
+        self.open()
+        self.load_model()
+        self.install_dropout_masks()
+        self.encode_data()
+        self.build_trainer()
+        self.build_observables()
+        self.start_update = 0
+        if self.resume_path is not None:
+            self.resume()
+        elif self.ranks.lead:
+            self.report_checks()
+        self.model.train()
+        if self.start_update == 0:
+            self.report_l1()
+        self.emit("timing", phase="setup", model_load_s=self.model_load_s, tokenize_s=self.tokenize_s,
+                  setup_s=time.perf_counter() - self.t_start)
+        self.train()
+        self.finish()
 
-    emit("hello", implementation="reference", leg=leg, language="python",
-         stack="torch + transformers + peft",
-         versions=stack_versions(device),
-         device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
-                                          else platform.processor() or platform.machine()),
-         threads=torch.get_num_threads(), pid=os.getpid(), spec_sha256=run.spec_sha256,
-         resume=bool(args.resume), ranks=world, devices=(args.devices if world > 1 else [str(device)]))
+    # --- set-up ----------------------------------------------------------------------------------
 
-    leg_dir = run.leg_dir(leg)
-    resume_path, resume_manifest = None, None
-    if args.resume:
-        resume_path, resume_manifest = leg_checkpoint.newest_valid_checkpoint(leg_dir, run.spec_sha256, log)
-        if resume_path is None:
-            log("no valid checkpoint: starting from the beginning (resume requested)")
+    def import_stack(self):
+        """Everything the steps use of the stack, imported here as one block before hello, as always:
+        setup_s counts the imports, a package that does not import stops the leg before its first
+        event, and stack_versions finds them loaded. The steps import again what they use (a lookup)."""
+        import numpy as np  # noqa: F401
+        import torch
+        import transformers  # noqa: F401
+        import peft  # noqa: F401
+        from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict  # noqa: F401
+        from safetensors.torch import save_file, load_file  # noqa: F401
+        from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup  # noqa: F401
 
-    # Model: base weights + the shared initial adapter, float32.
-    t0 = time.perf_counter()
-    base = AutoModelForCausalLM.from_pretrained(run.file("base"), dtype=torch.float32,
-                                                attn_implementation="eager", local_files_only=True)
-    # Weights as stored (the engine's loader checks the same files): a NaN is named here, not
-    # found later as a NaN loss.
-    for shard in base_safetensors_files(run.file("base")):
-        check_finite(torch, shard)
-    check_finite(torch, run.file("init", "adapter_model.safetensors"))
-    model = PeftModel.from_pretrained(base, run.file("init"), is_trainable=True)
-    model.to(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    model_load_s = time.perf_counter() - t0
+        # The shared dropout masks, the fingerprint hooks and the L2 digests: the same code a paired user
+        # leg runs (tandem_leg.torch, docs/legs.md).
+        from tandem_leg.torch import (MaskContext, fingerprint, install_shared_masks, l2_digests,  # noqa: F401
+                                      optimizer_settings)
+        from tandem_leg.torch.replay import OptimizerReplay  # noqa: F401
+        self.torch = torch
 
-    dropout_masks = run.leg_setting(leg, "dropout_masks")
-    lora = spec["lora"]
-    masks = MaskContext()  # which (update, micro-batch) the shared masks are drawn for
-    if dropout_masks == "shared" and float(lora["dropout"]) > 0:
-        _, n = install_shared_masks(model, seed, float(lora["dropout"]), masks)
-        log(f"shared dropout masks on {n} LoRA modules")
+    def open(self):
+        """The device and its threads, determinism, the seeds, hello, and the checkpoint to resume from."""
+        import numpy as np
 
-    # Data: render + tokenize every record this leg needs, the HF way.
-    t0 = time.perf_counter()
-    template = run.leg_setting(leg, "template")
-    tok = load_tokenizer(run, template)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    max_len = int(spec["sequence"]["max_len"])
-    records = run.records()
-    plan_mode = run.leg_setting(leg, "plan")
-    plan = run.plan()
-    updates = plan["updates"]
-    if plan_mode == "native":
-        updates = native_plan(torch, run.split()["train"], int(spec["batch"]["micro_batch"]),
-                              int(spec["batch"]["accumulation"]), int(spec["batch"].get("epochs") or 1),
-                              run.seed("plan"))[:len(plan["updates"])]
-    eval_indices = run.eval_prefix()
-    l3_count = min(int(spec.get("l3_records", 64)), len(records))
-    needed = set(eval_indices) | set(range(l3_count))
-    for u in updates:
-        for mb in u:
-            needed.update(mb)
-    encoded = {i: encode_record(tok, records[i], max_len) for i in sorted(needed)}
-    tokenize_s = time.perf_counter() - t0
+        torch, args, world = self.torch, self.args, self.world
+        self.run_folder = run = RunFolder(args.run)
+        self.spec, self.leg = run.spec, args.leg
+        self.ranks = Ranks(torch, self.rank, world)
+        self.device = device = torch.device(args.devices[self.rank] if world > 1 else args.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if args.threads:
+            torch.set_num_threads(max(1, args.threads // world))  # the leg's threads, split over its ranks
+        # Only rank 0 speaks the protocol; the other ranks compute.
+        self.emit = emit_events if self.ranks.lead else (lambda *a, **k: None)
+        set_determinism(torch, device)
+        self.seed = seed = run.seed("dropout")  # the dropout masks and the native RNG (docs/experiment-format.md "seeds")
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % (2 ** 32))
+        self.emit_hello()
+        self.leg_dir = run.leg_dir(self.leg)
+        self.resume_path, self.resume_manifest = None, None
+        if args.resume:
+            self.resume_path, self.resume_manifest = leg_checkpoint.resume_checkpoint(self.leg_dir, run.spec_sha256, log)
 
-    total_updates = len(updates)
-    warmup = math.ceil(float(spec["schedule"]["warmup_fraction"]) * total_updates)
-    opt_spec = spec["optimizer"]
-    params = [p for _, p in model.named_parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=float(opt_spec["lr"]), betas=tuple(opt_spec["betas"]),
-                                  eps=float(opt_spec["eps"]), weight_decay=float(opt_spec["weight_decay"]),
-                                  foreach=False, fused=False)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, total_updates)
-    clip = float(spec["clip"])
-    # the step replayed with the spec's AdamW on this leg's own operands (docs/thresholds.md)
-    replay = OptimizerReplay(model, spec)
-    eval_interval = int(spec["eval"]["interval"])
-    ckpt_interval = int(spec.get("checkpoint", {}).get("interval", 0) or 0)
-    micro_batch = int(spec["batch"]["micro_batch"])
-    eval_set = [encoded[i] for i in eval_indices]
+    def emit_hello(self):
+        torch, device, args, world = self.torch, self.device, self.args, self.world
+        self.emit("hello", implementation="reference", leg=self.leg, language="python",
+                  stack="torch + transformers + peft",
+                  versions=stack_versions(device),
+                  device=str(device), device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
+                                                   else platform.processor() or platform.machine()),
+                  threads=torch.get_num_threads(), pid=os.getpid(), spec_sha256=self.run_folder.spec_sha256,
+                  resume=bool(args.resume), ranks=world, devices=(args.devices if world > 1 else [str(device)]))
 
-    # Fingerprints and evaluation observables (docs/observables.md).
-    observe = spec.get("observe") or {}
-    observe_updates = set(int(x) for x in observe.get("updates", []))
-    observe_every = int(observe.get("every", 0) or 0)
+    def load_model(self):
+        """Base weights + the shared initial adapter, float32, each file checked finite first."""
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
 
-    def observes(update):
-        return update in observe_updates or (observe_every > 0 and update % observe_every == 0)
+        torch, run, device = self.torch, self.run_folder, self.device
+        t0 = time.perf_counter()
+        base = AutoModelForCausalLM.from_pretrained(run.file("base"), dtype=torch.float32,
+                                                    attn_implementation="eager", local_files_only=True)
+        # Weights as stored (the engine's loader checks the same files): a NaN is named here, not
+        # found later as a NaN loss.
+        for shard in base_safetensors_files(run.file("base")):
+            check_finite(torch, shard)
+        check_finite(torch, run.file("init", "adapter_model.safetensors"))
+        self.model = PeftModel.from_pretrained(base, run.file("init"), is_trainable=True)
+        self.model.to(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.model_load_s = time.perf_counter() - t0
 
-    # A data-parallel leg (world > 1) records no fingerprints: each rank sees only its micro-batches
-    # (docs/observables.md); its lead rank still emits the evaluation observables.
-    hooks = (fingerprint.FingerprintHooks(torch, model)
-             if (observe_updates or observe_every > 0) and world == 1 else None)
-    probes = fingerprint.probe_set(eval_set)
+    def install_dropout_masks(self):
+        """The shared dropout masks when the leg's dropout_masks is "shared" (and dropout is on)."""
+        from tandem_leg.torch import MaskContext, install_shared_masks
 
-    def emit_observables(update):
-        if not ranks.lead:
+        dropout_masks = self.run_folder.leg_setting(self.leg, "dropout_masks")
+        lora = self.spec["lora"]
+        self.masks = MaskContext()  # which (update, micro-batch) the shared masks are drawn for
+        if dropout_masks == "shared" and float(lora["dropout"]) > 0:
+            _, n = install_shared_masks(self.model, self.seed, float(lora["dropout"]), self.masks)
+            log(f"shared dropout masks on {n} LoRA modules")
+
+    def encode_data(self):
+        """Renders and tokenizes every record this leg needs, the HF way; the updates of the plan
+        (plan.json's, or with plan "native" this leg's own sampler cut to as many updates)."""
+        torch, run, spec = self.torch, self.run_folder, self.spec
+        t0 = time.perf_counter()
+        self.template = run.leg_setting(self.leg, "template")
+        tok = load_tokenizer(run, self.template)
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        self.max_len = int(spec["sequence"]["max_len"])
+        records = run.records()
+        plan_mode = run.leg_setting(self.leg, "plan")
+        plan = run.plan()
+        self.updates = plan["updates"]
+        if plan_mode == "native":
+            self.updates = native_plan(torch, run.split()["train"], int(spec["batch"]["micro_batch"]),
+                                       int(spec["batch"]["accumulation"]), int(spec["batch"].get("epochs") or 1),
+                                       run.seed("plan"))[:len(plan["updates"])]
+        self.eval_indices = run.eval_prefix()
+        self.l3_count = run.l3_count()
+        needed = needed_records(self.updates, self.eval_indices, self.l3_count)
+        self.encoded = {i: encode_record(tok, records[i], self.max_len) for i in sorted(needed)}
+        self.tokenize_s = time.perf_counter() - t0
+
+    def build_trainer(self):
+        """AdamW (foreach=False, fused=False), the cosine schedule with warmup, clipping, the optimizer
+        replay, and the intervals of evaluation and checkpoints."""
+        from transformers import get_cosine_schedule_with_warmup
+        from tandem_leg.torch.replay import OptimizerReplay
+
+        torch, spec, model = self.torch, self.spec, self.model
+        self.total_updates = len(self.updates)
+        warmup = warmup_updates(spec["schedule"]["warmup_fraction"], self.total_updates)
+        opt_spec = spec["optimizer"]
+        self.params = [p for _, p in model.named_parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=float(opt_spec["lr"]), betas=tuple(opt_spec["betas"]),
+                                           eps=float(opt_spec["eps"]), weight_decay=float(opt_spec["weight_decay"]),
+                                           foreach=False, fused=False)
+        self.scheduler = get_cosine_schedule_with_warmup(self.optimizer, warmup, self.total_updates)
+        self.clip = float(spec["clip"])
+        # the step replayed with the spec's AdamW on this leg's own operands (docs/thresholds.md)
+        self.replay = OptimizerReplay(model, spec)
+        self.eval_interval = int(spec["eval"]["interval"])
+        self.ckpt_interval = int(spec.get("checkpoint", {}).get("interval", 0) or 0)
+        self.micro_batch = int(spec["batch"]["micro_batch"])
+        self.eval_set = [self.encoded[i] for i in self.eval_indices]
+
+    def build_observables(self):
+        """Fingerprints and evaluation observables (docs/observables.md): the updates observed, the
+        hooks and the probes."""
+        from tandem_leg.torch import fingerprint
+
+        observe = self.spec.get("observe") or {}
+        self.observe_updates = set(int(x) for x in observe.get("updates", []))
+        self.observe_every = int(observe.get("every", 0) or 0)
+        # A data-parallel leg (world > 1) records no fingerprints: each rank sees only its micro-batches
+        # (docs/observables.md); its lead rank still emits the evaluation observables.
+        self.hooks = (fingerprint.FingerprintHooks(self.torch, self.model)
+                      if (self.observe_updates or self.observe_every > 0) and self.world == 1 else None)
+        self.probes = fingerprint.probe_set(self.eval_set)
+
+    def observes(self, update):
+        return update in self.observe_updates or (self.observe_every > 0 and update % self.observe_every == 0)
+
+    def emit_observables(self, update):
+        from tandem_leg.torch import fingerprint
+
+        if not self.ranks.lead:
             return
-        emit("observables", update=update, adapter=fingerprint.adapter_norms(torch, model, update),
-             probes=fingerprint.probe_rows(torch, model, probes, pad_id, micro_batch, device,
-                                           os.path.join(leg_dir, "next_token", f"update-{update}.f32")
-                                           if hooks is not None else None))
+        torch, model = self.torch, self.model
+        self.emit("observables", update=update, adapter=fingerprint.adapter_norms(torch, model, update),
+                  probes=fingerprint.probe_rows(torch, model, self.probes, self.pad_id, self.micro_batch, self.device,
+                                                os.path.join(self.leg_dir, "next_token", f"update-{update}.f32")
+                                                if self.hooks is not None else None))
 
-    start_update = 0
-    if resume_path is not None:
-        model_sd = load_file(os.path.join(resume_path, "adapter_model.safetensors"))
-        set_peft_model_state_dict(model, model_sd)
-        optimizer.load_state_dict(torch.load(os.path.join(resume_path, "optimizer.pt"), weights_only=False))
-        scheduler.load_state_dict(torch.load(os.path.join(resume_path, "scheduler.pt"), weights_only=False))
-        set_rng_state(torch, device, torch.load(os.path.join(resume_path, "rng.pt"), weights_only=False))
-        start_update = int(resume_manifest["update"])
-        emit("resume", update=start_update, path=os.path.relpath(resume_path, run.path))
-    elif ranks.lead:
+    # --- resume, or the checks -------------------------------------------------------------------
+
+    def resume(self):
+        """The adapter, the optimizer, the schedule and the RNG states of the checkpoint."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        torch, path = self.torch, self.resume_path
+        set_peft_model_state_dict(self.model, load_file(os.path.join(path, "adapter_model.safetensors")))
+        self.optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), weights_only=False))
+        self.scheduler.load_state_dict(torch.load(os.path.join(path, "scheduler.pt"), weights_only=False))
+        set_rng_state(torch, self.device, torch.load(os.path.join(path, "rng.pt"), weights_only=False))
+        self.start_update = int(self.resume_manifest["update"])
+        self.emit("resume", update=self.start_update, path=os.path.relpath(path, self.run_folder.path))
+
+    def report_checks(self):
+        """L2, the optimizer's settings and L3 (the lead rank; a fresh start)."""
+        from tandem_leg.torch import l2_digests, optimizer_settings
+
         # L2: every tensor after load, in the files' names, sorted; base weights then adapter.
-        emit("l2", tensors=l2_digests(model, run))
+        self.emit("l2", tensors=l2_digests(self.model, self.run_folder))
         # the optimizer as built (checked against the spec like every leg's; docs/leg-protocol.md "settings")
-        emit("settings", **optimizer_settings(model, optimizer, scheduler, clip=clip))
-
+        self.emit("settings", **optimizer_settings(self.model, self.optimizer, self.scheduler, clip=self.clip))
         # L3: the first K records of records.jsonl as this leg renders and tokenizes them.
-        l3 = [encoded[i].l3_record() for i in range(l3_count)]
-        emit("l3", max_len=max_len, template=template, records=l3)
+        l3 = [self.encoded[i].l3_record() for i in range(self.l3_count)]
+        self.emit("l3", max_len=self.max_len, template=self.template, records=l3)
 
-    model.train()
-    if start_update == 0:
-        ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device, ranks)
-        emit_or_stop([("l1", dict(heldout_ce=ce, tokens=n, examples=len(eval_set))),
-                      ("eval", dict(update=0, heldout_ce=ce, tokens=n))], non_finite_eval(leg, 0, ce), ranks.lead)
-        emit_observables(0)
+    def report_l1(self):
+        """L1: the held-out CE of the initial adapter, which is also the evaluation at update 0."""
+        ce, n = self.evaluate()
+        emit_or_stop([("l1", dict(heldout_ce=ce, tokens=n, examples=len(self.eval_set))),
+                      ("eval", dict(update=0, heldout_ce=ce, tokens=n))], non_finite_eval(self.leg, 0, ce),
+                     self.ranks.lead)
+        self.emit_observables(0)
 
-    setup_s = time.perf_counter() - t_start
-    emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s, setup_s=setup_s)
+    def evaluate(self):
+        return evaluate(self.torch, self.model, self.eval_set, self.micro_batch, self.pad_id, self.device, self.ranks)
 
-    train_s = 0.0
-    inject = os.environ.get("TANDEM_TEST_NONFINITE_LOSS_AT", "")
-    inject_at = int(inject) if inject.isdigit() else -1
-    for u in range(start_update, total_updates):
+    # --- the update loop -------------------------------------------------------------------------
+
+    def train(self):
+        self.train_s = 0.0
+        inject = os.environ.get("TANDEM_TEST_NONFINITE_LOSS_AT", "")
+        self.inject_at = int(inject) if inject.isdigit() else -1
+        for u in range(self.start_update, self.total_updates):
+            self.train_update(u)
+            done = u + 1
+            if done % self.eval_interval == 0 or done == self.total_updates:
+                self.report_eval(done)
+            if self.ckpt_interval and done % self.ckpt_interval == 0 and done < self.total_updates and self.ranks.lead:
+                self.write_checkpoint(done)
+
+    def train_update(self, u):
+        """Update u: its micro-batches' gradients, the optimizer step, then step, fingerprints and
+        optimizer_check."""
+        torch, device = self.torch, self.device
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         c0 = time.process_time()  # the process's CPU time, every thread: the step-time flag's measure (docs/gate.md)
-        optimizer.zero_grad(set_to_none=True)
-        batches = [[encoded[i] for i in mb] for mb in updates[u]]
-        collated = [collate(torch, mb, pad_id, device) for mb in batches]
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = [[self.encoded[i] for i in mb] for mb in self.updates[u]]
+        collated = [collate(torch, mb, self.pad_id, device) for mb in batches]
         n_update = sum(int((lab[:, 1:] != -100).sum().item()) for _, _, lab in collated)
         input_tokens = sum(int(a.sum().item()) for _, a, _ in collated)
+        self.masks.update = u
+        observed = self.hooks is not None and self.observes(u)
+        loss_total = self.accumulate_gradients(u, collated, n_update, observed)
+        grad_norm, lr, check = self.optimizer_step(u, observed)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        self.train_s += wall
+        loss = loss_total / max(1, n_update)
+        if u == self.inject_at:  # test-only fault injection, as in the engine leg (docs/leg-protocol.md)
+            loss = float("nan")
+        gn = float(grad_norm.item())
+        emit_or_stop([("step", dict(update=u, loss=loss, grad_norm=gn, lr=lr, tokens=n_update,
+                                    input_tokens=input_tokens, wall_s=wall, cpu_s=cpu))],
+                     non_finite_step(self.leg, u, loss, gn), self.ranks.lead)
+        if observed:
+            self.emit("fingerprints", update=u, points=self.hooks.points)
+        if check is not None:
+            self.emit("optimizer_check", **check)
+
+    def accumulate_gradients(self, u, collated, n_update, observed):
+        """This rank's micro-batches of update u, forward and backward (each loss sum over the update's
+        label count), the gradients then summed over the ranks; the update's summed loss."""
+        torch, hooks = self.torch, self.hooks
         loss_total = 0.0
-        masks.update = u
-        observed = hooks is not None and observes(u)
         if observed:
             hooks.begin_update(u)
             hooks.attach()
         try:
             for m, (ids, attn, labels) in enumerate(collated):
-                if not ranks.mine(m):
+                if not self.ranks.mine(m):
                     continue
-                masks.micro_batch = m
+                self.masks.micro_batch = m
                 if observed:
                     hooks.begin_micro_batch(m, ids, attn, labels)
-                s, _ = summed_loss(torch, model, ids, attn, labels, hooks if observed else None)
+                s, _ = summed_loss(torch, self.model, ids, attn, labels, hooks if observed else None)
                 (s / max(1, n_update)).backward()
                 loss_total += float(s.item())
         finally:
             if observed:
                 hooks.detach()
-        ranks.sum_grads(params, device)
-        (loss_total,) = ranks.sum_float64([loss_total])
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=False)
-        lr = scheduler.get_last_lr()[0]
-        replayed = ranks.lead and (u <= 1 or observes(u))  # as tandem_leg.torch.Pairing replays
-        if replayed:
-            replay.before_step(optimizer, u, lr)
-        optimizer.step()
-        check = replay.after_step() if replayed else None
-        scheduler.step()
-        if observed:
-            hooks.record_optimizer()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        wall = time.perf_counter() - t0
-        cpu = time.process_time() - c0
-        train_s += wall
-        loss = loss_total / max(1, n_update)
-        if u == inject_at:  # test-only fault injection, as in the engine leg (docs/leg-protocol.md)
-            loss = float("nan")
-        gn = float(grad_norm.item())
-        emit_or_stop([("step", dict(update=u, loss=loss, grad_norm=gn, lr=lr, tokens=n_update,
-                                    input_tokens=input_tokens, wall_s=wall, cpu_s=cpu))], non_finite_step(leg, u, loss, gn),
-                     ranks.lead)
-        if observed:
-            emit("fingerprints", update=u, points=hooks.points)
-        if check is not None:
-            emit("optimizer_check", **check)
-        done = u + 1
-        if done % eval_interval == 0 or done == total_updates:
-            ce, n = evaluate(torch, model, eval_set, micro_batch, pad_id, device, ranks)
-            emit_or_stop([("eval", dict(update=done, heldout_ce=ce, tokens=n))], non_finite_eval(leg, done, ce),
-                         ranks.lead)
-            emit_observables(done)
-        if ckpt_interval and done % ckpt_interval == 0 and done < total_updates and ranks.lead:
-            def write(tmp, _done=done):
-                save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
-                          os.path.join(tmp, "adapter_model.safetensors"))
-                torch.save(optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
-                torch.save(scheduler.state_dict(), os.path.join(tmp, "scheduler.pt"))
-                torch.save(rng_state(torch, device), os.path.join(tmp, "rng.pt"))
-                with open(os.path.join(tmp, "cursor.json"), "w") as f:
-                    json.dump({"next_update": _done}, f)
-            path = leg_checkpoint.write_checkpoint(leg_dir, done, run.spec_sha256, write)
-            emit("checkpoint", update=done, path=os.path.relpath(path, run.path))
+        self.ranks.sum_grads(self.params, self.device)
+        (loss_total,) = self.ranks.sum_float64([loss_total])
+        return loss_total
 
-    final = os.path.join(leg_dir, "final")
-    if not ranks.lead:
-        return
-    model.save_pretrained(final)
-    emit("timing", phase="train", train_s=train_s, total_s=time.perf_counter() - t_start)
-    peak_dev = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
-    emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=peak_dev)
-    emit("done", updates=total_updates, final=os.path.relpath(final, run.path))
+    def optimizer_step(self, u, observed):
+        """Clipping, AdamW (replayed on the updates the pairing replays) and the schedule's step; the
+        grad norm before clipping, the learning rate of this update and the replay's check (or None)."""
+        grad_norm = self.torch.nn.utils.clip_grad_norm_(self.params, self.clip, foreach=False)
+        lr = self.scheduler.get_last_lr()[0]
+        replayed = self.ranks.lead and (u <= 1 or self.observes(u))  # as tandem_leg.torch.Pairing replays
+        if replayed:
+            self.replay.before_step(self.optimizer, u, lr)
+        self.optimizer.step()
+        check = self.replay.after_step() if replayed else None
+        self.scheduler.step()
+        if observed:
+            self.hooks.record_optimizer()
+        return grad_norm, lr, check
+
+    def report_eval(self, done):
+        ce, n = self.evaluate()
+        emit_or_stop([("eval", dict(update=done, heldout_ce=ce, tokens=n))], non_finite_eval(self.leg, done, ce),
+                     self.ranks.lead)
+        self.emit_observables(done)
+
+    def write_checkpoint(self, done):
+        """The adapter, the optimizer, the schedule, the RNG states and the cursor after `done` updates,
+        committed by manifest (tandem_leg.checkpoint)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        torch, model, device = self.torch, self.model, self.device
+
+        def write(tmp):
+            save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()},
+                      os.path.join(tmp, "adapter_model.safetensors"))
+            torch.save(self.optimizer.state_dict(), os.path.join(tmp, "optimizer.pt"))
+            torch.save(self.scheduler.state_dict(), os.path.join(tmp, "scheduler.pt"))
+            torch.save(rng_state(torch, device), os.path.join(tmp, "rng.pt"))
+            with open(os.path.join(tmp, "cursor.json"), "w") as f:
+                json.dump({"next_update": done}, f)
+        path = leg_checkpoint.write_checkpoint(self.leg_dir, done, self.run_folder.spec_sha256, write)
+        self.emit("checkpoint", update=done, path=os.path.relpath(path, self.run_folder.path))
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def finish(self):
+        """The final adapter, timing, memory and done (the lead rank)."""
+        torch, device = self.torch, self.device
+        final = os.path.join(self.leg_dir, "final")
+        if not self.ranks.lead:
+            return
+        self.model.save_pretrained(final)
+        self.emit("timing", phase="train", train_s=self.train_s, total_s=time.perf_counter() - self.t_start)
+        peak_dev = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+        self.emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=peak_dev)
+        self.emit("done", updates=self.total_updates, final=os.path.relpath(final, self.run_folder.path))
+
+
+def run_leg(args, rank=0, world=1):
+    ReferenceLeg(args, rank, world).run()
 
 
 def _rank_main(rank, args, store_dir):

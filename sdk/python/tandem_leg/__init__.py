@@ -137,6 +137,16 @@ def peak_host_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def needed_records(updates, eval_indices, l3_count):
+    """The record indices a leg encodes: those of the plan's micro-batches (updates[u][m], as plan.json
+    holds them), the evaluation prefix and the first l3_count (the l3 event's)."""
+    needed = set(eval_indices) | set(range(l3_count))
+    for u in updates:
+        for mb in u:
+            needed.update(mb)
+    return needed
+
+
 def warmup_updates(fraction, total):
     """W = ceil(fraction * T) (docs/spec.md §Recipe)."""
     return math.ceil(float(fraction) * total)

@@ -94,3 +94,12 @@ def newest_valid_checkpoint(leg_dir, spec_sha256, log=None):
         if log:
             log(f"skipping checkpoint {path}: {reason}")
     return None, None
+
+
+def resume_checkpoint(leg_dir, spec_sha256, log):
+    """--resume: (path, manifest) of the newest valid checkpoint, or (None, None), said on `log` (the
+    leg then starts from the beginning)."""
+    path, manifest = newest_valid_checkpoint(leg_dir, spec_sha256, log)
+    if path is None:
+        log("no valid checkpoint: starting from the beginning (resume requested)")
+    return path, manifest

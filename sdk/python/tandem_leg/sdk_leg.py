@@ -25,7 +25,8 @@ import sys
 import time
 import traceback
 
-from . import __version__, cosine_with_warmup_lr, digest, parse_leg_args, peak_host_rss_bytes, warmup_updates
+from . import (__version__, cosine_with_warmup_lr, digest, needed_records, parse_leg_args, peak_host_rss_bytes,
+               warmup_updates)
 from . import checkpoint as ckpt
 from . import engine
 from . import safetensors
@@ -105,162 +106,226 @@ class AdamW:
                                  for p, mi, vi in zip(params, m, v)])
 
 
-def run_leg(args, events):
-    t_start = time.perf_counter()
-    run = RunFolder(args.run)
-    spec, leg = run.spec, args.leg
-    events.emit("hello", implementation=IMPLEMENTATION, leg=leg, language="python",
-                stack="tandem engine via its C ABI (ctypes); loop, adapter, AdamW, schedule, clipping and "
-                      "checkpoints in Python (standard library)",
-                versions={"python": platform.python_version(), "tandem_engine": engine.version(),
-                          "tandem_leg": __version__},
-                device=args.device, device_name=platform.processor() or platform.machine(),
-                threads=max(0, args.threads), pid=os.getpid(), spec_sha256=run.spec_sha256,
-                resume=bool(args.resume))
-    if args.device != "cpu":
-        raise LegError(f"--device {args.device}: the sdk-python leg runs on the CPU (the C ABI's model has no device choice)")
-    if run.leg_setting(leg, "plan") != "shared":
-        raise LegError(f"experiment field plan: the sdk-python leg follows plan.json (plan 'shared'), not "
-                       f"{run.leg_setting(leg, 'plan')!r}")
-    leg_dir = run.leg_dir(leg)
-    resume_path = resume_manifest = None
-    if args.resume:
-        resume_path, resume_manifest = ckpt.newest_valid_checkpoint(leg_dir, run.spec_sha256, log)
-        if resume_path is None:
-            log("no valid checkpoint: starting from the beginning (resume requested)")
+class SdkLeg:
+    """The sdk-python leg as named steps, in the order its events come (docs/leg-protocol.md), as the
+    engine leg's EngineLeg::run (experiments/legs/src/engine_leg.cpp): open (hello, the device and
+    plan it accepts, the checkpoint to resume from), load the model (the engine's base, this leg's
+    adapter), encode the data, build the trainer, then either resume or report the checks (L2, L3,
+    then L1 with the first evaluation), the update loop (step, evaluate, checkpoint) and finish (the
+    adapter, timing, memory, done)."""
 
-    # ---- model: the engine loads the base; the adapter is built here --------------------------------
-    t0 = time.perf_counter()
-    lora = spec["lora"]
-    masks = run.leg_setting(leg, "dropout_masks")
-    model = engine.Model(run.base_dir, int(lora["rank"]), float(lora["alpha"]), bool(lora["use_rslora"]),
-                         float(lora["dropout"]), list(lora["targets"]),
-                         engine.DROPOUT_SHARED if masks == "shared" else engine.DROPOUT_NATIVE,
-                         args.threads, int(spec["seed"]))
-    params = build_adapter(model, run.init_dir, spec)
-    model_load_s = time.perf_counter() - t0
+    def __init__(self, args, events):
+        self.args, self.events = args, events
 
-    # ---- data: tandem's template + tokenizer (CLI), docs/spec.md §Supervision rules here -------------------------------
-    t0 = time.perf_counter()
-    text = TandemText(engine.find_tandem_cli(), run.tokenizer_dir, run.leg_setting(leg, "template"))
-    records = run.records()
-    updates = run.plan_updates()
-    eval_indices = run.eval_prefix()
-    l3_count = run.l3_count()
-    needed = set(eval_indices) | set(range(l3_count))
-    for u in updates:
-        for mb in u:
-            needed.update(mb)
-    max_len = int(spec["sequence"]["max_len"])
-    encoded = encode_records(text, records, needed, max_len)
-    pad_id = text.token_id("<|endoftext|>")
-    tokenize_s = time.perf_counter() - t0
+    def run(self):
+        self.t_start = time.perf_counter()
+        self.open()
+        self.load_model()
+        self.encode_data()
+        self.build_trainer()
+        if self.resume_path is not None:
+            self.resume()
+        else:
+            self.report_checks()
+        self.events.emit("timing", phase="setup", model_load_s=self.model_load_s, tokenize_s=self.tokenize_s,
+                         setup_s=time.perf_counter() - self.t_start)
+        self.train()
+        self.finish()
 
-    micro = int(spec["batch"]["micro_batch"])
-    eval_batches = [engine.c_micro_batch(*micro_batch([encoded[i] for i in eval_indices[k:k + micro]], pad_id))
-                    for k in range(0, len(eval_indices), micro)]
+    # ---- set-up ----------------------------------------------------------------------------------------
 
-    def evaluate():
-        model.set_params(params)
+    def open(self):
+        """hello, then the device and plan this leg accepts, and the checkpoint to resume from."""
+        args = self.args
+        self.run_folder = run = RunFolder(args.run)
+        self.spec, self.leg = run.spec, args.leg
+        self.events.emit("hello", implementation=IMPLEMENTATION, leg=self.leg, language="python",
+                         stack="tandem engine via its C ABI (ctypes); loop, adapter, AdamW, schedule, clipping and "
+                               "checkpoints in Python (standard library)",
+                         versions={"python": platform.python_version(), "tandem_engine": engine.version(),
+                                   "tandem_leg": __version__},
+                         device=args.device, device_name=platform.processor() or platform.machine(),
+                         threads=max(0, args.threads), pid=os.getpid(), spec_sha256=run.spec_sha256,
+                         resume=bool(args.resume))
+        if args.device != "cpu":
+            raise LegError(f"--device {args.device}: the sdk-python leg runs on the CPU (the C ABI's model has no device choice)")
+        if run.leg_setting(self.leg, "plan") != "shared":
+            raise LegError(f"experiment field plan: the sdk-python leg follows plan.json (plan 'shared'), not "
+                           f"{run.leg_setting(self.leg, 'plan')!r}")
+        self.leg_dir = run.leg_dir(self.leg)
+        self.resume_path = self.resume_manifest = None
+        if args.resume:
+            self.resume_path, self.resume_manifest = ckpt.resume_checkpoint(self.leg_dir, run.spec_sha256, log)
+
+    def load_model(self):
+        """The engine loads the base; the adapter is built here."""
+        t0 = time.perf_counter()
+        run, lora = self.run_folder, self.spec["lora"]
+        masks = run.leg_setting(self.leg, "dropout_masks")
+        self.model = engine.Model(run.base_dir, int(lora["rank"]), float(lora["alpha"]), bool(lora["use_rslora"]),
+                                  float(lora["dropout"]), list(lora["targets"]),
+                                  engine.DROPOUT_SHARED if masks == "shared" else engine.DROPOUT_NATIVE,
+                                  self.args.threads, int(self.spec["seed"]))
+        self.params = build_adapter(self.model, run.init_dir, self.spec)
+        self.model_load_s = time.perf_counter() - t0
+
+    def encode_data(self):
+        """tandem's template + tokenizer (CLI), docs/spec.md §Supervision rules here; the evaluation
+        prefix cut into the engine's micro-batches."""
+        t0 = time.perf_counter()
+        run = self.run_folder
+        text = TandemText(engine.find_tandem_cli(), run.tokenizer_dir, run.leg_setting(self.leg, "template"))
+        records = run.records()
+        self.updates = run.plan_updates()
+        self.eval_indices = eval_indices = run.eval_prefix()
+        self.l3_count = run.l3_count()
+        needed = needed_records(self.updates, eval_indices, self.l3_count)
+        self.max_len = int(self.spec["sequence"]["max_len"])
+        self.encoded = encode_records(text, records, needed, self.max_len)
+        self.pad_id = text.token_id("<|endoftext|>")
+        self.tokenize_s = time.perf_counter() - t0
+
+        micro = int(self.spec["batch"]["micro_batch"])
+        self.eval_batches = [engine.c_micro_batch(*micro_batch([self.encoded[i] for i in eval_indices[k:k + micro]],
+                                                               self.pad_id))
+                             for k in range(0, len(eval_indices), micro)]
+
+    def build_trainer(self):
+        """AdamW, the schedule's warmup, clipping, and the intervals of evaluation and checkpoints."""
+        spec = self.spec
+        self.total_updates = len(self.updates)
+        self.warmup = warmup_updates(spec["schedule"]["warmup_fraction"], self.total_updates)
+        opt = spec["optimizer"]
+        self.adamw = AdamW(self.model.num_params, opt["betas"], opt["eps"], opt["weight_decay"])
+        self.base_lr, self.clip = float(opt["lr"]), float(spec["clip"])
+        self.eval_interval = int(spec["eval"]["interval"])
+        self.ckpt_interval = int((spec.get("checkpoint") or {}).get("interval", 0) or 0)
+        self.start = 0
+
+    def evaluate(self):
+        self.model.set_params(self.params)
         total, tokens = 0.0, 0
-        for mb in eval_batches:
-            s, n = model.loss(mb)
+        for mb in self.eval_batches:
+            s, n = self.model.loss(mb)
             total += s  # per-chunk sums in float64, divided once (docs/leg-protocol.md)
             tokens += n
         return (total / tokens if tokens else float("nan")), tokens
 
-    total_updates = len(updates)
-    warmup = warmup_updates(spec["schedule"]["warmup_fraction"], total_updates)
-    opt = spec["optimizer"]
-    adamw = AdamW(model.num_params, opt["betas"], opt["eps"], opt["weight_decay"])
-    base_lr, clip = float(opt["lr"]), float(spec["clip"])
-    eval_interval = int(spec["eval"]["interval"])
-    ckpt_interval = int((spec.get("checkpoint") or {}).get("interval", 0) or 0)
+    # ---- resume, or the checks -------------------------------------------------------------------------
 
-    start = 0
-    if resume_path is not None:
-        st = safetensors.read(os.path.join(resume_path, "adapter_model.safetensors"))
-        mv = safetensors.read(os.path.join(resume_path, "optimizer.safetensors"))
-        with open(os.path.join(resume_path, "state.json"), encoding="utf-8") as f:
+    def resume(self):
+        """The adapter, the AdamW moments and step, and the dropout counter of the checkpoint."""
+        path, model, adamw = self.resume_path, self.model, self.adamw
+        st = safetensors.read(os.path.join(path, "adapter_model.safetensors"))
+        mv = safetensors.read(os.path.join(path, "optimizer.safetensors"))
+        with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
             state = json.load(f)
         for t in model.adapter:
-            params[t.offset:t.offset + t.count] = st[t.name][1]
+            self.params[t.offset:t.offset + t.count] = st[t.name][1]
             adamw.m[t.offset:t.offset + t.count] = mv["exp_avg." + t.name][1]
             adamw.v[t.offset:t.offset + t.count] = mv["exp_avg_sq." + t.name][1]
         adamw.step = int(state["step"])
         model.dropout_counter = int(state["dropout_counter"])
-        start = int(resume_manifest["update"])
-        if start != adamw.step:
-            raise LegError(f"{resume_path}/state.json: step {adamw.step} but the manifest says update {start}")
-        events.emit("resume", update=start, path=os.path.relpath(resume_path, run.path))
-    else:
-        adapter_digests = [digest(name, "adapter", shape, values)
-                           for name, (shape, values) in sorted(adapter_tensors(model, params).items())]
-        events.emit("l2", tensors=model.base_digests() + adapter_digests)
-        events.emit("l3", template=run.leg_setting(leg, "template"), max_len=max_len,
-                    records=[encoded[i].l3_record() for i in range(l3_count)])
-        ce, n = evaluate()
-        events.emit("l1", heldout_ce=ce, tokens=n, examples=len(eval_indices))
-        events.emit("eval", update=0, heldout_ce=ce, tokens=n)
-    events.emit("timing", phase="setup", model_load_s=model_load_s, tokenize_s=tokenize_s,
-                setup_s=time.perf_counter() - t_start)
+        self.start = int(self.resume_manifest["update"])
+        if self.start != adamw.step:
+            raise LegError(f"{path}/state.json: step {adamw.step} but the manifest says update {self.start}")
+        self.events.emit("resume", update=self.start, path=os.path.relpath(path, self.run_folder.path))
 
-    grads = array.array("f", bytes(4 * model.num_params))
-    train_s = 0.0
-    for u in range(start, total_updates):
+    def report_checks(self):
+        """L2 (the engine's base digests, this leg's adapter), L3, and L1 with the evaluation at update 0."""
+        adapter_digests = [digest(name, "adapter", shape, values)
+                           for name, (shape, values) in sorted(adapter_tensors(self.model, self.params).items())]
+        self.events.emit("l2", tensors=self.model.base_digests() + adapter_digests)
+        self.events.emit("l3", template=self.run_folder.leg_setting(self.leg, "template"), max_len=self.max_len,
+                         records=[self.encoded[i].l3_record() for i in range(self.l3_count)])
+        ce, n = self.evaluate()
+        self.events.emit("l1", heldout_ce=ce, tokens=n, examples=len(self.eval_indices))
+        self.events.emit("eval", update=0, heldout_ce=ce, tokens=n)
+
+    # ---- the update loop -------------------------------------------------------------------------------
+
+    def train(self):
+        self.grads = array.array("f", bytes(4 * self.model.num_params))
+        self.train_s = 0.0
+        for u in range(self.start, self.total_updates):
+            self.train_update(u)
+            done = u + 1
+            if done % self.eval_interval == 0 or done == self.total_updates:
+                ce, n = self.evaluate()
+                self.events.emit("eval", update=done, heldout_ce=ce, tokens=n)
+            if self.ckpt_interval and done % self.ckpt_interval == 0 and done < self.total_updates:
+                self.write_checkpoint(done)
+
+    def train_update(self, u):
+        """Update u: the gradient accumulated over its micro-batches, clipped, AdamW at the schedule's
+        learning rate; then its step event."""
         t0 = time.perf_counter()
         c0 = time.process_time()  # CPU time: the gate's step-time measure (docs/gate.md)
-        batches = [micro_batch([encoded[i] for i in mb], pad_id) for mb in updates[u]]
+        batches = [micro_batch([self.encoded[i] for i in mb], self.pad_id) for mb in self.updates[u]]
         n_update = sum(sum(b[3]) for b in batches)
         input_tokens = sum(sum(b[4]) for b in batches)
         if n_update == 0:
             raise LegError(f"plan.json: update {u} has no supervised token")
-        model.set_params(params)
+        acc, loss_total = self.accumulate_gradients(u, batches, n_update)
+        grad_norm = math.sqrt(sum(map(operator.mul, acc, acc)))
+        coef = min(1.0, self.clip / (grad_norm + 1e-6))  # clip_grad_norm_
+        clipped = array.array("f", [g * coef for g in acc]) if coef < 1.0 else array.array("f", acc)
+        lr = cosine_with_warmup_lr(self.base_lr, u, self.warmup, self.total_updates)
+        self.params = self.adamw.update(self.params, clipped, lr)
+        wall = time.perf_counter() - t0
+        self.train_s += wall
+        self.events.emit("step", update=u, loss=loss_total / n_update, grad_norm=grad_norm, lr=lr, tokens=n_update,
+                         input_tokens=input_tokens, wall_s=wall, cpu_s=time.process_time() - c0)
+
+    def accumulate_gradients(self, u, batches, n_update):
+        """The update's gradient summed in float64 over its micro-batches, and its summed loss."""
+        self.model.set_params(self.params)
         acc, loss_total = None, 0.0
         for m, b in enumerate(batches):
             # grad_scale 1/N: every micro-batch backpropagates (sum of its token losses) / (labels of the update).
-            s, _ = model.forward_backward(engine.c_micro_batch(*b), u, m, 1.0 / n_update, grads)
+            s, _ = self.model.forward_backward(engine.c_micro_batch(*b), u, m, 1.0 / n_update, self.grads)
             loss_total += s
-            acc = array.array("d", grads) if acc is None else array.array("d", map(operator.add, acc, grads))
-        grad_norm = math.sqrt(sum(map(operator.mul, acc, acc)))
-        coef = min(1.0, clip / (grad_norm + 1e-6))  # clip_grad_norm_
-        clipped = array.array("f", [g * coef for g in acc]) if coef < 1.0 else array.array("f", acc)
-        lr = cosine_with_warmup_lr(base_lr, u, warmup, total_updates)
-        params = adamw.update(params, clipped, lr)
-        wall = time.perf_counter() - t0
-        train_s += wall
-        events.emit("step", update=u, loss=loss_total / n_update, grad_norm=grad_norm, lr=lr, tokens=n_update,
-                    input_tokens=input_tokens, wall_s=wall, cpu_s=time.process_time() - c0)
-        done = u + 1
-        if done % eval_interval == 0 or done == total_updates:
-            ce, n = evaluate()
-            events.emit("eval", update=done, heldout_ce=ce, tokens=n)
-        if ckpt_interval and done % ckpt_interval == 0 and done < total_updates:
-            def write(tmp, _done=done):
-                names = adapter_tensors(model, params)
-                safetensors.write(os.path.join(tmp, "adapter_model.safetensors"), names)
-                moments = {}
-                for t in model.adapter:
-                    moments["exp_avg." + t.name] = (t.shape, adamw.m[t.offset:t.offset + t.count])
-                    moments["exp_avg_sq." + t.name] = (t.shape, adamw.v[t.offset:t.offset + t.count])
-                safetensors.write(os.path.join(tmp, "optimizer.safetensors"), moments)
-                with open(os.path.join(tmp, "state.json"), "w", encoding="utf-8") as f:
-                    json.dump({"step": adamw.step, "next_update": _done, "dropout_counter": str(model.dropout_counter),
-                               "spec_sha256": run.spec_sha256, "writer": IMPLEMENTATION}, f)
-            path = ckpt.write_checkpoint(leg_dir, done, run.spec_sha256, write)
-            events.emit("checkpoint", update=done, path=os.path.relpath(path, run.path))
+            acc = array.array("d", self.grads) if acc is None else array.array("d", map(operator.add, acc, self.grads))
+        return acc, loss_total
 
-    final = os.path.join(leg_dir, "final")
-    os.makedirs(final, exist_ok=True)
-    safetensors.write(os.path.join(final, "adapter_model.safetensors"), adapter_tensors(model, params),
-                      metadata={"format": "pt"})
-    with open(os.path.join(run.init_dir, "adapter_config.json"), encoding="utf-8") as f:
-        config_text = f.read()
-    with open(os.path.join(final, "adapter_config.json"), "w", encoding="utf-8") as f:
-        f.write(config_text)
-    events.emit("timing", phase="train", train_s=train_s, total_s=time.perf_counter() - t_start)
-    events.emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=None)
-    events.emit("done", updates=total_updates, final=os.path.relpath(final, run.path))
+    def write_checkpoint(self, done):
+        """This leg's own files (adapter, AdamW moments, state) after `done` updates, committed by manifest."""
+        model, adamw, params, run = self.model, self.adamw, self.params, self.run_folder
+
+        def write(tmp):
+            names = adapter_tensors(model, params)
+            safetensors.write(os.path.join(tmp, "adapter_model.safetensors"), names)
+            moments = {}
+            for t in model.adapter:
+                moments["exp_avg." + t.name] = (t.shape, adamw.m[t.offset:t.offset + t.count])
+                moments["exp_avg_sq." + t.name] = (t.shape, adamw.v[t.offset:t.offset + t.count])
+            safetensors.write(os.path.join(tmp, "optimizer.safetensors"), moments)
+            with open(os.path.join(tmp, "state.json"), "w", encoding="utf-8") as f:
+                json.dump({"step": adamw.step, "next_update": done, "dropout_counter": str(model.dropout_counter),
+                           "spec_sha256": run.spec_sha256, "writer": IMPLEMENTATION}, f)
+        path = ckpt.write_checkpoint(self.leg_dir, done, run.spec_sha256, write)
+        self.events.emit("checkpoint", update=done, path=os.path.relpath(path, run.path))
+
+    # ---- the end ---------------------------------------------------------------------------------------
+
+    def finish(self):
+        """The final adapter (with the initial adapter's config), timing, memory and done."""
+        run = self.run_folder
+        final = os.path.join(self.leg_dir, "final")
+        os.makedirs(final, exist_ok=True)
+        safetensors.write(os.path.join(final, "adapter_model.safetensors"), adapter_tensors(self.model, self.params),
+                          metadata={"format": "pt"})
+        with open(os.path.join(run.init_dir, "adapter_config.json"), encoding="utf-8") as f:
+            config_text = f.read()
+        with open(os.path.join(final, "adapter_config.json"), "w", encoding="utf-8") as f:
+            f.write(config_text)
+        self.events.emit("timing", phase="train", train_s=self.train_s, total_s=time.perf_counter() - self.t_start)
+        self.events.emit("memory", peak_host_rss_bytes=peak_host_rss_bytes(), peak_device_bytes=None)
+        self.events.emit("done", updates=self.total_updates, final=os.path.relpath(final, run.path))
+
+
+def run_leg(args, events):
+    SdkLeg(args, events).run()
 
 
 def main(argv=None):

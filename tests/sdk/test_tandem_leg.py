@@ -177,6 +177,22 @@ def test_checkpoints_round_trip_and_fall_back_past_a_damaged_one(tmp_path):
     assert checkpoint.newest_valid_checkpoint(str(leg), "cd" * 32) == (None, None)  # another spec
 
 
+def test_resume_checkpoint_says_when_there_is_none(tmp_path):
+    said = []
+    assert checkpoint.resume_checkpoint(str(tmp_path / "leg"), SHA, said.append) == (None, None)
+    assert said == ["no valid checkpoint: starting from the beginning (resume requested)"]
+    checkpoint.write_checkpoint(str(tmp_path / "leg"), 3, SHA, lambda tmp: None)
+    said.clear()
+    path, manifest = checkpoint.resume_checkpoint(str(tmp_path / "leg"), SHA, said.append)
+    assert path.endswith("ckpt-000003") and manifest["update"] == 3 and said == []
+
+
+def test_needed_records_are_the_plan_the_eval_prefix_and_the_l3_records():
+    updates = [[[7, 2], [9]], [[2, 11]]]  # updates[u][m]: record indices
+    assert tandem_leg.needed_records(updates, [20, 21], 3) == {0, 1, 2, 7, 9, 11, 20, 21}
+    assert tandem_leg.needed_records([], [], 0) == set()
+
+
 def test_pip_installs_from_the_checkout_into_a_fresh_venv(tmp_path):
     # The wheel is built by the reference environment's setuptools (no download), then installed by the
     # new environment's own pip into an environment without torch or transformers: the core and the

@@ -281,9 +281,9 @@ def set_rng_state(torch, device, state):
 
 class ReferenceLeg:
     """The reference leg as named steps, in the order its events come (docs/leg-protocol.md), as the
-    engine leg's EngineLeg::run (experiments/legs/src/engine_leg.cpp): open (the stack, the device,
-    determinism, the seeds, hello, the checkpoint to resume from), load the model, encode the data,
-    build the trainer and the observables, then either resume or report the checks (L2, settings,
+    engine leg's EngineLeg::run (experiments/legs/src/engine_leg.cpp): import the stack, open (the
+    device, determinism, the seeds, hello, the checkpoint to resume from), load the model and its
+    dropout masks, encode the data, build the trainer and the observables, then either resume or report the checks (L2, settings,
     L3, then L1 with the first evaluation), the update loop (step, fingerprints, optimizer check,
     evaluate, checkpoint) and finish (the adapter, timing, memory, done). The steps run in the
     order of the single function they came from: every RNG draw (seeds, LoRA init, dropout masks,

@@ -7,7 +7,7 @@
 
 #include "cli_inputs.h"
 
-#include "tandem/compare/compare.h"
+#include "tandem/compare/compare_runs.h"
 #include "tandem/compare/report.h"
 
 #include <cstdio>

@@ -4,6 +4,7 @@
 
 #include "cli_inputs.h"
 
+#include "tandem/compare/comparison_io.h"
 #include "tandem/compare/report.h"
 
 #include <cstdio>

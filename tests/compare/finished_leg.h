@@ -2,7 +2,7 @@
 // A finished leg for the comparison suites (tests/compare, tests/spec): L2 digests and L3 records
 // present — one digest and one record of three tokens, the first the prompt — so two such legs with
 // the same digest and record pass L2 and L3; each test adds the series it judges.
-#include "tandem/compare/compare.h"
+#include "tandem/compare/leg_data.h"
 
 #include <string>
 #include <utility>

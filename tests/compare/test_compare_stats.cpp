@@ -1,6 +1,6 @@
 // Comparison statistics against hand-computed float64 values (numpy conventions: population std,
 // linear-interpolation percentiles).
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 
 #include <gtest/gtest.h>
 

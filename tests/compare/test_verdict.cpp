@@ -3,7 +3,7 @@
 // envelope statistics against hand-computed values, the five verdicts and their reasons (the first
 // update, the ratio, the effect size, the per-update series), and the gate's envelope and
 // paired-bound flags.
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 #include "tandem/compare/distance.h"
 #include "tandem/compare/judge/envelope.h"
 #include "tandem/compare/judge/gate.h"

@@ -9,7 +9,7 @@
 
 #include "tandem/data/batch_plan.h"
 #include "tandem/engine/config.h"
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 #include "tandem/spec/experiment.h"
 #include "tandem/compare/flops.h"
 #include "tandem/store/probe.h"

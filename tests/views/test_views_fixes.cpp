@@ -2,6 +2,7 @@
 // offscreen against what the chart, window or file really holds.
 #include "views_test_support.h"
 
+#include "tandem/compare/comparison_io.h"
 #include "tandem/compare/report.h"
 #include "tandem/views/axis_ticks.h"
 #include "tandem/views/export.h"

@@ -8,7 +8,7 @@
 #include "tandem/compare/judge/envelope.h"
 #include "tandem/compare/judge/gate.h"
 #include "tandem/legs/leg_protocol.h"
-#include "tandem/compare/report.h"
+#include "tandem/compare/comparison_io.h"
 #include "tandem/store/run_file.h"
 #include "tandem/views/main_window.h"
 #include "tandem/views/run_source.h"

@@ -1,8 +1,7 @@
 // Legs of different runs (`tandem compare RUN_A:LEG RUN_B:LEG`, the workbench's diff view): the
 // experiment specs' differences and the pair's comparison.
-#include "tandem/compare/compare.h"
+#include "tandem/compare/compare_runs.h"
 #include "tandem/compare/comparison_io.h"
-#include "tandem/compare/report.h"
 
 #include "tandem/error.h"
 

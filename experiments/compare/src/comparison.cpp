@@ -1,6 +1,6 @@
 // A run's comparison: every pair of legs through the four levels (levels.cpp), the per-leg figures
 // (timing.cpp), the completeness of every leg, and the run's one-line verdict (docs/report.md).
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 
 #include "tandem/error.h"
 #include "tandem/join.h"

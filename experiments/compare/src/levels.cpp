@@ -1,7 +1,7 @@
 // The four levels of one pair of legs (docs/spec.md §Levels, docs/report.md): L1 initial held-out CE, L2 loaded
 // parameters, L3 template and tokens, L4 trajectories judged by the two distances into the pair's
 // verdict (docs/thresholds.md). Pure: legs in, entries out.
-#include "tandem/compare/compare.h"
+#include "tandem/compare/levels.h"
 #include "tandem/spec/leg_kinds.h"
 
 #include "tandem/data/token_diff.h"

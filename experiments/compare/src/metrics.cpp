@@ -1,6 +1,6 @@
 #include "tandem/compare/metrics.h"
 
-#include "tandem/compare/compare.h"
+#include "tandem/compare/timing.h"
 
 #include <algorithm>
 

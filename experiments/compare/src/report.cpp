@@ -4,7 +4,6 @@
 #include "tandem/error.h"
 #include "tandem/join.h"
 #include "tandem/number_text.h"
-#include "tandem/store/catalog.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/strict_json.h"
 #include "tandem/store/host_info.h"
@@ -615,42 +614,6 @@ std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, cons
     }
     o << verdict_block(r.comparison, f);  // as `tandem report` words it
     return o.str();
-}
-
-std::vector<SeedEnvelope> run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec, const fs::path& catalog) {
-    const std::string key = spec.sha256_without_seeds();
-    std::vector<SeedEnvelope> out;
-    for (auto& e : read_envelopes(reader))  // copied in by the runner when the run started
-        if (e.key == key) out.push_back(std::move(e));
-    if (out.empty() && !catalog.empty() && fs::exists(catalog)) out = find_envelopes(Catalog(catalog), key);
-    return out;
-}
-
-Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog,
-                            const std::optional<std::string>& against) {
-    fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
-    if (!fs::exists(file)) throw Error(file.string() + ": no run file");
-    RunFileReader reader(file);
-    auto exp = reader.experiment();
-    if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
-    const std::string spec_source = file.string() + " /experiment spec_json";
-    ExperimentSpec spec = parse_experiment(parse_json_strict(exp->spec_json, spec_source), spec_source);
-    const std::vector<LegData> legs = read_legs(reader);
-    // a faults run compares every leg with its reference only (docs/faults.md), as the runner did
-    std::optional<FaultMatrix> matrix;
-    if (auto j = reader.fault_matrix()) matrix = fault_matrix_from_json(nlohmann::json::parse(*j));
-    Judging judging;
-    judging.against = against ? *against : matrix ? matrix->reference_leg : std::string();
-    judging.expected = ExpectedSeries{exp->total_updates, spec.eval_interval};
-    judging.model = error_model_or_none(spec, file.parent_path());
-    judging.envelopes = run_envelopes(reader, spec, catalog);
-    judging.fingerprints = [&reader](const std::string& leg) { return reader.fingerprints(leg); };
-    Comparison c = judge_legs(legs, spec, judging);
-    c.fault_matrix = matrix;
-    c.probes = reader.probes();
-    c.observables = compare_pair_observables(c, reader);
-    if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
-    return c;
 }
 
 // The fingerprint chain around a pair's first point over its bound (or its largest ratio), for the report.

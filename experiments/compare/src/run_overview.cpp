@@ -1,6 +1,6 @@
 #include "tandem/compare/run_overview.h"
 
-#include "tandem/compare/compare.h"  // diff_specs
+#include "tandem/compare/compare_runs.h"  // diff_specs
 #include "tandem/number_text.h"
 
 #include <algorithm>

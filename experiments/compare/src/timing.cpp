@@ -2,7 +2,7 @@
 // window, tokens/s, memory high-water marks (docs/report.md "Timing").
 #include "tandem/compare/timing.h"
 
-#include "tandem/compare/compare.h"
+#include "tandem/compare/statistics.h"
 
 #include <algorithm>
 #include <cmath>

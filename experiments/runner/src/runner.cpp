@@ -17,7 +17,7 @@
 #include "tandem/join.h"
 #include "tandem/spec/leg_kinds.h"
 #include "tandem/store/catalog.h"
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 #include "tandem/compare/distance.h"
 #include "tandem/store/host_info.h"
 #include "tandem/runner/prepare.h"

@@ -3,7 +3,7 @@
 #include "tandem/studies/envelope_run.h"
 
 #include "tandem/atomic_file.h"
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/compare/report.h"
 #include "tandem/error.h"

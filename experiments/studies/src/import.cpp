@@ -8,7 +8,6 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"
-#include "tandem/compare/compare.h"
 #include "tandem/spec/leg_paths.h"
 #include "tandem/store/run_file.h"
 

@@ -1,6 +1,6 @@
 #include "tandem/views/report_tables.h"
 
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison_io.h"
 #include "tandem/compare/report.h"
 #include "tandem/views/run_source.h"
 

@@ -2,8 +2,8 @@
 
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"
-#include "tandem/compare/compare.h"
-#include "tandem/compare/report.h"
+#include "tandem/compare/comparison.h"
+#include "tandem/compare/comparison_io.h"
 #include "tandem/legs/leg_protocol.h"
 #include "tandem/spec/leg_kinds.h"
 #include "tandem/store/run_file.h"

@@ -2,7 +2,7 @@
 
 #include "labelled.h"
 
-#include "tandem/compare/compare.h"
+#include "tandem/compare/compare_runs.h"
 #include "tandem/compare/report.h"
 #include "tandem/views/run_source.h"
 #include "tandem/views/tables_view.h"

@@ -2,7 +2,7 @@
 
 #include "labelled.h"
 
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 
 #include "tandem/views/axis_ticks.h"
 #include "tandem/views/curve_points.h"

@@ -47,7 +47,7 @@ struct LegTrajectory {
     const Series* clock(XAxis axis) const;
 };
 
-// A residual series in percent, leg minus reference, as experiments/ computed it (compare.h L4Entry:
+// A residual series in percent, leg minus reference, as experiments/ computed it (levels.h L4Entry:
 // residual_leg, residual_reference, eval_percent / loss_percent / grad_percent:
 // 100 · (leg − reference) / |reference| at every paired update). Points experiments/ left undefined
 // (reference value 0) are not drawn.

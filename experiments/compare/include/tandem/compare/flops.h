@@ -53,7 +53,7 @@ FlopCount evaluation_flops(const engine::Qwen3Config& config, const engine::Lora
 
 // run_update_flops (the FLOPs of a run folder's shared plan) is the runner's: tandem/runner/run_flops.h.
 
-// A leg's work rate over its timing window (compare.h timing_window), from per-update FLOPs and the
+// A leg's work rate over its timing window (statistics.h timing_window), from per-update FLOPs and the
 // update wall times it reported; -1 = unknown.
 struct FlopFigures {
     double flops_per_update = -1;  // median over the window

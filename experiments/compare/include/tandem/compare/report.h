@@ -1,7 +1,7 @@
 #pragma once
-// `tandem report`: the comparison (compare.h) as tables (docs/report.md). The tables are plain
+// `tandem report`: the comparison (comparison.h) as tables (docs/report.md). The tables are plain
 // tandem::Table values; tandem/table.h renders them as text, Markdown, CSV and LaTeX.
-#include "tandem/compare/compare.h"
+#include "tandem/compare/compare_runs.h"
 #include "tandem/table.h"
 
 #include <filesystem>
@@ -39,17 +39,5 @@ std::string render_report(const std::string& title, const Comparison& c, ReportF
 Table config_table(const RunsComparison& r);
 std::vector<Table> runs_comparison_tables(const RunsComparison& r, const Thresholds& t = {});
 std::string render_runs_comparison(const RunsComparison& r, ReportFormat f, const Thresholds& t = {});
-
-// Reads run.h5 of a run folder (or a run.h5 path) and judges its legs (judge_legs: the one judging
-// path) with the spec stored there, against the seed envelopes the file holds (/envelope), else those
-// of `catalog` (when given and present) for the experiment (run_envelopes). `against`: compare every
-// leg with that leg only; nullopt: a faults run's reference leg (/faults), else every pair.
-Comparison compare_run_file(const std::filesystem::path& run, std::string* title = nullptr,
-                            const std::filesystem::path& catalog = {}, const std::optional<std::string>& against = std::nullopt);
-// The seed envelopes that judge a run of `spec`: those `reader`'s file holds for the experiment, else
-// the catalog's (when `catalog` names an existing file). `tandem report`, `tandem run` and `tandem
-// compare` find them the same way.
-std::vector<SeedEnvelope> run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec,
-                                        const std::filesystem::path& catalog);
 
 }  // namespace tandem::experiments

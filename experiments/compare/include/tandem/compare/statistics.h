@@ -1,5 +1,5 @@
 #pragma once
-// The statistics of a comparison (compare.h builds every level on these; docs/report.md).
+// The statistics of a comparison (levels.h builds every level on these; docs/report.md).
 //
 // Statistics conventions (docs/report.md): differences are a - b (first leg minus second);
 // dispersion is the population standard deviation of the differences (numpy's std, ddof = 0);

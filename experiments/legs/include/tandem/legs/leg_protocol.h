@@ -70,7 +70,7 @@ struct LegTrace {
     int64_t l3_max_len = 0;
     std::vector<L3Record> l3;
     // The optimizer as the leg built it (the `settings` event, before update 0): judged against the spec
-    // (compare.h settings_differences); absent when the leg does not report it.
+    // (judge/series.h settings_differences); absent when the leg does not report it.
     std::optional<nlohmann::json> settings;
     // The leg's optimizer steps replayed with the spec's AdamW (`optimizer_check` events, by update; a
     // resumed leg's repeat replaces): judged per update (judge/series.h optimizer_check).

@@ -5,7 +5,7 @@
 #include "tandem/runner/catalog_continuity.h"
 #include "tandem/runner/leg_process.h"
 #include "tandem/store/catalog.h"
-#include "tandem/compare/compare.h"
+#include "tandem/compare/comparison.h"
 #include "tandem/compare/judge/envelope.h"
 #include "tandem/spec/experiment.h"
 #include "tandem/legs/leg_protocol.h"

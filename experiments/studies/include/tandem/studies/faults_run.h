@@ -5,7 +5,7 @@
 // that comparison, with --size-search the smallest size each level detects (binary search, more
 // legs added to the same run), stored in run.h5 (/faults) and the catalog (fault_results).
 // Also `--clean-seeds N`: the clean pair on N seeds, one run each, and how often each level fires.
-#include "tandem/compare/compare.h"
+#include "tandem/compare/leg_data.h"
 #include "tandem/spec/fault_matrix.h"
 #include "tandem/runner/runner.h"
 

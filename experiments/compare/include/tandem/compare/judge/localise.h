@@ -69,7 +69,7 @@ struct Localisation {
 Localisation localise(const std::vector<FingerprintRow>& a, const std::vector<FingerprintRow>& b, const std::string& leg_a,
                      const std::string& leg_b, std::optional<std::int64_t> update = {}, const LocaliseBound& bound = {});
 
-// The report's localisations (docs/report.md) are add_localisations' (compare.h): every pair whose
+// The report's localisations (docs/report.md) are add_localisations' (comparison.h): every pair whose
 // verdict does not pass and whose two legs both recorded fingerprints.
 // Stores each in run.h5 (/localisation/<a>~<b>).
 void store_localisations(RunFileWriter& w, const std::vector<Localisation>& ls);

@@ -43,15 +43,13 @@ void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
         if (std::isfinite(p.percent)) out.push_back({static_cast<double>(p.update), p.percent});
 }
 
-// The panel a flag belongs on (what its value is of, as the gate recorded it).
+// The panel a flag belongs on: the metric its value is of (experiments' flag_series: a metric
+// table series, or an update's wall or CPU time for a step-time flag, drawn with throughput, the
+// metric made of it).
 Metric flag_metric(const ex::GateFlag& f) {
-    if (auto m = ex::metric_of_series(f.series)) return *m;
-    if (f.series == "wall_s" || f.series == "cpu_s") return Metric::Throughput;  // a step-time flag, wall or CPU time
-    // Flags recorded before the gate named the series: what their kind is about.
-    if (f.kind == "paired-bound") return Metric::HeldoutCe;
-    if (f.kind == "step-time") return Metric::Throughput;
-    if (f.message.find("held-out") != std::string::npos) return Metric::HeldoutCe;
-    if (f.message.find("grad norm") != std::string::npos) return Metric::GradNorm;
+    const std::string series = ex::flag_series(f);
+    if (auto m = ex::metric_of_series(series)) return *m;
+    if (series == "wall_s" || series == "cpu_s") return Metric::Throughput;
     return Metric::TrainLoss;
 }
 
@@ -86,16 +84,17 @@ void fill_metric_series(LegTrajectory& leg, const std::vector<ex::StepRow>& step
     }
 }
 
-// A gate flag as a marker: on the panel of what it is about, sitting on the leg's curve at that update.
+// A gate flag as a marker: on the panel of what it is about, sitting on the leg's curve at that
+// update (the metric's value in the leg's row there, through the metric table).
 FlagMarker flag_marker(const ex::GateFlag& f, const std::vector<ex::StepRow>& steps, const std::vector<ex::EvalRow>& evals) {
     FlagMarker m{f.leg, f.kind, ex::gate_action_name(f.action), f.message, flag_metric(f), static_cast<double>(f.update), f.value};
-    if (m.metric == Metric::HeldoutCe) {
+    const auto& info = ex::metric_info(m.metric);
+    if (info.of_eval) {
         for (const auto& e : evals)
-            if (e.update == f.update) m.y = e.heldout_ce;
-    } else {
+            if (e.update == f.update) m.y = info.of_eval(e);
+    } else if (info.of_step) {
         for (const auto& r : steps)
-            if (r.update == f.update)
-                m.y = m.metric == Metric::GradNorm ? r.grad_norm : m.metric == Metric::Throughput ? ex::update_tokens_per_second(r) : r.loss;
+            if (r.update == f.update) m.y = info.of_step(r);
     }
     if (!std::isfinite(m.y)) m.y = 0;  // a non-finite value has no place on the axis: at zero
     return m;

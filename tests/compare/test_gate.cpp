@@ -112,3 +112,25 @@ TEST(Gate, ConfigParsesActionsAndRejectsUnknownFields) {
     EXPECT_EQ(flags[0].value, 1.5);
     EXPECT_EQ(flags[0].series, "wall_s");
 }
+
+TEST(Gate, FlagSeriesIsTheRecordedOneElseWhatAnOlderFlagsKindAndWordingSay) {
+    // What the workbench draws a flag on: the series the gate recorded; a flag from a run file
+    // written before the gate named it gets the one its kind, or the gate's wording, names.
+    auto flag = [](const char* kind, const char* message, const char* series) {
+        GateFlag f;
+        f.kind = kind;
+        f.message = message;
+        f.series = series;
+        return f;
+    };
+    EXPECT_EQ(flag_series(flag("step-time", "a: update 5 took 2 s of CPU", "cpu_s")), "cpu_s");
+    EXPECT_EQ(flag_series(flag("non-finite", "a: non-finite held-out CE at update 9", "grad_norm")), "grad_norm");  // recorded wins
+    EXPECT_EQ(flag_series(flag("paired-bound", "a: ...", "")), "heldout_ce");
+    EXPECT_EQ(flag_series(flag("step-time", "a: update 5 took 2 s", "")), "wall_s");
+    EXPECT_EQ(flag_series(flag("loss-spike", "a: loss 3 at update 7", "")), "loss");
+    EXPECT_EQ(flag_series(flag("non-finite", "a: non-finite held-out CE at update 9", "")), "heldout_ce");
+    EXPECT_EQ(flag_series(flag("non-finite", "a: non-finite grad norm at update 3", "")), "grad_norm");
+    EXPECT_EQ(flag_series(flag("non-finite", "a: non-finite loss at update 10", "")), "loss");
+    EXPECT_EQ(flag_series(flag("envelope", "a: held-out CE 3 at update 8 is above", "")), "heldout_ce");
+    EXPECT_EQ(flag_series(flag("envelope", "a: training loss 3 at update 6 is above", "")), "loss");
+}

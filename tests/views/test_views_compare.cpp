@@ -165,14 +165,14 @@ private Q_SLOTS:
         Q_EMIT runs->compare_requested(runs->selected_run_files());
         QTRY_COMPARE_WITH_TIMEOUT(compare->overlay()->runs().size(), std::size_t(2), 10000);
         auto* overlay = compare->overlay();
-        overlay->set_panel_visible(TrajectoryView::LearningRatePanel, true);
-        overlay->set_panel_visible(TrajectoryView::ThroughputPanel, true);
+        overlay->set_panel_visible(TrajectoryView::metric_panel(Metric::LearningRate), true);
+        overlay->set_panel_visible(TrajectoryView::metric_panel(Metric::Throughput), true);
         overlay->redraw_now();
 
         // Every overlaid series equals h5py's reading of the run file.
-        const std::pair<int, const char*> panels[] = {{TrajectoryView::TrainLossPanel, "loss"},
-                                                      {TrajectoryView::GradNormPanel, "grad_norm"},
-                                                      {TrajectoryView::LearningRatePanel, "lr"}};
+        const std::pair<int, const char*> panels[] = {{TrajectoryView::metric_panel(Metric::TrainLoss), "loss"},
+                                                      {TrajectoryView::metric_panel(Metric::GradNorm), "grad_norm"},
+                                                      {TrajectoryView::metric_panel(Metric::LearningRate), "lr"}};
         for (int i = 0; i < 2; ++i) {
             const auto oracle = h5py_read(QString::fromStdString((root / ids[i] / "run.h5").string()));
             QVERIFY2(!oracle.is_null(), "h5py could not read the run file");
@@ -187,10 +187,10 @@ private Q_SLOTS:
                         QCOMPARE(points[qsizetype(k)].y(), o.at(column)[k].get<double>());
                     }
                 }
-                const auto tps = drawn(overlay, TrajectoryView::ThroughputPanel, name);
+                const auto tps = drawn(overlay, TrajectoryView::metric_panel(Metric::Throughput), name);
                 for (std::size_t k = 0; k < o.at("update").size(); ++k)
                     QCOMPARE(tps[qsizetype(k)].y(), o.at("tokens")[k].get<double>() / o.at("wall_s")[k].get<double>());
-                const auto heldout = drawn(overlay, TrajectoryView::HeldoutPanel, name);
+                const auto heldout = drawn(overlay, TrajectoryView::metric_panel(Metric::HeldoutCe), name);
                 QCOMPARE(heldout.size(), qsizetype(o.at("heldout_ce").size()));
                 for (std::size_t k = 0; k < o.at("heldout_ce").size(); ++k)
                     QCOMPARE(heldout[qsizetype(k)].y(), o.at("heldout_ce")[k].get<double>());
@@ -204,20 +204,20 @@ private Q_SLOTS:
         const auto a_engine = curve(overlay, ids[0], "engine");
         const auto a_reference = curve(overlay, ids[0], "reference");
         const auto b_engine = curve(overlay, ids[1], "engine");
-        const QColor a_color = pen_color(overlay, TrajectoryView::GradNormPanel, a_engine);
-        QCOMPARE(pen_color(overlay, TrajectoryView::GradNormPanel, a_reference), a_color);
-        QVERIFY(pen_color(overlay, TrajectoryView::GradNormPanel, b_engine) != a_color);
+        const QColor a_color = pen_color(overlay, TrajectoryView::metric_panel(Metric::GradNorm), a_engine);
+        QCOMPARE(pen_color(overlay, TrajectoryView::metric_panel(Metric::GradNorm), a_reference), a_color);
+        QVERIFY(pen_color(overlay, TrajectoryView::metric_panel(Metric::GradNorm), b_engine) != a_color);
         compare->set_leg_shown(ids[0], "reference", false);
         overlay->redraw_now();
-        QCOMPARE(overlay->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(a_reference), -1);
-        QCOMPARE(overlay->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(a_engine), 25);
+        QCOMPARE(overlay->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(a_reference), -1);
+        QCOMPARE(overlay->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(a_engine), 25);
         compare->set_leg_shown(ids[0], "reference", true);
         // Run b goes, run c comes: run a keeps its colour.
         compare->remove_run(QString::fromStdString((root / ids[1] / "run.h5").string()));
         QVERIFY(compare->add_run(QString::fromStdString((root / ids[2]).string())));
         QTRY_COMPARE_WITH_TIMEOUT(overlay->runs().size(), std::size_t(2), 10000);
         overlay->redraw_now();
-        QCOMPARE(pen_color(overlay, TrajectoryView::GradNormPanel, a_engine), a_color);
+        QCOMPARE(pen_color(overlay, TrajectoryView::metric_panel(Metric::GradNorm), a_engine), a_color);
         compare->remove_run(QString::fromStdString((root / ids[2]).string()));
         QVERIFY(compare->add_run(QString::fromStdString((root / ids[1] / "run.h5").string())));
         QTRY_COMPARE_WITH_TIMEOUT(overlay->runs().size(), std::size_t(2), 10000);

@@ -241,7 +241,7 @@ private Q_SLOTS:
         show_two_leg_run(view, dir, "ticks-run");
         view.redraw_now();
         QApplication::processEvents();
-        for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::GradNormPanel)}) {
+        for (int p : {int(TrajectoryView::metric_panel(Metric::HeldoutCe)), int(TrajectoryView::metric_panel(Metric::GradNorm))}) {
             auto* chart = view.panel_view(p)->chart();
             check_axis(chart, Qt::Horizontal, true);
             check_axis(chart, Qt::Vertical, false);
@@ -249,7 +249,7 @@ private Q_SLOTS:
         view.set_x_range(std::make_pair(5.0, 15.0));  // "5, 7, 10, 12, 15" before
         view.redraw_now();
         QApplication::processEvents();
-        check_axis(view.panel_view(TrajectoryView::GradNormPanel)->chart(), Qt::Horizontal, true);
+        check_axis(view.panel_view(TrajectoryView::metric_panel(Metric::GradNorm))->chart(), Qt::Horizontal, true);
 
         // The exported figure uses the same ticks: the chart built for export has them too.
         TrajectoryChart exported;
@@ -270,11 +270,11 @@ private Q_SLOTS:
         QTemporaryDir dir;
         TrajectoryView view;
         show_two_leg_run(view, dir, "log-run");
-        view.set_panel_visible(TrajectoryView::LearningRatePanel, true);
+        view.set_panel_visible(TrajectoryView::metric_panel(Metric::LearningRate), true);
         view.set_log_y(true);
         view.redraw_now();
         QApplication::processEvents();
-        for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::GradNormPanel), int(TrajectoryView::LearningRatePanel)})
+        for (int p : {int(TrajectoryView::metric_panel(Metric::HeldoutCe)), int(TrajectoryView::metric_panel(Metric::GradNorm)), int(TrajectoryView::metric_panel(Metric::LearningRate))})
             check_axis(view.panel_view(p)->chart(), Qt::Vertical, false, true);
     }
 
@@ -326,8 +326,8 @@ private Q_SLOTS:
         view.resize(1100, 1400);
         view.show();
         view.set_snapshot(load(file));
-        view.set_panel_visible(TrajectoryView::LearningRatePanel, true);
-        view.set_panel_visible(TrajectoryView::ThroughputPanel, true);
+        view.set_panel_visible(TrajectoryView::metric_panel(Metric::LearningRate), true);
+        view.set_panel_visible(TrajectoryView::metric_panel(Metric::Throughput), true);
         view.redraw_now();
         QApplication::processEvents();
         auto points = [&](int panel, const QString& name) {
@@ -337,9 +337,9 @@ private Q_SLOTS:
         };
         for (const auto& leg : legs) {
             const auto name = QString::fromStdString(leg.name);
-            const auto loss = points(TrajectoryView::TrainLossPanel, name);
-            const auto lr = points(TrajectoryView::LearningRatePanel, name);
-            const auto tps = points(TrajectoryView::ThroughputPanel, name);
+            const auto loss = points(TrajectoryView::metric_panel(Metric::TrainLoss), name);
+            const auto lr = points(TrajectoryView::metric_panel(Metric::LearningRate), name);
+            const auto tps = points(TrajectoryView::metric_panel(Metric::Throughput), name);
             QCOMPARE(loss.size(), leg.steps);
             QCOMPARE(lr.size(), leg.steps);
             QCOMPARE(tps.size(), leg.steps);
@@ -353,7 +353,7 @@ private Q_SLOTS:
             view.set_residual_metric(m);
             view.redraw_now();
             QApplication::processEvents();
-            auto* chart = view.panel_view(TrajectoryView::ResidualPanel)->chart();
+            auto* chart = view.panel_view(TrajectoryView::residual_panel())->chart();
             // The y title fits the plot's height (not elided), and the chart says which metric it is.
             auto* y = chart->axes(Qt::Vertical).value(0);
             const double title_width = QFontMetricsF(y->titleFont()).horizontalAdvance(y->titleText());
@@ -370,7 +370,7 @@ private Q_SLOTS:
         }
         // The exported residual figure names its metric.
         const auto svg = dir.filePath(QStringLiteral("residual.svg"));
-        auto options = view.panel_options(TrajectoryView::ResidualPanel);
+        auto options = view.panel_options(TrajectoryView::residual_panel());
         export_figure(view.snapshot(), options, FigureSize{}, FigureFormat::Svg, svg.toStdString());
         QFile f(svg);
         QVERIFY(f.open(QIODevice::ReadOnly));

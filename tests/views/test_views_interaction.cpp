@@ -96,11 +96,11 @@ private Q_SLOTS:
         QTemporaryDir dir;
         TrajectoryView view;
         show_run(view, make_run(dir, "hover-run"), 1000);
-        auto* panel = view.panel_view(TrajectoryView::GradNormPanel);
+        auto* panel = view.panel_view(TrajectoryView::metric_panel(Metric::GradNorm));
         const auto legs = two_legs();
         // The panels share one x axis on screen too: their plots start and end at the same x.
-        const QRectF first = view.panel_view(TrajectoryView::HeldoutPanel)->chart()->plotArea();
-        for (int p : {int(TrajectoryView::TrainLossPanel), int(TrajectoryView::GradNormPanel), int(TrajectoryView::ResidualPanel)}) {
+        const QRectF first = view.panel_view(TrajectoryView::metric_panel(Metric::HeldoutCe))->chart()->plotArea();
+        for (int p : {int(TrajectoryView::metric_panel(Metric::TrainLoss)), int(TrajectoryView::metric_panel(Metric::GradNorm)), int(TrajectoryView::residual_panel())}) {
             const QRectF plot = view.panel_view(p)->chart()->plotArea();
             QVERIFY2(std::fabs(plot.left() - first.left()) <= 1 && std::fabs(plot.right() - first.right()) <= 1,
                      qPrintable(QStringLiteral("panel %1: %2..%3 vs %4..%5").arg(p).arg(plot.left()).arg(plot.right()).arg(first.left()).arg(first.right())));
@@ -113,7 +113,7 @@ private Q_SLOTS:
         QVERIFY2(tip.contains(QStringLiteral("engine: ") + QString::number(legs[0].value("grad", 17), 'g', 8)), qPrintable(tip));
         QVERIFY2(tip.contains(QStringLiteral("reference: ") + QString::number(legs[1].value("grad", 17), 'g', 8)), qPrintable(tip));
         // The crosshair: on every shown panel, at update 17's x, across the plot; the read-out on the hovered one only.
-        for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::TrainLossPanel), int(TrajectoryView::GradNormPanel)}) {
+        for (int p : {int(TrajectoryView::metric_panel(Metric::HeldoutCe)), int(TrajectoryView::metric_panel(Metric::TrainLoss)), int(TrajectoryView::metric_panel(Metric::GradNorm))}) {
             const auto& chart = view.panel_chart(p);
             QVERIFY2(chart.crosshair_line()->isVisible(), qPrintable(QString::number(p)));
             QCOMPARE(*chart.crosshair_x(), 17.0);
@@ -121,10 +121,10 @@ private Q_SLOTS:
             QVERIFY(std::fabs(chart.crosshair_line()->line().x1() - x) < 0.5);
             QVERIFY(std::fabs(chart.crosshair_line()->line().y1() - chart.chart()->plotArea().top()) < 0.5);
             QVERIFY(std::fabs(chart.crosshair_line()->line().y2() - chart.chart()->plotArea().bottom()) < 0.5);
-            QCOMPARE(chart.crosshair_tip()->isVisible(), p == TrajectoryView::GradNormPanel);
+            QCOMPARE(chart.crosshair_tip()->isVisible(), p == TrajectoryView::metric_panel(Metric::GradNorm));
         }
         // The read-out stays inside the plot.
-        const auto& grad = view.panel_chart(TrajectoryView::GradNormPanel);
+        const auto& grad = view.panel_chart(TrajectoryView::metric_panel(Metric::GradNorm));
         const QRectF tip_box = grad.crosshair_tip()->mapRectToParent(grad.crosshair_tip()->boundingRect());
         QVERIFY(grad.chart()->plotArea().adjusted(-1, -1, 1, 1).contains(tip_box));
         // Leaving the charts clears it.
@@ -144,25 +144,25 @@ private Q_SLOTS:
         auto* legend = view.legend();
         QList<QListWidgetItem*> items = legend->findItems(QStringLiteral("reference"), Qt::MatchExactly);
         QCOMPARE(items.size(), 1);
-        const auto before = view.panel_chart(TrajectoryView::GradNormPanel).y_range();
+        const auto before = view.panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).y_range();
         QTest::mouseClick(legend->viewport(), Qt::LeftButton, {}, legend->visualItemRect(items[0]).center());
         view.redraw_now();
         QApplication::processEvents();
         QVERIFY(view.hidden_curves().count(QStringLiteral("reference")));
-        for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::TrainLossPanel), int(TrajectoryView::GradNormPanel)})
+        for (int p : {int(TrajectoryView::metric_panel(Metric::HeldoutCe)), int(TrajectoryView::metric_panel(Metric::TrainLoss)), int(TrajectoryView::metric_panel(Metric::GradNorm))})
             QVERIFY(!series_named(view.panel_view(p), QStringLiteral("reference"))->isVisible());
-        QVERIFY(series_named(view.panel_view(TrajectoryView::GradNormPanel), QStringLiteral("engine"))->isVisible());
-        const auto after = view.panel_chart(TrajectoryView::GradNormPanel).y_range();
+        QVERIFY(series_named(view.panel_view(TrajectoryView::metric_panel(Metric::GradNorm)), QStringLiteral("engine"))->isVisible());
+        const auto after = view.panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).y_range();
         QVERIFY2(after.second < before.second - 0.3, qPrintable(QStringLiteral("%1 -> %2").arg(before.second).arg(after.second)));
         // Still listed (greyed) so it can come back; the hover read-out leaves it out.
         items = legend->findItems(QStringLiteral("reference"), Qt::MatchExactly);
         QCOMPARE(items.size(), 1);
-        view.hover_at(10, TrajectoryView::GradNormPanel);
+        view.hover_at(10, TrajectoryView::metric_panel(Metric::GradNorm));
         QVERIFY(!view.hover_tooltip_text().contains(QStringLiteral("reference")));
         QTest::mouseClick(legend->viewport(), Qt::LeftButton, {}, legend->visualItemRect(items[0]).center());
         view.redraw_now();
         QVERIFY(view.hidden_curves().empty());
-        QVERIFY(series_named(view.panel_view(TrajectoryView::GradNormPanel), QStringLiteral("reference"))->isVisible());
+        QVERIFY(series_named(view.panel_view(TrajectoryView::metric_panel(Metric::GradNorm)), QStringLiteral("reference"))->isVisible());
         // Legend entries show each leg's line: solid engine, dashed reference.
         QCOMPARE(legend->findItems(QStringLiteral("engine"), Qt::MatchExactly).size(), 1);
     }
@@ -189,27 +189,27 @@ private Q_SLOTS:
         QTest::keyClick(box, Qt::Key_Down);
         view.redraw_now();
         QCOMPARE(view.x_axis(), XAxis::TokensSeen);
-        auto* loss = series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine"));
+        auto* loss = series_named(view.panel_view(TrajectoryView::metric_panel(Metric::TrainLoss)), QStringLiteral("engine"));
         QCOMPARE(loss->count(), 40);
         for (int u = 0; u < 40; ++u) {
             QCOMPARE(loss->at(u).x(), tokens_before(u));
             QCOMPARE(loss->at(u).y(), legs[0].value("loss", u));
         }
-        auto* heldout = series_named(view.panel_view(TrajectoryView::HeldoutPanel), QStringLiteral("engine"));
+        auto* heldout = series_named(view.panel_view(TrajectoryView::metric_panel(Metric::HeldoutCe)), QStringLiteral("engine"));
         QCOMPARE(heldout->at(heldout->count() - 1).x(), tokens_before(40));  // the evaluation after the last update
-        QCOMPARE(view.panel_chart(TrajectoryView::TrainLossPanel).x_axis()->titleText(), QStringLiteral("tokens seen"));
+        QCOMPARE(view.panel_chart(TrajectoryView::metric_panel(Metric::TrainLoss)).x_axis()->titleText(), QStringLiteral("tokens seen"));
         QTest::keyClick(box, Qt::Key_Down);
         view.redraw_now();
         QCOMPARE(view.x_axis(), XAxis::WallTime);
-        loss = series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine"));
+        loss = series_named(view.panel_view(TrajectoryView::metric_panel(Metric::TrainLoss)), QStringLiteral("engine"));
         for (int u = 0; u < 40; ++u) QVERIFY(std::fabs(loss->at(u).x() - wall_before(u)) < 1e-12);
-        QCOMPARE(view.panel_chart(TrajectoryView::TrainLossPanel).x_axis()->titleText(), QStringLiteral("wall time [s]"));
-        view.hover_at(wall_before(20), TrajectoryView::TrainLossPanel);
+        QCOMPARE(view.panel_chart(TrajectoryView::metric_panel(Metric::TrainLoss)).x_axis()->titleText(), QStringLiteral("wall time [s]"));
+        view.hover_at(wall_before(20), TrajectoryView::metric_panel(Metric::TrainLoss));
         QVERIFY2(view.hover_tooltip_text().contains(QStringLiteral("wall time")), qPrintable(view.hover_tooltip_text()));
         QTest::keyClick(box, Qt::Key_Home);
         view.redraw_now();
         QCOMPARE(view.x_axis(), XAxis::Update);
-        QCOMPARE(series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine"))->at(7).x(), 7.0);
+        QCOMPARE(series_named(view.panel_view(TrajectoryView::metric_panel(Metric::TrainLoss)), QStringLiteral("engine"))->at(7).x(), 7.0);
     }
 
     void smoothing_shows_its_value_and_leaves_evaluations_alone() {
@@ -225,15 +225,15 @@ private Q_SLOTS:
         QCOMPARE(value->text(), QStringLiteral("0.60"));
         QCOMPARE(view.smoothing(), 0.6);
         // Training loss: the raw curve (faded) and the smoothed one; held-out CE (4 evaluations): raw only.
-        QVERIFY(series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine (smoothed)")));
-        QVERIFY(!series_named(view.panel_view(TrajectoryView::HeldoutPanel), QStringLiteral("engine (smoothed)")));
-        const auto smoothed = series_named(view.panel_view(TrajectoryView::TrainLossPanel), QStringLiteral("engine (smoothed)"));
+        QVERIFY(series_named(view.panel_view(TrajectoryView::metric_panel(Metric::TrainLoss)), QStringLiteral("engine (smoothed)")));
+        QVERIFY(!series_named(view.panel_view(TrajectoryView::metric_panel(Metric::HeldoutCe)), QStringLiteral("engine (smoothed)")));
+        const auto smoothed = series_named(view.panel_view(TrajectoryView::metric_panel(Metric::TrainLoss)), QStringLiteral("engine (smoothed)"));
         const auto expected = smoothed_for_display(view.snapshot().legs[0].series(Metric::TrainLoss), 0.6);
         for (int u = 0; u < 40; ++u) QCOMPARE(smoothed->at(u).y(), expected[std::size_t(u)].value);
         // Asked for: evaluations too.
         QTest::mouseClick(view.findChild<QCheckBox*>(QStringLiteral("smooth_all")), Qt::LeftButton);
         view.redraw_now();
-        QVERIFY(series_named(view.panel_view(TrajectoryView::HeldoutPanel), QStringLiteral("engine (smoothed)")));
+        QVERIFY(series_named(view.panel_view(TrajectoryView::metric_panel(Metric::HeldoutCe)), QStringLiteral("engine (smoothed)")));
     }
 
     void zoom_stays_in_the_data_fits_y_with_a_floor_and_resets_on_another_run() {
@@ -247,7 +247,7 @@ private Q_SLOTS:
         run.legs[1].series(Metric::TrainLoss)[20].value = 2.5;
         run.legs[1].series(Metric::TrainLoss)[21].value = 2.5 + 1e-9;
         show_run(view, run);
-        auto* panel = view.panel_view(TrajectoryView::TrainLossPanel);
+        auto* panel = view.panel_view(TrajectoryView::metric_panel(Metric::TrainLoss));
         // A rubber band from update 20.2 to 20.8 (mouse press, move, release on the chart).
         const double y = 2.5;
         QTest::mousePress(panel->viewport(), Qt::LeftButton, {}, viewport_point(panel, 20.2, y));
@@ -257,13 +257,13 @@ private Q_SLOTS:
         QVERIFY(view.visible_x_range().has_value());
         QVERIFY(std::fabs(view.visible_x_range()->first - 20.2) < 0.1 && std::fabs(view.visible_x_range()->second - 20.8) < 0.1);
         // y: the visible points, but at least 1 % of the data's range (about 0.8 here).
-        const auto [lo, hi] = view.panel_chart(TrajectoryView::TrainLossPanel).y_range();
+        const auto [lo, hi] = view.panel_chart(TrajectoryView::metric_panel(Metric::TrainLoss)).y_range();
         double full_lo = 1e9, full_hi = -1e9;
         for (const auto& leg : view.snapshot().legs)
             for (const auto& p : leg.series(Metric::TrainLoss)) full_lo = std::min(full_lo, p.value), full_hi = std::max(full_hi, p.value);
         QVERIFY2(hi - lo >= 0.01 * (full_hi - full_lo), qPrintable(QStringLiteral("%1 .. %2").arg(lo, 0, 'g', 12).arg(hi, 0, 'g', 12)));
         QVERIFY(lo <= 2.5 && hi >= 2.5 + 1e-9);
-        QVERIFY(view.panel_chart(TrajectoryView::TrainLossPanel).y_ticks().size() >= 3);
+        QVERIFY(view.panel_chart(TrajectoryView::metric_panel(Metric::TrainLoss)).y_ticks().size() >= 3);
         // Panning right (arrow key) stops at the last update: no curve runs off the plot.
         panel->setFocus();
         for (int i = 0; i < 200; ++i) QTest::keyClick(panel, Qt::Key_Right);
@@ -290,7 +290,7 @@ private Q_SLOTS:
         view.set_snapshot(make_run(dir, "short-run", 0.0, 6));
         view.redraw_now();
         QVERIFY(!view.visible_x_range());
-        auto* axis = view.panel_chart(TrajectoryView::TrainLossPanel).x_axis();
+        auto* axis = view.panel_chart(TrajectoryView::metric_panel(Metric::TrainLoss)).x_axis();
         QVERIFY2(axis->min() <= 0 && axis->max() >= 5 && axis->max() < 10, qPrintable(QStringLiteral("%1 .. %2").arg(axis->min()).arg(axis->max())));
     }
 
@@ -344,7 +344,7 @@ private Q_SLOTS:
             }
         QVERIFY(overlay->run_color(ids[12]) != overlay->run_color(ids[0]));
         if (const auto shots = qEnvironmentVariable("TANDEM_SCREENSHOT_DIR"); !shots.isEmpty()) {
-            overlay->set_panel_visible(TrajectoryView::ResidualPanel, false);
+            overlay->set_panel_visible(TrajectoryView::residual_panel(), false);
             overlay->redraw_now();
             QApplication::processEvents();
             compare.grab().save(QDir(shots).filePath(QStringLiteral("compare-20-runs.png")));

@@ -87,7 +87,7 @@ private Q_SLOTS:
         // The window followed the run: both legs' curves, every update, and the runs page lists it.
         QTRY_COMPARE_WITH_TIMEOUT(window.trajectories()->snapshot().legs.size(), std::size_t(2), 10000);
         window.trajectories()->redraw_now();
-        QTRY_COMPARE_WITH_TIMEOUT(window.trajectories()->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("a")), 3, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(window.trajectories()->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(QStringLiteral("a")), 3, 10000);
         QCOMPARE(window.runs_browser()->model()->rowCount(), 1);  // the run, its two legs under it
         QCOMPARE(window.runs_browser()->model()->leg_count(), 2);
     }

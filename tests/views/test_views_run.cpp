@@ -19,6 +19,7 @@
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QChart>
+#include <QCheckBox>
 #include <QHelpEvent>
 #include <QMimeData>
 #include <QMouseEvent>
@@ -36,6 +37,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -227,11 +230,11 @@ private Q_SLOTS:
         view.redraw_now();
         QVERIFY(view.verdict_text().contains(QStringLiteral("different: ")));
         QStringList names;
-        for (const auto& c : view.panel_curves(TrajectoryView::HeldoutPanel)) names << c.name;
+        for (const auto& c : view.panel_curves(TrajectoryView::metric_panel(Metric::HeldoutCe))) names << c.name;
         for (const char* n : {envelope_min_name, envelope_max_name, envelope_lo_name, envelope_hi_name, flags_curve_name})
             QVERIFY2(names.contains(QString::fromUtf8(n)), qPrintable(names.join(QStringLiteral(", "))));
         QCOMPARE(names.indexOf(QString::fromUtf8(envelope_min_name)), 0);  // drawn first: behind the legs
-        QCOMPARE(view.panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(QString::fromUtf8(flags_curve_name)), 1);
+        QCOMPARE(view.panel_chart(TrajectoryView::metric_panel(Metric::HeldoutCe)).drawn_point_count(QString::fromUtf8(flags_curve_name)), 1);
         view.hover_at(4);
         QVERIFY2(view.hover_text().contains(QStringLiteral("gate flag")) &&
                      view.hover_text().contains(QStringLiteral("above the reference seed envelope band")),
@@ -240,11 +243,11 @@ private Q_SLOTS:
         QVERIFY(!view.hover_text().contains(QStringLiteral("gate flag")));
         view.set_residual_z(true);
         view.redraw_now();
-        const auto curves = view.panel_curves(TrajectoryView::ResidualPanel);
+        const auto curves = view.panel_curves(TrajectoryView::residual_panel());
         QCOMPARE(curves.size(), std::size_t(2));
         QCOMPARE(curves[0].name, QStringLiteral("engine"));
         QCOMPARE(curves[0].series->size(), std::size_t(3));
-        QCOMPARE(view.panel_chart(TrajectoryView::ResidualPanel).chart()->title(), z_chart_title(snap));
+        QCOMPARE(view.panel_chart(TrajectoryView::residual_panel()).chart()->title(), z_chart_title(snap));
     }
 
     void opening_a_run_fills_every_chart_with_every_point_of_every_leg() {
@@ -259,29 +262,29 @@ private Q_SLOTS:
         QCOMPARE(view->snapshot().legs.size(), std::size_t(2));
         for (const auto& leg : kLegs) {
             const auto name = QString::fromStdString(leg.name);
-            QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(name), eval_count(leg));  // held-out CE
-            QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(name), leg.steps);        // grad norm
+            QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::HeldoutCe)).drawn_point_count(name), eval_count(leg));  // held-out CE
+            QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(name), leg.steps);        // grad norm
         }
         // Zooming one panel zooms all of them (shared x range); only the points in range (plus
         // one neighbour on each side) are then drawn.
         view->set_x_range(std::make_pair(10.0, 20.0));
         view->redraw_now();
-        QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine")), 11 + 2);
-        QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).x_axis()->min(), 10.0);
-        QCOMPARE(view->panel_chart(TrajectoryView::ResidualPanel).x_axis()->max(), 20.0);
+        QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(QStringLiteral("engine")), 11 + 2);
+        QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::HeldoutCe)).x_axis()->min(), 10.0);
+        QCOMPARE(view->panel_chart(TrajectoryView::residual_panel()).x_axis()->max(), 20.0);
         // Smoothing adds a smoothed series per leg and keeps the raw one with all its points.
         view->set_x_range(std::nullopt);
         view->set_smoothing(0.6);
         view->redraw_now();
-        QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine")), 37);
-        QCOMPARE(view->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine (smoothed)")), 37);
+        QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(QStringLiteral("engine")), 37);
+        QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(QStringLiteral("engine (smoothed)")), 37);
         // Log y keeps every (positive) point.
         view->set_log_y(true);
         view->redraw_now();
-        QCOMPARE(view->panel_chart(TrajectoryView::HeldoutPanel).drawn_point_count(QStringLiteral("reference")), eval_count(kLegs[1]));
+        QCOMPARE(view->panel_chart(TrajectoryView::metric_panel(Metric::HeldoutCe)).drawn_point_count(QStringLiteral("reference")), eval_count(kLegs[1]));
 
         // Hover: every leg's value at the nearest recorded update.
-        auto* panel = view->panel_view(TrajectoryView::GradNormPanel);
+        auto* panel = view->panel_view(TrajectoryView::metric_panel(Metric::GradNorm));
         const QPointF at = panel->chart()->mapToPosition(QPointF(12, 1.0));
         const QPointF local = panel->mapFromScene(panel->chart()->mapToScene(at));
         QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
@@ -312,6 +315,84 @@ private Q_SLOTS:
         QVERIFY(diff->current_diff().identical);
     }
 
+    void the_panels_are_the_metric_table() {
+        // A panel per metric of experiments' metric table, in its order, then the residual panel:
+        // no second list of quantities in the views. Fails when the panels and the table drift apart.
+        TrajectoryView view;
+        const auto& table = ex::metric_table();
+        QCOMPARE(TrajectoryView::panel_count(), static_cast<int>(table.size()) + 1);
+        QStringList labels;
+        for (const auto& m : table) labels << QString::fromLatin1(m.label);
+        std::set<int> taken;
+        for (const auto& m : table) {
+            const int p = TrajectoryView::metric_panel(m.metric);
+            QVERIFY2(p >= 0 && p < TrajectoryView::residual_panel() && taken.insert(p).second, m.label);  // a panel of its own
+            QCOMPARE(TrajectoryView::panel_metric(p), std::optional<Metric>(m.metric));
+            QCOMPARE(view.panel_options(p).metric, m.metric);
+            QVERIFY(!view.panel_options(p).residual);
+            auto* box = view.findChild<QCheckBox*>(QStringLiteral("show_panel%1").arg(p));
+            QVERIFY(box);
+            QCOMPARE(box->text(), QString::fromLatin1(m.label));
+            QCOMPARE(box->isChecked(), m.shown);
+        }
+        for (int p = 0; p < TrajectoryView::residual_panel(); ++p)  // every metric panel's name is a metric of the table
+            QVERIFY2(labels.contains(TrajectoryView::panel_name(p)), qPrintable(TrajectoryView::panel_name(p)));
+        const int residual = TrajectoryView::residual_panel();
+        QCOMPARE(TrajectoryView::panel_metric(residual), std::optional<Metric>());
+        QVERIFY(view.panel_options(residual).residual);
+        QCOMPARE(view.findChild<QCheckBox*>(QStringLiteral("show_panel%1").arg(residual))->text(), QStringLiteral("residual"));
+        QVERIFY(view.panel_visible(residual));
+        QVERIFY(!view.findChild<QCheckBox*>(QStringLiteral("show_panel%1").arg(TrajectoryView::panel_count())));
+        // The paper figure's panels name their metrics, whatever else the table holds.
+        QStringList figure;
+        for (int p : TrajectoryView::figure_panels()) figure << TrajectoryView::panel_name(p);
+        QCOMPARE(figure, (QStringList{QStringLiteral("held-out CE"), QStringLiteral("residual"), QStringLiteral("grad norm")}));
+    }
+
+    void gate_flags_sit_on_the_curve_of_their_series() {
+        // The marker's panel is the metric of the flag's series (experiments' flag_series); its y is
+        // the leg's value of that metric at the flag's update (a step-time flag: the update's throughput).
+        QTemporaryDir dir;
+        const std::filesystem::path file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
+        write_envelope_run(file);
+        {
+            ex::RunFileWriter w(file);
+            auto flag = [](const char* kind, std::int64_t update, const char* message, const char* series) {
+                ex::GateFlag f;
+                f.leg = "engine";
+                f.kind = kind;
+                f.update = update;
+                f.value = -1;
+                f.message = message;
+                f.series = series;
+                return f;
+            };
+            w.write_flags("engine", ex::flags_to_json({flag("envelope", 4, "engine: held-out CE", "heldout_ce"),
+                                                       flag("step-time", 3, "engine: update 3 took 2 s of CPU", "cpu_s"),
+                                                       flag("non-finite", 2, "engine: non-finite grad norm at update 2", "grad_norm"),
+                                                       flag("loss-spike", 5, "engine: loss", "loss"),
+                                                       flag("non-finite", 1, "engine: non-finite grad norm at update 1", "")})
+                                        .dump());
+            w.commit();
+        }
+        const RunSnapshot snap = load_run_snapshot(file);
+        QCOMPARE(snap.flags.size(), std::size_t(5));
+        const auto& engine = snap.legs[0];
+        QCOMPARE(engine.leg, std::string("engine"));
+        auto value_at = [](const Series& s, double update) {
+            for (const auto& p : s)
+                if (p.update == update) return p.value;
+            return std::nan("");
+        };
+        const std::pair<Metric, double> expected[] = {{Metric::HeldoutCe, 4}, {Metric::Throughput, 3}, {Metric::GradNorm, 2},
+                                                      {Metric::TrainLoss, 5}, {Metric::GradNorm, 1}};
+        for (std::size_t i = 0; i < snap.flags.size(); ++i) {
+            QCOMPARE(snap.flags[i].metric, expected[i].first);
+            QCOMPARE(snap.flags[i].update, expected[i].second);
+            QCOMPARE(snap.flags[i].y, value_at(engine.series(expected[i].first), expected[i].second));
+        }
+    }
+
     void residual_panel_plots_leg_minus_reference_in_percent() {
         QTemporaryDir dir;
         const auto file = std::filesystem::path(dir.path().toStdString()) / "run.h5";
@@ -324,7 +405,7 @@ private Q_SLOTS:
         QVERIFY(show_run_in(window, file));
         auto* view = window.trajectories();
         const auto name = QString::fromUtf8("engine − reference");
-        const auto& chart = view->panel_chart(TrajectoryView::ResidualPanel);
+        const auto& chart = view->panel_chart(TrajectoryView::residual_panel());
         auto plotted = [&] {
             for (auto* s : chart.chart()->series())
                 if (s->name() == name) return static_cast<QXYSeries*>(s)->points();
@@ -370,7 +451,7 @@ private Q_SLOTS:
             if (u != kPlantedUpdate) QCOMPARE(points[u].y(), 0.0);
 
         // Hover over the planted update: the read-out names the pair and shows the percent.
-        auto* panel = view->panel_view(TrajectoryView::ResidualPanel);
+        auto* panel = view->panel_view(TrajectoryView::residual_panel());
         const QPointF at = panel->chart()->mapToPosition(QPointF(kPlantedUpdate, planted));
         const QPointF local = panel->mapFromScene(panel->chart()->mapToScene(at));
         QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
@@ -395,11 +476,11 @@ private Q_SLOTS:
         MainWindow window;
         window.show();
         window.open_run(QString::fromStdString(file.string()));
-        auto drawn = [&] { return window.trajectories()->panel_chart(TrajectoryView::GradNormPanel).drawn_point_count(QStringLiteral("engine")); };
+        auto drawn = [&] { return window.trajectories()->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).drawn_point_count(QStringLiteral("engine")); };
         QTRY_COMPARE_WITH_TIMEOUT(drawn(), 10, 10000);
         append(10, 15);
         QTRY_COMPARE_WITH_TIMEOUT(drawn(), 25, 10000);  // picked up without reopening
-        QCOMPARE(window.trajectories()->panel_chart(TrajectoryView::GradNormPanel).x_axis()->max(), 24.0);
+        QCOMPARE(window.trajectories()->panel_chart(TrajectoryView::metric_panel(Metric::GradNorm)).x_axis()->max(), 24.0);
     }
 
     // Live following reads appended rows only; the residuals it accumulates equal experiments'

@@ -43,16 +43,61 @@ void append_percent(Series& out, const std::vector<ex::PercentPoint>& points) {
         if (std::isfinite(p.percent)) out.push_back({static_cast<double>(p.update), p.percent});
 }
 
-// The panel a flag belongs on (what its value is of, as the gate recorded it).
+// The panel a flag belongs on: the metric its value is of (experiments' flag_series: a metric
+// table series, or an update's wall or CPU time for a step-time flag, drawn with throughput, the
+// metric made of it).
 Metric flag_metric(const ex::GateFlag& f) {
-    if (auto m = ex::metric_of_series(f.series)) return *m;
-    if (f.series == "wall_s" || f.series == "cpu_s") return Metric::Throughput;  // a step-time flag, wall or CPU time
-    // Flags recorded before the gate named the series: what their kind is about.
-    if (f.kind == "paired-bound") return Metric::HeldoutCe;
-    if (f.kind == "step-time") return Metric::Throughput;
-    if (f.message.find("held-out") != std::string::npos) return Metric::HeldoutCe;
-    if (f.message.find("grad norm") != std::string::npos) return Metric::GradNorm;
+    const std::string series = ex::flag_series(f);
+    if (auto m = ex::metric_of_series(series)) return *m;
+    if (series == "wall_s" || series == "cpu_s") return Metric::Throughput;
     return Metric::TrainLoss;
+}
+
+// The seed envelope's band behind each metric it holds points of (held-out CE, training loss, grad norm).
+std::vector<EnvelopeBand> envelope_bands(const ex::SeedEnvelope& envelope) {
+    std::vector<EnvelopeBand> bands;
+    for (Metric m : {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm}) {
+        EnvelopeBand band;
+        band.stack = envelope.implementation;
+        band.members = envelope.members;
+        band.metric = m;
+        for (const auto& p : ex::envelope_band_points(envelope, ex::metric_info(m).series)) {
+            const auto u = static_cast<double>(p.update);
+            band.min.push_back({u, p.min});
+            band.max.push_back({u, p.max});
+            band.lo.push_back({u, p.lo});
+            band.hi.push_back({u, p.hi});
+        }
+        if (!band.min.empty()) bands.push_back(std::move(band));
+    }
+    return bands;
+}
+
+// Every metric's points of the new rows, through the metric table's of_step / of_eval.
+void fill_metric_series(LegTrajectory& leg, const std::vector<ex::StepRow>& steps, const std::vector<ex::EvalRow>& evals) {
+    for (const auto& m : ex::metric_table()) {
+        auto& series = leg.series(m.metric);
+        if (m.of_eval)
+            for (const auto& row : evals) series.push_back({static_cast<double>(row.update), m.of_eval(row)});
+        if (m.of_step)
+            for (const auto& row : steps) series.push_back({static_cast<double>(row.update), m.of_step(row)});
+    }
+}
+
+// A gate flag as a marker: on the panel of what it is about, sitting on the leg's curve at that
+// update (the metric's value in the leg's row there, through the metric table).
+FlagMarker flag_marker(const ex::GateFlag& f, const std::vector<ex::StepRow>& steps, const std::vector<ex::EvalRow>& evals) {
+    FlagMarker m{f.leg, f.kind, ex::gate_action_name(f.action), f.message, flag_metric(f), static_cast<double>(f.update), f.value};
+    const auto& info = ex::metric_info(m.metric);
+    if (info.of_eval) {
+        for (const auto& e : evals)
+            if (e.update == f.update) m.y = info.of_eval(e);
+    } else if (info.of_step) {
+        for (const auto& r : steps)
+            if (r.update == f.update) m.y = info.of_step(r);
+    }
+    if (!std::isfinite(m.y)) m.y = 0;  // a non-finite value has no place on the axis: at zero
+    return m;
 }
 
 bool leg_has_ended(const std::string& status) { return !status.empty() && status != "running" && status != "pending"; }
@@ -72,10 +117,6 @@ void rebuild_flag_points(RunSnapshot& s) {
     for (auto& [m, points] : s.flag_points)
         std::sort(points.begin(), points.end(), [](const SeriesPoint& a, const SeriesPoint& b) { return a.update < b.update; });
 }
-
-namespace {
-
-}  // namespace
 
 std::filesystem::path resolve_run_file(const std::filesystem::path& path) {
     std::error_code ec;
@@ -137,133 +178,126 @@ void IncrementalRunReader::clear() {
 IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::path& path, double wait_s) {
     const auto file = resolve_run_file(path);
     Delta delta;
-    RunSnapshot& out = delta.added;
-    out.path = file.string();
+    delta.added.path = file.string();
     {
         ex::RunFileReader reader(file, wait_s);
-        const auto experiment = reader.experiment();
-        out.experiment = experiment ? experiment->name : std::string();
-        out.run_id = experiment && !experiment->run_id.empty() ? experiment->run_id : file.parent_path().filename().string();
-        out.spec_json = experiment ? experiment->spec_json : std::string();
-        const auto names = reader.legs();
-        // Another run in the same place, legs gone, or tables that shrank: start over.
-        bool reset = out.run_id != run_id_ || names.size() < legs_.size();
-        for (std::size_t i = 0; !reset && i < legs_.size(); ++i) reset = names[i] != legs_[i].name;
-        if (reset) clear();
-        delta.reset = reset;
-        run_id_ = out.run_id;
-        if (reset && experiment) {
-            // The seed envelope that judges the run (copied into its file by the runner), and the
-            // error model that says where the envelope has a spread at all.
-            try {
-                const auto spec = ex::parse_experiment(nlohmann::json::parse(experiment->spec_json), file.string());
-                model_ = ex::error_model_or_none(spec, file.parent_path());
-                const auto envelopes = ex::read_envelopes(reader);
-                const std::string first_impl = names.empty() ? std::string() : attr_text(reader.leg_attributes(names.front()), "implementation");
-                if (const auto* e = ex::pick_envelope(envelopes, first_impl)) envelope_ = *e;
-                else if (!envelopes.empty()) envelope_ = envelopes.front();
-            } catch (const std::exception&) {
-                envelope_.reset();  // a run file without a readable spec or envelope draws no band
-            }
-            if (envelope_)
-                for (Metric m : {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm}) {
-                    EnvelopeBand band;
-                    band.stack = envelope_->implementation;
-                    band.members = envelope_->members;
-                    band.metric = m;
-                    for (const auto& p : ex::envelope_band_points(*envelope_, ex::metric_info(m).series)) {
-                        const auto u = static_cast<double>(p.update);
-                        band.min.push_back({u, p.min});
-                        band.max.push_back({u, p.max});
-                        band.lo.push_back({u, p.lo});
-                        band.hi.push_back({u, p.hi});
-                    }
-                    if (!band.min.empty()) out.bands.push_back(std::move(band));
-                }
-        }
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            if (i == legs_.size()) legs_.push_back({names[i], {}, {}, {}});
-            LegState& state = legs_[i];
-            const auto attributes = reader.leg_attributes(state.name);
-            state.implementation = attr_text(attributes, "implementation");
-            // Read from the last row we hold (one row of overlap): it must still be there and the same,
-            // else the table was rewritten (a resume rebuilds run.h5 from events.jsonl) and the run is
-            // read afresh.
-            auto steps = reader.steps(state.name, state.steps.empty() ? 0 : state.steps.size() - 1);
-            auto evals = reader.eval(state.name, state.evals.empty() ? 0 : state.evals.size() - 1);
-            rows_read_ += steps.size() + evals.size();
-            auto same_step = [](const ex::StepRow& a, const ex::StepRow& b) {
-                return a.update == b.update && a.loss == b.loss && a.grad_norm == b.grad_norm;
-            };
-            auto same_eval = [](const ex::EvalRow& a, const ex::EvalRow& b) { return a.update == b.update && a.heldout_ce == b.heldout_ce; };
-            const bool steps_continue = state.steps.empty() || (!steps.empty() && same_step(steps.front(), state.steps.back()));
-            const bool evals_continue = state.evals.empty() || (!evals.empty() && same_eval(evals.front(), state.evals.back()));
-            if (!delta.reset && (!steps_continue || !evals_continue)) {
+        const auto names = start_reading(reader, file, delta);
+        for (std::size_t i = 0; i < names.size(); ++i)
+            if (!read_leg(reader, i, names[i], delta)) {
+                // A leg's table was rewritten (a resume rebuilds run.h5 from events.jsonl): read afresh.
                 clear();
                 return read(path, wait_s);
             }
-            if (!state.steps.empty()) steps.erase(steps.begin());
-            if (!state.evals.empty()) evals.erase(evals.begin());
-            LegTrajectory leg;
-            leg.leg = state.name;
-            leg.implementation = state.implementation;
-            leg.device = attr_text(attributes, "device");
-            leg.status = attr_text(attributes, "status");
-            for (const auto& m : ex::metric_table()) {
-                auto& series = leg.series(m.metric);
-                if (m.of_eval)
-                    for (const auto& row : evals) series.push_back({static_cast<double>(row.update), m.of_eval(row)});
-                if (m.of_step)
-                    for (const auto& row : steps) series.push_back({static_cast<double>(row.update), m.of_step(row)});
-            }
-            for (const auto& c : ex::update_clock(steps, state.clock)) {
-                leg.tokens_seen.push_back({static_cast<double>(c.update), c.tokens_seen});
-                leg.wall_time.push_back({static_cast<double>(c.update), c.wall_s});
-                state.clock = c;
-            }
-            if (envelope_ && model_ && !evals.empty()) {
-                ZTrajectory z{state.name, envelope_->implementation, {}};
-                for (const auto& q : ex::envelope_z_points(evals, *envelope_, *model_))
-                    z.z.push_back({static_cast<double>(q.update), q.distance});
-                out.z_scores.push_back(std::move(z));
-            }
-            state.steps.insert(state.steps.end(), steps.begin(), steps.end());
-            state.evals.insert(state.evals.end(), evals.begin(), evals.end());
-            out.legs.push_back(std::move(leg));
-        }
-        // Gate flags: a small JSON array per leg, taken whole when their number changed.
-        std::vector<FlagMarker> flags;
-        for (std::size_t i = 0; i < legs_.size(); ++i) {
-            const auto text = reader.flags(legs_[i].name);
-            if (!text) continue;
-            try {
-                for (const auto& f : ex::flags_from_json(nlohmann::json::parse(*text))) {
-                    FlagMarker m{f.leg, f.kind, ex::gate_action_name(f.action), f.message, flag_metric(f), static_cast<double>(f.update), f.value};
-                    // The marker sits on the leg's curve at that update.
-                    const auto& st = legs_[i];
-                    if (m.metric == Metric::HeldoutCe) {
-                        for (const auto& e : st.evals)
-                            if (e.update == f.update) m.y = e.heldout_ce;
-                    } else {
-                        for (const auto& r : st.steps)
-                            if (r.update == f.update)
-                                m.y = m.metric == Metric::GradNorm ? r.grad_norm
-                                      : m.metric == Metric::Throughput ? ex::update_tokens_per_second(r)
-                                                                       : r.loss;
-                    }
-                    if (!std::isfinite(m.y)) m.y = 0;  // a non-finite value has no place on the axis: at zero
-                    flags.push_back(std::move(m));
-                }
-            } catch (const std::exception&) {
-            }
-        }
-        if (flags.size() != flags_seen_ || delta.reset) {
-            flags_seen_ = flags.size();
-            delta.flags_changed = true;
-            out.flags = std::move(flags);
-            rebuild_flag_points(out);
-        }
+        read_flags(reader, delta);
     }  // the reader closes here: a live writer waits as little as possible
+    add_verdict(file, delta.added);
+    add_residuals(delta.added);
+    return delta;
+}
+
+std::vector<std::string> IncrementalRunReader::start_reading(const ex::RunFileReader& reader, const std::filesystem::path& file,
+                                                             Delta& delta) {
+    RunSnapshot& out = delta.added;
+    const auto experiment = reader.experiment();
+    out.experiment = experiment ? experiment->name : std::string();
+    out.run_id = experiment && !experiment->run_id.empty() ? experiment->run_id : file.parent_path().filename().string();
+    out.spec_json = experiment ? experiment->spec_json : std::string();
+    auto names = reader.legs();
+    // Another run in the same place, legs gone, or tables that shrank: start over.
+    bool reset = out.run_id != run_id_ || names.size() < legs_.size();
+    for (std::size_t i = 0; !reset && i < legs_.size(); ++i) reset = names[i] != legs_[i].name;
+    if (reset) clear();
+    delta.reset = reset;
+    run_id_ = out.run_id;
+    if (reset && experiment) {
+        read_envelope(reader, experiment->spec_json, names, file);
+        if (envelope_) out.bands = envelope_bands(*envelope_);
+    }
+    return names;
+}
+
+void IncrementalRunReader::read_envelope(const ex::RunFileReader& reader, const std::string& spec_json, const std::vector<std::string>& names,
+                                         const std::filesystem::path& file) {
+    // The seed envelope that judges the run (copied into its file by the runner), and the
+    // error model that says where the envelope has a spread at all.
+    try {
+        const auto spec = ex::parse_experiment(nlohmann::json::parse(spec_json), file.string());
+        model_ = ex::error_model_or_none(spec, file.parent_path());
+        const auto envelopes = ex::read_envelopes(reader);
+        const std::string first_impl = names.empty() ? std::string() : attr_text(reader.leg_attributes(names.front()), "implementation");
+        if (const auto* e = ex::pick_envelope(envelopes, first_impl)) envelope_ = *e;
+        else if (!envelopes.empty()) envelope_ = envelopes.front();
+    } catch (const std::exception&) {
+        envelope_.reset();  // a run file without a readable spec or envelope draws no band
+    }
+}
+
+bool IncrementalRunReader::read_leg(const ex::RunFileReader& reader, std::size_t i, const std::string& name, Delta& delta) {
+    if (i == legs_.size()) legs_.push_back({name, {}, {}, {}});
+    LegState& state = legs_[i];
+    const auto attributes = reader.leg_attributes(state.name);
+    state.implementation = attr_text(attributes, "implementation");
+    // Read from the last row we hold (one row of overlap): it must still be there and the same,
+    // else the table was rewritten and the run is read afresh.
+    auto steps = reader.steps(state.name, state.steps.empty() ? 0 : state.steps.size() - 1);
+    auto evals = reader.eval(state.name, state.evals.empty() ? 0 : state.evals.size() - 1);
+    rows_read_ += steps.size() + evals.size();
+    if (!delta.reset && !continues(state, steps, evals)) return false;
+    if (!state.steps.empty()) steps.erase(steps.begin());
+    if (!state.evals.empty()) evals.erase(evals.begin());
+    LegTrajectory leg;
+    leg.leg = state.name;
+    leg.implementation = state.implementation;
+    leg.device = attr_text(attributes, "device");
+    leg.status = attr_text(attributes, "status");
+    fill_metric_series(leg, steps, evals);
+    for (const auto& c : ex::update_clock(steps, state.clock)) {
+        leg.tokens_seen.push_back({static_cast<double>(c.update), c.tokens_seen});
+        leg.wall_time.push_back({static_cast<double>(c.update), c.wall_s});
+        state.clock = c;
+    }
+    if (envelope_ && model_ && !evals.empty()) {
+        ZTrajectory z{state.name, envelope_->implementation, {}};
+        for (const auto& q : ex::envelope_z_points(evals, *envelope_, *model_))
+            z.z.push_back({static_cast<double>(q.update), q.distance});
+        delta.added.z_scores.push_back(std::move(z));
+    }
+    state.steps.insert(state.steps.end(), steps.begin(), steps.end());
+    state.evals.insert(state.evals.end(), evals.begin(), evals.end());
+    delta.added.legs.push_back(std::move(leg));
+    return true;
+}
+
+bool IncrementalRunReader::continues(const LegState& state, const std::vector<ex::StepRow>& steps, const std::vector<ex::EvalRow>& evals) {
+    auto same_step = [](const ex::StepRow& a, const ex::StepRow& b) {
+        return a.update == b.update && a.loss == b.loss && a.grad_norm == b.grad_norm;
+    };
+    auto same_eval = [](const ex::EvalRow& a, const ex::EvalRow& b) { return a.update == b.update && a.heldout_ce == b.heldout_ce; };
+    const bool steps_continue = state.steps.empty() || (!steps.empty() && same_step(steps.front(), state.steps.back()));
+    const bool evals_continue = state.evals.empty() || (!evals.empty() && same_eval(evals.front(), state.evals.back()));
+    return steps_continue && evals_continue;
+}
+
+void IncrementalRunReader::read_flags(const ex::RunFileReader& reader, Delta& delta) {
+    // Gate flags: a small JSON array per leg, taken whole when their number changed.
+    std::vector<FlagMarker> flags;
+    for (const auto& state : legs_) {
+        const auto text = reader.flags(state.name);
+        if (!text) continue;
+        try {
+            for (const auto& f : ex::flags_from_json(nlohmann::json::parse(*text))) flags.push_back(flag_marker(f, state.steps, state.evals));
+        } catch (const std::exception&) {
+        }
+    }
+    if (flags.size() != flags_seen_ || delta.reset) {
+        flags_seen_ = flags.size();
+        delta.flags_changed = true;
+        delta.added.flags = std::move(flags);
+        rebuild_flag_points(delta.added);
+    }
+}
+
+void IncrementalRunReader::add_verdict(const std::filesystem::path& file, RunSnapshot& out) {
     // The verdict once every leg has ended (the whole comparison, once per run).
     bool ended = !out.legs.empty();
     std::string statuses;
@@ -279,6 +313,9 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
         }
         verdict_statuses_ = statuses;
     }
+}
+
+void IncrementalRunReader::add_residuals(RunSnapshot& out) {
     // Residuals of every pair (compare_legs' order and sides), only at newly paired updates.
     std::size_t pair = 0;
     for (std::size_t i = 0; i < legs_.size(); ++i)
@@ -301,7 +338,6 @@ IncrementalRunReader::Delta IncrementalRunReader::read(const std::filesystem::pa
             out.residuals.push_back(std::move(loss));
             out.residuals.push_back(std::move(grad));
         }
-    return delta;
 }
 
 void apply_delta(RunSnapshot& target, const IncrementalRunReader::Delta& delta) {

@@ -368,10 +368,10 @@ TrajectoryView* MainWindow::figure_source() const {
 
 void MainWindow::export_figure_with(bool several) {
     QStringList panels;
-    for (int p = 0; p < TrajectoryView::PanelCount; ++p) panels << TrajectoryView::panel_name(static_cast<TrajectoryView::Panel>(p));
+    for (int p = 0; p < TrajectoryView::panel_count(); ++p) panels << TrajectoryView::panel_name(p);
     TrajectoryView* view = figure_source();
     FigureExportDialog dialog(panels, 0, this);
-    if (several) dialog.choose_panels({TrajectoryView::HeldoutPanel, TrajectoryView::ResidualPanel, TrajectoryView::GradNormPanel});
+    if (several) dialog.choose_panels(TrajectoryView::figure_panels());
     dialog.set_run_id(QString::fromStdString(view->snapshot().run_id));
     if (dialog.exec() != QDialog::Accepted) return;
     try {
@@ -434,7 +434,7 @@ bool MainWindow::export_multi_panel_figure(const QString& path, FigurePreset pre
     if (!format) return false;
     trajectories_->redraw_now();
     std::vector<PanelFigure> figure;
-    for (int p : {int(TrajectoryView::HeldoutPanel), int(TrajectoryView::ResidualPanel), int(TrajectoryView::GradNormPanel)})
+    for (int p : TrajectoryView::figure_panels())
         figure.push_back({trajectories_->panel_curves(p), trajectories_->panel_options(p)});
     try {
         export_figure_panels(figure, preset_size(preset, static_cast<int>(figure.size())), *format, path.toStdString(),

@@ -188,10 +188,11 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     // Which panels are shown: every metric the run file records has one.
     auto* show_bar = new QHBoxLayout;
     show_bar->addWidget(new QLabel(tr("Show:"), this));
-    for (int p = 0; p < PanelCount; ++p) {
-        auto* box = new QCheckBox(panel_name(static_cast<Panel>(p)), this);
+    for (int p = 0; p < panel_count(); ++p) {
+        auto* box = new QCheckBox(panel_name(p), this);
         box->setObjectName(QStringLiteral("show_panel%1").arg(p));
-        box->setChecked(p == ResidualPanel || experiments::metric_info(panel_metric(static_cast<Panel>(p))).shown);
+        const auto metric = panel_metric(p);
+        box->setChecked(!metric || experiments::metric_info(*metric).shown);  // the residual panel is shown
         show_bar->addWidget(box);
         panel_boxes_.push_back(box);
     }
@@ -206,7 +207,7 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     auto* splitter = new QSplitter(Qt::Vertical, scroll);
     splitter->setChildrenCollapsible(false);
-    for (int i = 0; i < PanelCount; ++i) {
+    for (int i = 0; i < panel_count(); ++i) {
         auto chart = std::make_unique<TrajectoryChart>();
         auto* panel = new ChartPanel(chart->chart(), splitter);
         panel->setObjectName(QStringLiteral("panel%1").arg(i));
@@ -261,23 +262,35 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
         schedule_redraw();
     });
     connect(reset, &QPushButton::clicked, this, [this] { set_x_range(std::nullopt); });
-    for (int p = 0; p < PanelCount; ++p)
-        connect(panel_boxes_[static_cast<std::size_t>(p)], &QCheckBox::toggled, this,
-                [this, p](bool on) { set_panel_visible(static_cast<Panel>(p), on); });
+    for (int p = 0; p < panel_count(); ++p)
+        connect(panel_boxes_[static_cast<std::size_t>(p)], &QCheckBox::toggled, this, [this, p](bool on) { set_panel_visible(p, on); });
 }
 
 TrajectoryView::~TrajectoryView() = default;
 
-Metric TrajectoryView::panel_metric(Panel panel) {
-    // The metric panels are the metric table's rows, in its order; the residual panel comes last.
+// The metric panels are the metric table's rows, in its order; the residual panel comes last.
+int TrajectoryView::panel_count() { return residual_panel() + 1; }
+
+int TrajectoryView::residual_panel() { return static_cast<int>(experiments::metric_table().size()); }
+
+int TrajectoryView::metric_panel(Metric metric) {
     const auto& table = experiments::metric_table();
-    return panel >= 0 && static_cast<std::size_t>(panel) < table.size() ? table[static_cast<std::size_t>(panel)].metric : Metric::HeldoutCe;
+    const auto row = std::find_if(table.begin(), table.end(), [&](const experiments::MetricInfo& m) { return m.metric == metric; });
+    return static_cast<int>(row - table.begin());
 }
 
-QString TrajectoryView::panel_name(Panel panel) {
-    if (panel == ResidualPanel) return tr("residual");
-    return QString::fromLatin1(metric_label(panel_metric(panel)));
+std::optional<Metric> TrajectoryView::panel_metric(int panel) {
+    const auto& table = experiments::metric_table();
+    if (panel < 0 || static_cast<std::size_t>(panel) >= table.size()) return std::nullopt;
+    return table[static_cast<std::size_t>(panel)].metric;
 }
+
+QString TrajectoryView::panel_name(int panel) {
+    const auto metric = panel_metric(panel);
+    return metric ? QString::fromLatin1(metric_label(*metric)) : tr("residual");
+}
+
+std::vector<int> TrajectoryView::figure_panels() { return {metric_panel(Metric::HeldoutCe), residual_panel(), metric_panel(Metric::GradNorm)}; }
 
 const RunSnapshot& TrajectoryView::snapshot() const {
     static const RunSnapshot empty;
@@ -338,7 +351,7 @@ ChartOptions TrajectoryView::panel_options(int panel) const {
     const auto* view = panels_.at(static_cast<std::size_t>(panel));
     o.columns = std::max(50, view->width());
     o.rows = std::max(60, view->height());
-    if (panel == ResidualPanel) {
+    if (panel == residual_panel()) {
         const int choice = residual_metric_->currentData().toInt();
         o.z = choice == kZScores;
         o.metric = o.z ? Metric::HeldoutCe : static_cast<Metric>(choice);
@@ -346,7 +359,7 @@ ChartOptions TrajectoryView::panel_options(int panel) const {
         o.residual = true;
         o.smoothing = 0;
     } else {
-        o.metric = panel_metric(static_cast<Panel>(panel));
+        o.metric = *panel_metric(panel);
     }
     return o;
 }
@@ -446,14 +459,14 @@ void TrajectoryView::update_verdict() {
     verdict_label_->setVisible(true);
 }
 
-void TrajectoryView::set_panel_visible(Panel panel, bool visible) {
+void TrajectoryView::set_panel_visible(int panel, bool visible) {
     auto* box = panel_boxes_.at(static_cast<std::size_t>(panel));
     if (box->isChecked() != visible) box->setChecked(visible);  // comes back here through toggled
     panels_.at(static_cast<std::size_t>(panel))->setVisible(visible);
     schedule_redraw();
 }
 
-bool TrajectoryView::panel_visible(Panel panel) const { return panel_boxes_.at(static_cast<std::size_t>(panel))->isChecked(); }
+bool TrajectoryView::panel_visible(int panel) const { return panel_boxes_.at(static_cast<std::size_t>(panel))->isChecked(); }
 
 void TrajectoryView::new_run_shown() {
     // Another run's updates are not this one's: the zoom and the hover start afresh.
@@ -514,8 +527,8 @@ void TrajectoryView::schedule_redraw() {
 
 std::optional<std::pair<double, double>> TrajectoryView::data_x_range() const {
     std::optional<std::pair<double, double>> all;
-    for (int p = 0; p < PanelCount; ++p) {
-        if (p == ResidualPanel) continue;
+    for (int p = 0; p < panel_count(); ++p) {
+        if (p == residual_panel()) continue;
         if (auto r = TrajectoryChart::full_x_range(panel_curves(p)))
             all = all ? std::make_pair(std::min(all->first, r->first), std::max(all->second, r->second)) : *r;
     }
@@ -526,8 +539,8 @@ void TrajectoryView::rebuild_legend() {
     // Every curve of the shown panels once, in panel order; rebuilt only when the list changes.
     std::vector<Curve> entries;
     QStringList names;
-    for (int p = 0; p < PanelCount; ++p) {
-        if (!panel_visible(static_cast<Panel>(p))) continue;
+    for (int p = 0; p < panel_count(); ++p) {
+        if (!panel_visible(p)) continue;
         for (const auto& c : panel_curves(p)) {
             if (names.contains(c.name)) continue;
             names << c.name;
@@ -580,7 +593,7 @@ void TrajectoryView::align_plot_areas() {
     std::vector<std::pair<TrajectoryChart*, double>> natural;  // chart, its plot's left edge without extra margin
     double left = 0;
     for (std::size_t i = 0; i < charts_.size(); ++i) {
-        if (!panel_visible(static_cast<Panel>(i))) continue;
+        if (!panel_visible(static_cast<int>(i))) continue;
         auto* chart = charts_[i]->chart();
         chart->layout()->activate();
         const double edge = chart->plotArea().left() - (chart->margins().left() - 4);
@@ -609,7 +622,7 @@ void TrajectoryView::redraw_now() {
         all->second = std::ceil(all->second / step - 1e-9) * step;
     }
     for (std::size_t i = 0; i < charts_.size(); ++i) {
-        if (!panel_visible(static_cast<Panel>(i))) continue;  // hidden panels are drawn when shown
+        if (!panel_visible(static_cast<int>(i))) continue;  // hidden panels are drawn when shown
         auto options = panel_options(static_cast<int>(i));
         options.x_range = all;
         charts_[i]->update(panel_curves(static_cast<int>(i)), options);
@@ -731,19 +744,19 @@ void TrajectoryView::hover_at(double update, int panel) {
             charts_[static_cast<std::size_t>(p)]->set_crosshair(*at, QStringLiteral("<b>%1 %2</b><br>%3").arg(x_name, at_text, tip.join(QStringLiteral("<br>"))));
         }
     };
-    for (int p = 0; p < PanelCount; ++p) {
-        if (!panel_visible(static_cast<Panel>(p))) continue;
-        if (p == ResidualPanel && residual_z()) {
+    for (int p = 0; p < panel_count(); ++p) {
+        if (!panel_visible(p)) continue;
+        if (p == residual_panel() && residual_z()) {
             line_for(p, QStringLiteral("z in the seed envelope, held-out CE"), panel_curves(p), QString(), 4);
-        } else if (p == ResidualPanel) {
+        } else if (p == residual_panel()) {
             const Metric m = residual_metric();
             line_for(p, QStringLiteral("residual (%), %1").arg(QString::fromLatin1(metric_label(m))), panel_curves(p), QStringLiteral("%"), 6);
         } else {
-            line_for(p, QString::fromLatin1(metric_label(panel_metric(static_cast<Panel>(p)))), panel_curves(p), QString(), 8);
+            line_for(p, panel_name(p), panel_curves(p), QString(), 8);
         }
     }
     // The crosshair on every other shown panel at the same x (no read-out there).
-    for (int p = 0; p < PanelCount; ++p)
+    for (int p = 0; p < panel_count(); ++p)
         if (p != panel) charts_[static_cast<std::size_t>(p)]->set_crosshair(cross ? cross : std::optional<double>(update));
     // The gate's flags at the hovered update, with their reason.
     if (runs_.size() == 1 && chosen_.x_axis == XAxis::Update) {

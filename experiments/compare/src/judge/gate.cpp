@@ -20,6 +20,15 @@ namespace {
 
 }  // namespace
 
+std::string flag_series(const GateFlag& f) {
+    if (!f.series.empty()) return f.series;
+    if (f.kind == "paired-bound") return "heldout_ce";
+    if (f.kind == "step-time") return "wall_s";
+    if (f.message.find("held-out") != std::string::npos) return "heldout_ce";
+    if (f.message.find("grad norm") != std::string::npos) return "grad_norm";
+    return "loss";
+}
+
 json flags_to_json(const std::vector<GateFlag>& flags) {
     json a = json::array();
     for (const auto& f : flags) {

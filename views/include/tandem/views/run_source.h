@@ -52,6 +52,17 @@ private:
     struct PairState {
         std::int64_t eval_after = -1, step_after = -1;  // last paired update seen
     };
+    // The steps of read(), in order: who the run is (and whether it starts over), each leg's new
+    // rows, the gate's flags, then (the file closed) the verdict and the new residual points.
+    std::vector<std::string> start_reading(const experiments::RunFileReader& reader, const std::filesystem::path& file, Delta& delta);
+    void read_envelope(const experiments::RunFileReader& reader, const std::string& spec_json, const std::vector<std::string>& names,
+                       const std::filesystem::path& file);
+    bool read_leg(const experiments::RunFileReader& reader, std::size_t i, const std::string& name, Delta& delta);  // false: rewritten
+    static bool continues(const LegState& state, const std::vector<experiments::StepRow>& steps,
+                          const std::vector<experiments::EvalRow>& evals);
+    void read_flags(const experiments::RunFileReader& reader, Delta& delta);
+    void add_verdict(const std::filesystem::path& file, RunSnapshot& out);
+    void add_residuals(RunSnapshot& out);
     std::string run_id_;
     std::vector<LegState> legs_;
     std::vector<PairState> pairs_;  // i < j, in compare_legs' order

@@ -1,7 +1,7 @@
 #pragma once
-// The trajectories page (and the compare page's overlay): held-out CE, training loss, grad norm,
-// learning rate, throughput and the residual panel stacked on one x axis (update, tokens seen or
-// wall time). Zoom (rubber band or wheel) and pan (right-drag or arrow keys) are shared by every
+// The trajectories page (and the compare page's overlay): a panel per metric of experiments' metric
+// table (held-out CE, training loss, grad norm, learning rate, throughput) and the residual panel
+// stacked on one x axis (update, tokens seen or wall time). Zoom (rubber band or wheel) and pan (right-drag or arrow keys) are shared by every
 // panel and kept inside the data; y follows the visible x range. Hovering draws a crosshair on
 // every panel and, in the panel under the pointer, a read-out of every curve at that x. One legend
 // beside the panels names every curve with a stretch of its line; clicking an entry hides or shows
@@ -50,7 +50,17 @@ struct RunLeg {
 class TrajectoryView : public QWidget {
     Q_OBJECT
 public:
-    enum Panel { HeldoutPanel, TrainLossPanel, GradNormPanel, LearningRatePanel, ThroughputPanel, ResidualPanel, PanelCount };
+    // The panels are experiments' metric table, in its order (panel i draws metric_table()[i]), then
+    // the residual panel: a metric added to the table gets a panel of its own and moves no other
+    // metric's (no list of panels is written here). Name a panel by its metric, never by number.
+    static int panel_count();  // every panel: one per metric, and the residual panel
+    static int metric_panel(Metric metric);
+    static int residual_panel();
+    static std::optional<Metric> panel_metric(int panel);  // nullopt for the residual panel
+    static QString panel_name(int panel);                  // the metric's label; "residual"
+    // The panels of the paper figure (File > Export multi-panel figure; the compare page's figure
+    // dialog starts with them): held-out CE, its residual, grad norm, named by metric.
+    static std::vector<int> figure_panels();
 
     explicit TrajectoryView(QWidget* parent = nullptr);
     ~TrajectoryView() override;
@@ -101,13 +111,10 @@ public:
     bool residual_z() const;
     // The verdict line shown at the top (one run), as drawn.
     QString verdict_text() const;
-    void set_panel_visible(Panel panel, bool visible);
-    bool panel_visible(Panel panel) const;
+    void set_panel_visible(int panel, bool visible);
+    bool panel_visible(int panel) const;
 
     // The panels, for export and tests.
-    int panel_count() const { return static_cast<int>(panels_.size()); }
-    static Metric panel_metric(Panel panel);
-    static QString panel_name(Panel panel);
     ChartOptions panel_options(int panel) const;
     // The curves panel `panel` draws now (pointing into this view's runs).
     std::vector<Curve> panel_curves(int panel) const;

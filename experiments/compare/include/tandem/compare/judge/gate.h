@@ -43,6 +43,12 @@ struct GateFlag {
     std::string series;    // what the value is of: heldout_ce | loss | grad_norm | wall_s | cpu_s (where the workbench marks it)
 };
 
+// What a flag's value is of (GateFlag::series): a metric table series (metric_of_series) or, for a
+// step-time flag, wall_s / cpu_s. A flag recorded before the gate named its series (run files before
+// December 2026) gets the one its kind says, or for the kinds about several series (non-finite,
+// envelope), the one its message names in the gate's own wording.
+std::string flag_series(const GateFlag& flag);
+
 nlohmann::json flags_to_json(const std::vector<GateFlag>& flags);
 std::vector<GateFlag> flags_from_json(const nlohmann::json& j);
 

@@ -171,6 +171,8 @@ struct L4Context {
     const std::vector<SeedEnvelope>& envelopes;  // the experiment's seed envelopes, any stacks
     const std::string& key;                      // the experiment's sha256 without seeds
     int64_t planned_updates = -1;                // the run's plan (the lr schedule's T); -1: unknown
+    // Where the envelopes were looked for (EnvelopeSearch::places), named when none was found; empty: not said.
+    std::vector<std::string> envelope_places = {};
 };
 L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t);
 L2Entry compare_l2(const LegData& a, const LegData& b);
@@ -285,9 +287,12 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 // The same, pairing every leg with `against` only, as (leg, against) — `tandem faults` compares each
 // faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
 // has that name.
+// `envelope_places`: where the envelopes were looked for (EnvelopeSearch::places), named by a pair
+// judged without one.
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
-                                const std::vector<SeedEnvelope>& envelopes = {}, int64_t planned_updates = -1);
+                                const std::vector<SeedEnvelope>& envelopes = {}, int64_t planned_updates = -1,
+                                const std::vector<std::string>& envelope_places = {});
 
 // The one judging path (docs/thresholds.md "One judging path"): the levels, the completeness of every
 // leg and, when fingerprints are given, the localisation of every failing pair with its first point
@@ -298,6 +303,7 @@ struct Judging {
     ExpectedSeries expected;              // the plan: updates and evaluations every leg must hold
     std::optional<ErrorModel> model;      // nullopt: error_model_for(spec)
     std::vector<SeedEnvelope> envelopes;  // the experiment's (others are ignored)
+    std::vector<std::string> envelope_places;  // where they were looked for (EnvelopeSearch::places)
     Thresholds thresholds;
     // A leg's fingerprints (empty when it recorded none); unset: nothing is localised.
     std::function<std::vector<FingerprintRow>(const std::string& leg)> fingerprints;
@@ -348,11 +354,11 @@ bool same_run_leg(const RunLegRef& a, const RunLegRef& b);
 // one), judged as `tandem report` judges a run: when the settings that change numbers are the same
 // (setting_changes_numbers), the pair is judged — paired (the error-model bound) when the seeds,
 // masks and plan line up, else by the seed envelope the run files hold or, when they hold none, the
-// catalog's (`catalog`, read when it exists), each leg against its own run's clip; when they differ,
+// first of `catalogs` holding one (run_envelopes), each leg against its own run's clip; when they differ,
 // L4 is reported and the pair is `not judged` (the first such setting is the reason). Throws
 // tandem::Error for a leg compared with itself.
 RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {},
-                                const std::filesystem::path& catalog = {});
+                                const std::vector<std::filesystem::path>& catalogs = {});
 
 
 // The evaluation observables of every L4 pair of `c` whose legs both recorded some (observables.h).

@@ -120,13 +120,15 @@ bool same_run_leg(const RunLegRef& a, const RunLegRef& b) {
 
 namespace {
 
-// Where the two runs' envelopes were looked for, each place once: "the run file" of either run is
-// "either run file" (the catalogs are the same list for both).
-std::vector<std::string> places_of_both(const EnvelopeSearch& a, const EnvelopeSearch& b) {
+// Where the two runs' envelopes were looked for, each place once (the catalogs are the same list for
+// both): two legs of one run name "the run file", as `tandem report` does; of two runs, "both run files".
+std::vector<std::string> places_of_both(const OpenedRun& a, const OpenedRun& b) {
+    std::error_code ea, eb;
+    const bool one_file = std::filesystem::weakly_canonical(a.file, ea) == std::filesystem::weakly_canonical(b.file, eb) && !ea && !eb;
     std::vector<std::string> out;
-    for (const auto* s : {&a, &b})
+    for (const auto* s : {&a.envelopes, &b.envelopes})
         for (const auto& p : s->places) {
-            const std::string place = p == "the run file" ? "either run file" : p;
+            const std::string place = p == "the run file" && !one_file ? "both run files" : p;
             if (std::find(out.begin(), out.end(), place) == out.end()) out.push_back(place);
         }
     return out;
@@ -173,7 +175,7 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     judging.thresholds = t;
     judging.model = error_model_or_none(spec, a.folder);
     judging.envelopes = envelopes;
-    judging.envelope_places = places_of_both(a.envelopes, b.envelopes);
+    judging.envelope_places = places_of_both(a, b);
     judging.expected = a.expected;
     const std::map<std::string, const std::vector<FingerprintRow>*> fingerprints = {{r.label_a, &a.fingerprints},
                                                                                       {r.label_b, &b.fingerprints}};

@@ -56,11 +56,18 @@ void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalo
     cmd->add_option("--format", o.format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
     cmd->add_option("--out", o.out, "write to this file instead of stdout (never over a run's file unless --force)");
     add_force_flag(cmd, o.force);
-    cmd->add_option("--catalog", o.catalogs, catalog_help)
+    o.catalog_option = cmd->add_option("--catalog", o.catalogs, catalog_help)
         ->default_str(o.catalogs.front())
         ->type_name("DB")
         ->expected(1)  // one per --catalog: `--catalog a.db RUN` leaves RUN to the positional
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+void note_missing_catalogs(const ReportOutput& o) {
+    if (!o.catalog_option || o.catalog_option->count() == 0) return;  // the default may well be absent
+    std::error_code ec;
+    for (const auto& c : o.catalogs)
+        if (!fs::exists(c, ec)) std::fprintf(stderr, "note: catalog %s does not exist: no seed envelope was read from it\n", c.c_str());
 }
 
 ReportFormat checked_report_format(const ReportOutput& o) {

@@ -40,12 +40,16 @@ struct ReportOutput {
     std::string out;
     std::vector<std::string> catalogs = {"tandem.db"};
     bool force = false;
+    CLI::Option* catalog_option = nullptr;  // set by add_report_output: whether --catalog was given
     std::vector<std::filesystem::path> catalog_paths() const { return {catalogs.begin(), catalogs.end()}; }
 };
 void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalog_help);
 // Refuses a protected --out (refuse_protected_out) and returns the parsed --format, before anything
 // is read or written.
 ReportFormat checked_report_format(const ReportOutput& o);
+// "note: catalog X does not exist: no seed envelope was read from it" on stderr for every --catalog
+// given that is not there (a mistyped path: the verdict then names only the places looked in).
+void note_missing_catalogs(const ReportOutput& o);
 // The rendered report to --out (atomically), else stdout.
 void write_report_output(const ReportOutput& o, const std::string& text);
 

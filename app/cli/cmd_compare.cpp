@@ -40,6 +40,7 @@ void add_compare_command(CLI::App& app, int& exit_code) {
                                                       " are the same leg of the same run: a leg equals itself by construction");
         note_live_run(a.run.string(), "the comparison covers what it has recorded so far");
         if (b.run != a.run) note_live_run(b.run.string(), "the comparison covers what it has recorded so far");
+        note_missing_catalogs(args->output);
         const auto r = experiments::compare_run_legs(a, b, {}, args->output.catalog_paths());
         write_report_output(args->output, experiments::render_runs_comparison(r, format));
         exit_code = r.comparison.passed() ? kOk : kCheckFailed;

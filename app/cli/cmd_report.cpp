@@ -32,6 +32,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
     report->callback([rep, &exit_code] {
         const auto fmt = checked_report_format(rep->output);  // before anything is read or written
         note_live_run(rep->run, "this report covers what it has recorded so far (legs still running are not finished)");
+        note_missing_catalogs(rep->output);
         std::string title;
         experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->output.catalog_paths());
         write_report_output(rep->output, experiments::render_report(title, c, fmt));

@@ -234,11 +234,13 @@ def test_the_effect_size_line_looks_in_every_catalog_named(built):
     assert v.startswith("different: c~f: ") and "; effect size: no seed envelope (no seed envelope of this experiment" in v, v
     assert f"in the catalog {own}:" in v and "or name the catalog that holds one with --catalog" in v, v
     # `tandem report` of that run (its run file holds no envelope: none was found when it started) looks
-    # in the run file, then in every catalog named, in order; a missing one is named as missing.
+    # in the run file, then in every catalog named, in order; one that does not exist is noted on stderr.
     missing = os.path.join(tmp, "missing.db")
     r = subprocess.run([TANDEM, "report", alone, "--catalog", missing, "--catalog", own], capture_output=True, text=True)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"in the run file, the catalog {missing} (no such file) or the catalog {own}:" in verdict_of(r.stdout), r.stdout[-2000:]
+    assert f"in the run file or the catalog {own}:" in verdict_of(r.stdout), r.stdout[-2000:]
+    assert f"note: catalog {missing} does not exist: no seed envelope was read from it" in r.stderr, r.stderr
+    assert not os.path.exists(missing)
     r = subprocess.run([TANDEM, "report", alone, "--catalog", own, "--catalog", envelopes], capture_output=True, text=True)
     v = verdict_of(r.stdout)
     print("report with both catalogs:", v)

@@ -48,7 +48,7 @@ Comparison compare_run_file(const std::filesystem::path& run, std::string* title
                             const std::vector<std::filesystem::path>& catalogs = {},
                             const std::optional<std::string>& against = std::nullopt);
 // The seed envelopes that judge a run of `spec`: those `reader`'s file holds for the experiment, else
-// those of the first of `catalogs` (in order; missing files are named, not read) holding any, with
+// those of the first of `catalogs` (in order; missing files are skipped) holding any, with
 // every place looked in. `tandem report` and `tandem compare` find them the same way; `tandem run`
 // looks in its catalogs the same way when the run starts (RunRecorder).
 EnvelopeSearch run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec,

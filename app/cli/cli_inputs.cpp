@@ -56,7 +56,18 @@ void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalo
     cmd->add_option("--format", o.format, "text, md, csv or tex (LaTeX, booktabs)")->capture_default_str();
     cmd->add_option("--out", o.out, "write to this file instead of stdout (never over a run's file unless --force)");
     add_force_flag(cmd, o.force);
-    cmd->add_option("--catalog", o.catalog, catalog_help)->capture_default_str();
+    o.catalog_option = cmd->add_option("--catalog", o.catalogs, catalog_help)
+        ->default_str(o.catalogs.front())
+        ->type_name("DB")
+        ->expected(1)  // one per --catalog: `--catalog a.db RUN` leaves RUN to the positional
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+void note_missing_catalogs(const ReportOutput& o) {
+    if (!o.catalog_option || o.catalog_option->count() == 0) return;  // the default may well be absent
+    std::error_code ec;
+    for (const auto& c : o.catalogs)
+        if (!fs::exists(c, ec)) std::fprintf(stderr, "note: catalog %s does not exist: no seed envelope was read from it\n", c.c_str());
 }
 
 ReportFormat checked_report_format(const ReportOutput& o) {
@@ -82,15 +93,30 @@ void write_report_output(const ReportOutput& o, const std::string& text) {
     else write_file_atomic(o.out, text);
 }
 
-CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_help, const std::string& threads_help) {
+CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_help, const std::string& threads_help,
+                            bool more_catalogs) {
     cmd->add_option("--out", p.out, out_help)->capture_default_str();
-    cmd->add_option("--catalog", p.catalog, "SQLite catalog")->capture_default_str();
+    if (!more_catalogs) cmd->add_option("--catalog", p.catalog, "SQLite catalog")->capture_default_str();
+    else
+        cmd->add_option_function<std::vector<std::string>>(
+               "--catalog",
+               [&p](const std::vector<std::string>& v) {
+                   p.catalog = v.front();
+                   p.more_catalogs.assign(v.begin() + 1, v.end());
+               },
+               "SQLite catalog the run is recorded in; repeat it to look in more catalogs, in order, for the experiment's seed "
+               "envelopes")
+            ->default_str(p.catalog)
+            ->type_name("DB")
+            ->expected(1)  // one per --catalog
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     cmd->add_option("--assets", p.assets, "folder holding assets/qwen3-tokenizer and data/corpora");
     return cmd->add_option("--threads", p.threads, threads_help);
 }
 
-CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help) {
-    auto* threads = add_run_places(cmd, a, "folder for run folders", threads_help);
+CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help,
+                             bool more_catalogs) {
+    auto* threads = add_run_places(cmd, a, "folder for run folders", threads_help, more_catalogs);
     cmd->add_option("--format", a.format, format_help)->capture_default_str();
     cmd->add_flag("--no-probe", a.no_probe, "skip the bandwidth probes");
     cmd->add_flag("--share-devices", a.share_devices,

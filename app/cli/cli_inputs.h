@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace tandem::cli {
 
@@ -32,17 +33,23 @@ void require_out_folder(const std::string& option, const std::string& path, bool
 CLI::Option* add_force_flag(CLI::App* cmd, bool& force);
 
 // A command that prints a report (report, compare; docs/report.md): --format, --out FILE (stdout when
-// not given; never over a run's file unless --force) and the --catalog whose seed envelopes judge it.
+// not given; never over a run's file unless --force) and the catalogs whose seed envelopes judge it
+// (--catalog, repeatable: looked in in order after the run file).
 struct ReportOutput {
     std::string format = "text";
     std::string out;
-    std::string catalog = "tandem.db";
+    std::vector<std::string> catalogs = {"tandem.db"};
     bool force = false;
+    CLI::Option* catalog_option = nullptr;  // set by add_report_output: whether --catalog was given
+    std::vector<std::filesystem::path> catalog_paths() const { return {catalogs.begin(), catalogs.end()}; }
 };
 void add_report_output(CLI::App* cmd, ReportOutput& o, const std::string& catalog_help);
 // Refuses a protected --out (refuse_protected_out) and returns the parsed --format, before anything
 // is read or written.
 ReportFormat checked_report_format(const ReportOutput& o);
+// "note: catalog X does not exist: no seed envelope was read from it" on stderr for every --catalog
+// given that is not there (a mistyped path: the verdict then names only the places looked in).
+void note_missing_catalogs(const ReportOutput& o);
 // The rendered report to --out (atomically), else stdout.
 void write_report_output(const ReportOutput& o, const std::string& text);
 
@@ -54,13 +61,17 @@ void note_live_run(const std::string& run, const std::string& what);
 
 // A command that runs legs (run, faults, envelope): the folder its run folders go into (--out), the
 // catalog, the assets folder and the CPU threads its legs share. Returns --threads' option.
+// With `more_catalogs` (tandem run) --catalog may be repeated: the run is recorded in the first, and
+// the others are looked in too, in order, for the experiment's seed envelopes.
 struct RunPlaces {
     std::string out = "runs";
     std::string catalog = "tandem.db";
+    std::vector<std::string> more_catalogs;  // the --catalog after the first (tandem run)
     std::string assets;  // "": the shared assets (tandem/assets.h)
     int threads = 0;
 };
-CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_help, const std::string& threads_help);
+CLI::Option* add_run_places(CLI::App* cmd, RunPlaces& p, const std::string& out_help, const std::string& threads_help,
+                            bool more_catalogs = false);
 // Into RunnerOptions or EnvelopeOptions (the same four fields).
 template <typename Options>
 void apply_run_places(const RunPlaces& p, Options& o) {
@@ -77,11 +88,13 @@ struct RunnerArgs : RunPlaces {
     bool no_probe = false;
     bool share_devices = false;
 };
-CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help);
+CLI::Option* add_runner_args(CLI::App* cmd, RunnerArgs& a, const std::string& threads_help, const std::string& format_help,
+                             bool more_catalogs = false);
 // Into RunnerOptions.
 template <typename RunnerOptions>
 void apply_runner_args(const RunnerArgs& a, RunnerOptions& o) {
     apply_run_places(a, o);
+    o.envelope_catalogs.assign(a.more_catalogs.begin(), a.more_catalogs.end());
     o.probe = !a.no_probe;
     o.share_devices = a.share_devices;
     o.report_format = a.format;

@@ -30,7 +30,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
     cmd->add_option("a", args->a, "RUN_A:LEG (a run folder or run.h5, a colon, a leg name)")->required();
     cmd->add_option("b", args->b, "RUN_B:LEG")->required();
     add_report_output(cmd, args->output,
-                      "SQLite catalog whose seed envelope judges the pair when the run files hold none (read only when it exists)");
+                      "SQLite catalog whose seed envelope judges the pair when the run files hold none (read only when it exists; "
+                      "repeat it to look in several, in order)");
     cmd->callback([args, &exit_code] {
         const auto format = checked_report_format(args->output);
         const auto a = experiments::parse_run_leg(args->a), b = experiments::parse_run_leg(args->b);
@@ -39,7 +40,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
                                                       " are the same leg of the same run: a leg equals itself by construction");
         note_live_run(a.run.string(), "the comparison covers what it has recorded so far");
         if (b.run != a.run) note_live_run(b.run.string(), "the comparison covers what it has recorded so far");
-        const auto r = experiments::compare_run_legs(a, b, {}, args->output.catalog);
+        note_missing_catalogs(args->output);
+        const auto r = experiments::compare_run_legs(a, b, {}, args->output.catalog_paths());
         write_report_output(args->output, experiments::render_runs_comparison(r, format));
         exit_code = r.comparison.passed() ? kOk : kCheckFailed;
     });

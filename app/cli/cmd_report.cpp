@@ -28,12 +28,14 @@ void add_report_command(CLI::App& app, int& exit_code) {
                                                 "(exit 3 unless equivalent or within the seed envelope)");
     report->add_option("run", rep->run, "run folder or run.h5")->required();
     add_report_output(report, rep->output,
-                      "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists)");
+                      "SQLite catalog whose seed envelope judges the run when its run.h5 holds none (read only when it exists; "
+                      "repeat it to look in several, in order)");
     report->callback([rep, &exit_code] {
         const auto fmt = checked_report_format(rep->output);  // before anything is read or written
         note_live_run(rep->run, "this report covers what it has recorded so far (legs still running are not finished)");
+        note_missing_catalogs(rep->output);
         std::string title;
-        experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->output.catalog);
+        experiments::Comparison c = experiments::compare_run_file(rep->run, &title, rep->output.catalog_paths());
         write_report_output(rep->output, experiments::render_report(title, c, fmt));
         exit_code = c.passed() ? kOk : kCheckFailed;
     });

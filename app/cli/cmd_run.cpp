@@ -50,7 +50,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
                     "where the legs run: local (child processes) or slurm (one sbatch job per leg; docs/cluster.md)")
         ->check(CLI::IsMember({"local", "slurm"}));
     add_runner_args(run, run_args->runner, "CPU threads split over the legs that run at once (0: all cores; docs/cli.md \"Legs on one GPU\")",
-                    "report format printed at the end: text, md, csv, tex")
+                    "report format printed at the end: text, md, csv, tex", /*more_catalogs=*/true)
         ->check(CLI::NonNegativeNumber);
     run->add_flag("--quiet", run_args->quiet, "no progress lines");
     run->callback([run_args, &exit_code] {

@@ -131,3 +131,24 @@ def verdict_of(text):
     """The verdict line `tandem run` / `tandem report` print last (docs/report.md "The verdict"); "" when none."""
     lines = [l for l in text.splitlines() if l.startswith(VERDICTS)]
     return lines[-1] if lines else ""
+
+
+def optimizer_checks(folder, leg):
+    """The leg's optimizer steps replayed with the spec's AdamW (its `optimizer_check` events as run.h5
+    keeps them, /legs/<leg>/checks/optimizer): [{update, max_ratio, tensor, over, ...}], [] when none."""
+    import h5py
+
+    with h5py.File(os.path.join(folder, "run.h5"), "r") as f:
+        key = f"legs/{leg}/checks/optimizer"
+        if key not in f:
+            return []
+        v = f[key][()]
+        return json.loads(v.decode() if isinstance(v, bytes) else v)
+
+
+def first_optimizer_off(folder, *legs):
+    """The first update at which any of the legs' replayed optimizer steps is over its bound (max_ratio
+    > 1, "Infinity" included: docs/thresholds.md "The optimizer step"); None when none is."""
+    offs = [c["update"] for leg in legs for c in optimizer_checks(folder, leg)
+            if c["max_ratio"] is None or c["max_ratio"] == "Infinity" or float(c["max_ratio"]) > 1]
+    return min(offs) if offs else None

@@ -36,9 +36,10 @@ def envelope(tmp, spec, *extra, timeout=900):
     return p, line.split("envelope: ", 1)[1].split(" (", 1)[0]
 
 
-def run(tmp, spec, legs, env=None, timeout=900):
-    cmd = [TANDEM, "run", spec, "--legs", legs, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs"),
-           "--catalog", os.path.join(tmp, "tandem.db")]
+def run(tmp, spec, legs, env=None, timeout=900, catalogs=None):
+    cmd = [TANDEM, "run", spec, "--legs", legs, "--threads", "2", "--no-probe", "--out", os.path.join(tmp, "runs")]
+    for c in catalogs or [os.path.join(tmp, "tandem.db")]:
+        cmd += ["--catalog", c]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     folder = [l.split("run folder: ", 1)[1] for l in p.stderr.splitlines() if "run folder: " in l]
     assert folder, p.stdout[-3000:] + p.stderr[-3000:]
@@ -216,3 +217,42 @@ def test_a_diverging_engine_leg_leaves_the_envelope_and_is_stopped_while_the_ref
     # `tandem report` judges the run file again with the envelope it holds: the same verdict.
     r = subprocess.run([TANDEM, "report", folder, "--catalog", os.path.join(tmp, "none.db")], capture_output=True, text=True)
     assert verdict_of(r.stdout) == verdict_of(p.stdout) and r.returncode == 3
+
+
+def test_the_effect_size_line_looks_in_every_catalog_named(built):
+    """The module's engine envelope sits in tmp/tandem.db; these runs are recorded in another catalog,
+    own.db. A paired pair made `different` on purpose (lr x 1.02: off the schedule from update 0) sizes
+    its effect with the envelope of any catalog named with --catalog (`tandem run` records the run in
+    the first), and without it says which places it searched."""
+    tmp, spec, _, _, _ = built
+    own, envelopes = os.path.join(tmp, "own.db"), os.path.join(tmp, "tandem.db")
+    fault = {"TANDEM_TEST_ENGINE_FAULT": "f:lr_scale=1.02"}
+    p, alone = run(tmp, spec, "c=engine,f=engine", env=fault, catalogs=[own])
+    assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]
+    v = verdict_of(p.stdout)
+    print("own catalog only:", v)
+    assert v.startswith("different: c~f: ") and "; effect size: no seed envelope (no seed envelope of this experiment" in v, v
+    assert f"in the catalog {own}:" in v and "or name the catalog that holds one with --catalog" in v, v
+    # `tandem report` of that run (its run file holds no envelope: none was found when it started) looks
+    # in the run file, then in every catalog named, in order; one that does not exist is noted on stderr.
+    missing = os.path.join(tmp, "missing.db")
+    r = subprocess.run([TANDEM, "report", alone, "--catalog", missing, "--catalog", own], capture_output=True, text=True)
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"in the run file or the catalog {own}:" in verdict_of(r.stdout), r.stdout[-2000:]
+    assert f"note: catalog {missing} does not exist: no seed envelope was read from it" in r.stderr, r.stderr
+    assert not os.path.exists(missing)
+    r = subprocess.run([TANDEM, "report", alone, "--catalog", own, "--catalog", envelopes], capture_output=True, text=True)
+    v = verdict_of(r.stdout)
+    print("report with both catalogs:", v)
+    assert r.returncode == 3 and v.startswith("different: c~f: ") and " seed noise: |z| " in v, v
+    assert "(the engine seed envelope, 3 runs" in v, v
+    # A run naming both catalogs is recorded in the first and judged with the second's envelope.
+    p, both = run(tmp, spec, "c=engine,f=engine", env=fault, catalogs=[own, envelopes])
+    v = verdict_of(p.stdout)
+    print("run with both catalogs:", v)
+    assert p.returncode == 3 and " seed noise: |z| " in v and "(the engine seed envelope, 3 runs" in v, v
+    assert "seed envelope: engine, 3 runs" in p.stderr
+    with sqlite3.connect(own) as db:
+        assert os.path.basename(both) in [row[0] for row in db.execute("SELECT id FROM runs")]
+    with sqlite3.connect(envelopes) as db:
+        assert os.path.basename(both) not in [row[0] for row in db.execute("SELECT id FROM runs")]

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runner"))
-from runner_fixture import TANDEM, h5_series, small_experiment, verdict_of  # noqa: E402
+from runner_fixture import TANDEM, first_optimizer_off, h5_series, optimizer_checks, small_experiment, verdict_of  # noqa: E402
 
 
 def tandem(*args, timeout=900):
@@ -72,14 +72,16 @@ def faults_run(tmp_path_factory):
     return {"tmp": tmp, "spec": spec, "folder": folder, "db": db, "faults": faults, "series": h5_series(folder)}
 
 
-def first_bound_update(leg, ref):
-    """The first update at which a series leaves its float32 bound or the lr its schedule (the oracle)."""
+def first_bound_update(leg, ref, optimizer_off=None):
+    """The first update at which a series leaves its float32 bound, the lr its schedule or (optimizer_off:
+    first_optimizer_off of the two legs) a replayed optimizer step its few-ulp bound (the oracle)."""
     def bound(u, k):
         return k * 2.0 ** -23 * 1.03 ** 3 * 128 ** 0.5 * (1 + u) ** 0.5
     firsts = [u for u, a, b in zip(ref["eval_update"], leg["heldout_ce"], ref["heldout_ce"]) if abs(a - b) / abs(b) > bound(u, 2)]
     for name, k in (("loss", 3), ("grad_norm", 28)):
         firsts += [u for u, a, b in zip(ref["update"], leg[name], ref[name]) if abs(a - b) / abs(b) > bound(u, k)]
     firsts += [u for u, a, b in zip(ref["update"], leg["lr"], ref["lr"]) if abs(a - b) > 4 * 2.0 ** -23 * max(abs(b), 1e-10)]
+    firsts += [] if optimizer_off is None else [optimizer_off]
     return min(firsts) if firsts else None
 
 
@@ -93,7 +95,7 @@ def test_every_l4_fault_is_different_with_and_without_an_envelope(faults_run, wi
     for fault in faults_run["faults"]:
         leg = "fault-" + fault
         reason = reasons.get(leg, "")
-        first = first_bound_update(s[leg], s["reference"])
+        first = first_bound_update(s[leg], s["reference"], first_optimizer_off(faults_run["folder"], leg, "reference"))
         assert first is not None, fault
         assert reason.startswith(f"different: {leg}~reference: L4 ") and f"at update {first}" in reason.split(";")[0], (fault, first, reason)
         if with_envelope:
@@ -139,6 +141,24 @@ def test_tandem_run_suggests_observe_for_a_different_pair_without_fingerprints(t
     v2 = verdict_of(p2.stdout)
     assert v2.startswith("different: engine~eps-again: L4 ") and "localised" not in v2, v2
     assert "engine~eps-again are different from update " in p2.stderr and '"observe": {"updates": [' in p2.stderr, p2.stderr[-2000:]
+
+
+def test_the_engine_legs_replay_their_optimizer_steps(two_runs):
+    """The engine leg replays its own optimizer step with the spec's AdamW, as the Python legs do
+    (docs/thresholds.md "The optimizer step"): the clean leg within half the few-ulp bound at updates 0
+    and 1 (the replayed ones; observed updates too), the leg with the catalogue's adamw-eps-inside-sqrt
+    `different` at update 1 by that bound, over 10x — the first update whose step moves anything (update
+    0 runs with lr 0 under warm-up: both steps are exact there)."""
+    (p1, f1), _ = two_runs["runs"]
+    clean, eps = optimizer_checks(f1, "engine"), optimizer_checks(f1, "eps")
+    print("clean engine replayed steps:", [(c["update"], c["max_ratio"]) for c in clean])
+    print("adamw-eps-inside-sqrt replayed steps:", [(c["update"], c["max_ratio"], c["tensor"], c["over"]) for c in eps])
+    assert [c["update"] for c in clean] == [c["update"] for c in eps] == [0, 1]
+    assert all(float(c["max_ratio"]) <= 0.5 and c["over"] == 0 for c in clean), clean
+    assert all(c["elements"] > 0 and c["tensors"] > 0 and c["elements"] == clean[0]["elements"] for c in clean + eps)
+    assert float(eps[0]["max_ratio"]) == 0 and float(eps[1]["max_ratio"]) > 10, eps
+    v = verdict_of(p1.stdout)
+    assert v.startswith("different: engine~eps: L4 optimizer step of eps at update 1: "), v
 
 
 def test_report_and_compare_print_the_same_verdict_for_the_same_pair(two_runs):

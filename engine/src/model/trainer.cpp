@@ -78,6 +78,12 @@ struct Trainer::Impl {
         return loss;
     }
 
+    std::vector<float> host_copy(const float* device, int64_t n) const {
+        std::vector<float> out(static_cast<size_t>(n));
+        be->download(out.data(), device, out.size() * sizeof(float));
+        return out;
+    }
+
     TensorMap to_map(const Buffer<float>& buf) const {
         const auto& slots = model->adapter_slots();
         std::vector<float> host(size_t(model->num_trainable()));
@@ -169,7 +175,8 @@ double Trainer::lr_for_update(int64_t t) const {
                                  impl_->opts.total_updates);
 }
 
-UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer) {
+UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer,
+                                    OptimizerStepOperands* operands) {
     const auto start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_seconds();
     Impl& s = *impl_;
@@ -208,8 +215,17 @@ UpdateMetrics Trainer::train_update(const std::vector<MicroBatch>& micro_batches
     out.update = s.step;
     out.supervised_tokens = supervised;
     out.lr = lr_for_update(s.step);
+    if (operands) {  // the step's operands, after clipping (what the optimizer receives)
+        operands->p0 = s.host_copy(model.params(), n);
+        operands->g = s.host_copy(model.grads(), n);
+        operands->m = s.host_copy(s.m.get(), n);
+        operands->v = s.host_copy(s.v.get(), n);
+        operands->step = s.step;
+        operands->lr = out.lr;
+    }
     ++s.step;  // torch increments the step before the bias corrections
     be.adamw_step(model.params(), model.grads(), s.m.get(), s.v.get(), n, s.step, out.lr, s.opts.adamw);
+    if (operands) operands->p1 = s.host_copy(model.params(), n);
     if (observer)
         for (const auto& slot : model.adapter_slots())
             observer->observe(slot.layer, projection_op(slot.projection, slot.is_a ? ProjectionPart::LoraA : ProjectionPart::LoraB),

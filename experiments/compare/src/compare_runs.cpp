@@ -46,7 +46,7 @@ struct OpenedRun {
     ExpectedSeries expected;  // what a complete leg of this run holds
     LegData leg;
     std::filesystem::path folder, file;
-    std::vector<SeedEnvelope> envelopes;  // run_envelopes: the run file's, else the catalog's
+    EnvelopeSearch envelopes;  // run_envelopes: the run file's, else the first catalog's holding one
     std::vector<FingerprintRow> fingerprints;
 };
 
@@ -61,7 +61,7 @@ std::string seeds_text(const ExperimentSpec& s) {
     return j.dump();
 }
 
-OpenedRun open_run_leg(const RunLegRef& ref, const std::filesystem::path& catalog) {
+OpenedRun open_run_leg(const RunLegRef& ref, const std::vector<std::filesystem::path>& catalogs) {
     const std::filesystem::path file = run_file_of(ref.run);
     if (!std::filesystem::exists(file)) throw Error(file.string() + ": no run file");
     RunFileReader reader(file);
@@ -82,7 +82,7 @@ OpenedRun open_run_leg(const RunLegRef& ref, const std::filesystem::path& catalo
         if (l.name == ref.leg) r.leg = std::move(l);
     r.folder = file.parent_path();
     r.file = file;
-    r.envelopes = run_envelopes(reader, r.spec, catalog);
+    r.envelopes = run_envelopes(reader, r.spec, catalogs);
     r.fingerprints = reader.fingerprints(ref.leg);
     r.leg.clip = r.spec.clip;  // each leg against its own run's clip
     r.leg.seeds = seeds_text(r.spec);
@@ -117,12 +117,30 @@ bool same_run_leg(const RunLegRef& a, const RunLegRef& b) {
     return !ea && !eb && fa == fb;
 }
 
+namespace {
+
+// Where the two runs' envelopes were looked for, each place once (the catalogs are the same list for
+// both): two legs of one run name "the run file", as `tandem report` does; of two runs, "both run files".
+std::vector<std::string> places_of_both(const OpenedRun& a, const OpenedRun& b) {
+    std::error_code ea, eb;
+    const bool one_file = std::filesystem::weakly_canonical(a.file, ea) == std::filesystem::weakly_canonical(b.file, eb) && !ea && !eb;
+    std::vector<std::string> out;
+    for (const auto* s : {&a.envelopes, &b.envelopes})
+        for (const auto& p : s->places) {
+            const std::string place = p == "the run file" && !one_file ? "both run files" : p;
+            if (std::find(out.begin(), out.end(), place) == out.end()) out.push_back(place);
+        }
+    return out;
+}
+
+}  // namespace
+
 RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, const Thresholds& t,
-                                const std::filesystem::path& catalog) {
+                                const std::vector<std::filesystem::path>& catalogs) {
     if (same_run_leg(a_ref, b_ref))
         throw Error(a_ref.run.string() + ":" + a_ref.leg + " is compared with itself: a leg equals itself by construction; "
                     "name another leg or another run");
-    OpenedRun a = open_run_leg(a_ref, catalog), b = open_run_leg(b_ref, catalog);
+    OpenedRun a = open_run_leg(a_ref, catalogs), b = open_run_leg(b_ref, catalogs);
     RunsComparison r;
     r.run_id_a = a.run_id;
     r.run_id_b = b.run_id;
@@ -150,12 +168,13 @@ RunsComparison compare_run_legs(const RunLegRef& a_ref, const RunLegRef& b_ref, 
     a.leg.name = r.label_a;
     b.leg.name = r.label_b;
     // The seed envelopes either run holds, else the catalog's (compare_legs keeps those of this experiment).
-    std::vector<SeedEnvelope> envelopes = a.envelopes;
-    envelopes.insert(envelopes.end(), b.envelopes.begin(), b.envelopes.end());
+    std::vector<SeedEnvelope> envelopes = a.envelopes.envelopes;
+    envelopes.insert(envelopes.end(), b.envelopes.envelopes.begin(), b.envelopes.envelopes.end());
     Judging judging;
     judging.thresholds = t;
     judging.model = error_model_or_none(spec, a.folder);
     judging.envelopes = envelopes;
+    judging.envelope_places = places_of_both(a, b);
     judging.expected = a.expected;
     const std::map<std::string, const std::vector<FingerprintRow>*> fingerprints = {{r.label_a, &a.fingerprints},
                                                                                       {r.label_b, &b.fingerprints}};

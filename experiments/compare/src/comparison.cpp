@@ -56,7 +56,8 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t, const std::optional<ErrorModel>& model,
-                                const std::vector<SeedEnvelope>& envelopes, int64_t planned_updates) {
+                                const std::vector<SeedEnvelope>& envelopes, int64_t planned_updates,
+                                const std::vector<std::string>& envelope_places) {
     Comparison c;
     std::vector<std::pair<std::string, std::string>> faulty;
     std::string model_error;
@@ -93,7 +94,7 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         if (s.reported) s.differences = settings_differences(*l.trace.settings, spec, planned_updates);
         c.settings.push_back(std::move(s));
     }
-    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates};
+    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates, envelope_places};
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
         const LegData& b = legs[j];
@@ -267,7 +268,8 @@ bool verdict_line_passes(const std::string& v) {
 }
 
 Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Judging& j) {
-    Comparison c = compare_legs_against(legs, spec, j.against, j.thresholds, j.model, j.envelopes, j.expected.updates);
+    Comparison c = compare_legs_against(legs, spec, j.against, j.thresholds, j.model, j.envelopes, j.expected.updates,
+                                        j.envelope_places);
     judge_completeness(c, legs, j.expected);
     if (j.fingerprints) add_localisations(c, j.fingerprints);
     return c;

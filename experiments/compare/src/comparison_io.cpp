@@ -5,7 +5,6 @@
 #include "tandem/compare/comparison_io.h"
 
 #include "tandem/error.h"
-#include "tandem/store/catalog.h"
 #include "tandem/strict_json.h"
 
 #include <cmath>
@@ -173,16 +172,15 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
     }
 }
 
-std::vector<SeedEnvelope> run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec, const fs::path& catalog) {
-    const std::string key = spec.sha256_without_seeds();
-    std::vector<SeedEnvelope> out;
-    for (auto& e : read_envelopes(reader))  // copied in by the runner when the run started
-        if (e.key == key) out.push_back(std::move(e));
-    if (out.empty() && !catalog.empty() && fs::exists(catalog)) out = find_envelopes(Catalog(catalog), key);
-    return out;
+EnvelopeSearch run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec, const std::vector<fs::path>& catalogs) {
+    EnvelopeSearch search;
+    search.key = spec.sha256_without_seeds();
+    search.look_in_run_file(reader);  // copied in by the runner when the run started
+    for (const auto& catalog : catalogs) search.look_in_catalog(catalog);
+    return search;
 }
 
-Comparison compare_run_file(const fs::path& run, std::string* title, const fs::path& catalog,
+Comparison compare_run_file(const fs::path& run, std::string* title, const std::vector<fs::path>& catalogs,
                             const std::optional<std::string>& against) {
     fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
     if (!fs::exists(file)) throw Error(file.string() + ": no run file");
@@ -199,7 +197,9 @@ Comparison compare_run_file(const fs::path& run, std::string* title, const fs::p
     judging.against = against ? *against : matrix ? matrix->reference_leg : std::string();
     judging.expected = ExpectedSeries{exp->total_updates, spec.eval_interval};
     judging.model = error_model_or_none(spec, file.parent_path());
-    judging.envelopes = run_envelopes(reader, spec, catalog);
+    EnvelopeSearch envelopes = run_envelopes(reader, spec, catalogs);
+    judging.envelopes = std::move(envelopes.envelopes);
+    judging.envelope_places = std::move(envelopes.places);
     judging.fingerprints = [&reader](const std::string& leg) { return reader.fingerprints(leg); };
     Comparison c = judge_legs(legs, spec, judging);
     c.fault_matrix = matrix;

@@ -197,6 +197,22 @@ int64_t first_outside(const EnvelopeDistance& e) {
     return e.points.empty() ? 0 : e.points.front().update;
 }
 
+// "no seed envelope of this experiment (key K) in the run file or the catalog tandem.db: build one with
+// ..., or name the catalog that holds one with --catalog": where none was found (when the caller said
+// where it looked; an envelope in a catalog nobody named is the usual cause) and how to get one.
+std::string no_envelope_hint(const L4Context& ctx, const std::string& leg_a, const std::string& leg_b) {
+    std::string where;
+    bool catalog = false;
+    for (size_t i = 0; i < ctx.envelope_places.size(); ++i) {
+        const std::string& place = ctx.envelope_places[i];
+        where += (i == 0 ? " in " : i + 1 == ctx.envelope_places.size() ? " or " : ", ") + place;
+        catalog = catalog || place.rfind("the catalog ", 0) == 0;
+    }
+    return "no seed envelope of this experiment (key " + ctx.key.substr(0, 12) + ")" + where + ": build one with `tandem envelope EXPERIMENT" +
+           " --legs reference` (it varies what " + leg_a + " and " + leg_b + " do not share)" +
+           (catalog ? ", or name the catalog that holds one with --catalog" : "");
+}
+
 // The pair's verdict from its levels, its distances and its per-update series (docs/thresholds.md
 // "The verdict"). A paired pair is judged by the bounds alone: beyond any of them it is `different`,
 // whatever an envelope says (the envelope only sizes the effect); an unpaired pair by its envelope.
@@ -380,9 +396,7 @@ L4Entry compare_l4(const LegData& a, const LegData& b, const L4Context& ctx, con
         for (auto* d : {&l4.envelope, &l4.loss_envelope, &l4.grad_envelope}) d->alpha = ctx.thresholds.envelope_alpha / 2.0 / tests;
         judge_bands({&l4.envelope, &l4.loss_envelope, &l4.grad_envelope}, ctx.thresholds.envelope_alpha / 2.0);
     }
-    judge_pair(l4, level_failures,
-               "no seed envelope of this experiment (key " + ctx.key.substr(0, 12) + "): build one with `tandem envelope EXPERIMENT" +
-                   " --legs reference` (it varies what " + l4.leg_a + " and " + l4.leg_b + " do not share)");
+    judge_pair(l4, level_failures, no_envelope_hint(ctx, l4.leg_a, l4.leg_b));
     l4.pass = verdict_passes(l4.verdict);
     return l4;
 }

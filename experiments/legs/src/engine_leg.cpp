@@ -18,6 +18,7 @@
 #include "tandem/spec/experiment.h"
 #include "tandem/spec/faults.h"
 #include "tandem/legs/leg_protocol.h"
+#include "tandem/legs/optimizer_replay.h"
 #include "tandem/spec/model.h"
 #include "tandem/sha256.h"
 #include "tandem/strict_json.h"
@@ -598,7 +599,11 @@ private:
                 if (f.kind == "lr_scale" && u >= f.from_update) before = trainer_->state();
             const bool observed = recorder_ && spec_.observes(u);
             if (observed) recorder_->begin_update(u);
-            engine::UpdateMetrics m = trainer_->train_update(mbs, observed ? recorder_.get() : nullptr);
+            // the step replayed with the spec's AdamW on updates 0, 1 and the observed ones, as the
+            // Python legs replay theirs (tandem_leg.torch.Pairing; docs/thresholds.md "The optimizer step")
+            const bool replayed = u <= 1 || spec_.observes(u);
+            engine::OptimizerStepOperands operands;
+            engine::UpdateMetrics m = trainer_->train_update(mbs, observed ? recorder_.get() : nullptr, replayed ? &operands : nullptr);
             if (!test_faults_.empty()) apply_test_faults(*trainer_, test_faults_, u, before);
             if (u == inject_at) m.loss = std::nan("");
             double wall = seconds_since(tu);
@@ -609,6 +614,10 @@ private:
                                     {"cpu_s", m.cpu_seconds}}}},
                          non_finite_step(opt_.leg, u, m.loss, m.grad_norm));
             if (observed) out_.emit("fingerprints", fingerprints_event(u, fingerprint_rows(recorder_->take_points())));
+            if (replayed) {
+                const SpecAdamW adamw{spec_.beta1, spec_.beta2, spec_.eps, spec_.weight_decay};
+                out_.emit("optimizer_check", optimizer_check_event(u, replay_adamw(operands, trainer_->model().adapter_slots(), adamw)));
+            }
             const int64_t done = u + 1;
             if (done % spec_.eval_interval == 0 || done == total_updates_) evaluate(done);
             if (spec_.checkpoint_interval > 0 && done % spec_.checkpoint_interval == 0 && done < total_updates_) checkpoint(done);

@@ -210,8 +210,8 @@ std::vector<std::string> set_aside_untrusted_checkpoints(const fs::path& run_dir
 
 // ---- the recorder -------------------------------------------------------------------------------------
 
-RunRecorder::RunRecorder(fs::path run_file, const fs::path& catalog)
-    : run_file_(std::move(run_file)), catalog_(catalog) {}
+RunRecorder::RunRecorder(fs::path run_file, const fs::path& catalog, std::vector<fs::path> envelope_catalogs)
+    : run_file_(std::move(run_file)), catalog_(catalog), envelope_catalogs_(std::move(envelope_catalogs)) {}
 
 // One writer for the recorder's life: its sessions start from the previous version instead of a copy
 // of the whole file (docs/hdf5-layout.md "Commit cost").
@@ -246,14 +246,14 @@ void RunRecorder::register_run(const ExperimentSpec& spec, const PreparedRun& pr
     catalog_.get().upsert_run(run_);
 
     tracked_.clear();
-    envelopes_ = find_envelopes(catalog_.get(), spec.sha256_without_seeds());
-    if (envelopes_.empty() && resumed && fs::exists(run_file_)) {
-        for (auto& e : read_envelopes(RunFileReader(run_file_)))
-            if (e.key == spec.sha256_without_seeds()) envelopes_.push_back(std::move(e));
-    }
+    envelopes_ = EnvelopeSearch{};
+    envelopes_.key = spec.sha256_without_seeds();
+    envelopes_.look_in_catalog(catalog_.get());
+    for (const auto& c : envelope_catalogs_) envelopes_.look_in_catalog(c);
+    if (resumed && fs::exists(run_file_)) envelopes_.look_in_run_file(RunFileReader(run_file_));
     {
         RunFileWriter& w = writer();
-        for (const auto& e : envelopes_) write_envelope(w, e, nullptr);
+        for (const auto& e : envelopes_.envelopes) write_envelope(w, e, nullptr);
         // /host and /experiment are (re)written when absent: a runner killed during preparation or
         // before its first commit left no run file.
         std::optional<ExperimentInfo> existing;
@@ -443,7 +443,8 @@ Comparison RunRecorder::compare_and_store(const ExperimentSpec& spec, const Expe
         judging.against = against;
         judging.expected = expected;
         judging.model = error_model_or_none(spec, run_file_.parent_path());
-        judging.envelopes = envelopes_;
+        judging.envelopes = envelopes_.envelopes;
+        judging.envelope_places = envelopes_.places;
         judging.fingerprints = [&r](const std::string& leg) { return r.fingerprints(leg); };
         cmp = judge_legs(read_legs(r), spec, judging);
         cmp.probes = r.probes();

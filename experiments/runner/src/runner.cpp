@@ -346,7 +346,7 @@ RunOutcome run_experiment(const RunnerOptions& opt) {
         if (!used) say("note: the experiment overrides settings of leg '" + leg + "', which this run does not have");
     }
     say_device_sharing(run, opt.share_devices, say);
-    RunRecorder rec(run.folder / "run.h5", opt.catalog);
+    RunRecorder rec(run.folder / "run.h5", opt.catalog, opt.envelope_catalogs);
     rec.on_catalog_warning(say);
     try {
         register_run(run, rec);

@@ -40,6 +40,16 @@ struct UpdateMetrics {
     double cpu_seconds = 0.0;       // the process's CPU time during the update (every thread)
 };
 
+// One AdamW step's operands and result, host copies in the adapter's flat layout (AdapterSlot offsets):
+// what a replay of the step with the spec's AdamW needs (the engine leg's `optimizer_check`,
+// tandem/legs/optimizer_replay.h; docs/thresholds.md "The optimizer step").
+struct OptimizerStepOperands {
+    std::vector<float> p0, g, m, v;  // before the step: parameters, the (clipped) gradient, the moments
+    std::vector<float> p1;           // the parameters after it
+    int64_t step = 0;                // optimizer steps done before this one (0 at the first)
+    double lr = 0;                   // the lr the step ran with
+};
+
 // The process's CPU time so far, every thread (CLOCK_PROCESS_CPUTIME_ID), in seconds: what an update
 // costs whatever else runs on the machine (the gate's step-time flag, docs/gate.md).
 double process_cpu_seconds();
@@ -75,8 +85,10 @@ public:
     // One optimizer update over the given micro-batches (gradient accumulation over all of them).
     // Throws tandem::Error when the update has no supervised token. With an observer (observe.h),
     // every named step of this update's forward and backward passes is observed, and after the
-    // AdamW step every LoRA parameter (pass Optimizer); nullptr: nothing is observed.
-    UpdateMetrics train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer = nullptr);
+    // AdamW step every LoRA parameter (pass Optimizer); nullptr: nothing is observed. With `operands`,
+    // the AdamW step's operands and result are copied to the host into it (nothing changes).
+    UpdateMetrics train_update(const std::vector<MicroBatch>& micro_batches, Observer* observer = nullptr,
+                               OptimizerStepOperands* operands = nullptr);
     // Token-weighted held-out CE (dropout off, adapter on).
     EvalResult evaluate(const std::vector<MicroBatch>& micro_batches);
 

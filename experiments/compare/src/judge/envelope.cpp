@@ -252,4 +252,24 @@ std::vector<SeedEnvelope> find_envelopes(const Catalog& catalog, const std::stri
     return out;
 }
 
+void EnvelopeSearch::look_in_run_file(const RunFileReader& reader) {
+    if (!envelopes.empty()) return;  // an earlier place held them
+    places.push_back("the run file");
+    for (auto& e : read_envelopes(reader))
+        if (e.key == key) envelopes.push_back(std::move(e));
+}
+
+void EnvelopeSearch::look_in_catalog(const fs::path& catalog) {
+    if (!envelopes.empty()) return;
+    std::error_code ec;
+    if (!fs::exists(catalog, ec)) return;  // nothing looked in (never created); the CLI notes a named one missing
+    look_in_catalog(Catalog(catalog));
+}
+
+void EnvelopeSearch::look_in_catalog(const Catalog& catalog) {
+    if (!envelopes.empty()) return;
+    places.push_back("the catalog " + catalog.path().string());
+    envelopes = find_envelopes(catalog, key);
+}
+
 }  // namespace tandem::experiments

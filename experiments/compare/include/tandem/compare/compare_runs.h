@@ -46,10 +46,10 @@ bool same_run_leg(const RunLegRef& a, const RunLegRef& b);
 // one), judged as `tandem report` judges a run: when the settings that change numbers are the same
 // (setting_changes_numbers), the pair is judged — paired (the error-model bound) when the seeds,
 // masks and plan line up, else by the seed envelope the run files hold or, when they hold none, the
-// catalog's (`catalog`, read when it exists), each leg against its own run's clip; when they differ,
+// first of `catalogs` holding one (run_envelopes), each leg against its own run's clip; when they differ,
 // L4 is reported and the pair is `not judged` (the first such setting is the reason). Throws
 // tandem::Error for a leg compared with itself.
 RunsComparison compare_run_legs(const RunLegRef& a, const RunLegRef& b, const Thresholds& t = {},
-                                const std::filesystem::path& catalog = {});
+                                const std::vector<std::filesystem::path>& catalogs = {});
 
 }  // namespace tandem::experiments

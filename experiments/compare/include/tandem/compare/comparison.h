@@ -124,9 +124,12 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 // The same, pairing every leg with `against` only, as (leg, against) — `tandem faults` compares each
 // faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
 // has that name.
+// `envelope_places`: where the envelopes were looked for (EnvelopeSearch::places), named by a pair
+// judged without one.
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
-                                const std::vector<SeedEnvelope>& envelopes = {}, int64_t planned_updates = -1);
+                                const std::vector<SeedEnvelope>& envelopes = {}, int64_t planned_updates = -1,
+                                const std::vector<std::string>& envelope_places = {});
 
 // The one judging path (docs/thresholds.md "One judging path"): the levels, the completeness of every
 // leg and, when fingerprints are given, the localisation of every failing pair with its first point
@@ -137,6 +140,7 @@ struct Judging {
     ExpectedSeries expected;              // the plan: updates and evaluations every leg must hold
     std::optional<ErrorModel> model;      // nullopt: error_model_for(spec)
     std::vector<SeedEnvelope> envelopes;  // the experiment's (others are ignored)
+    std::vector<std::string> envelope_places;  // where they were looked for (EnvelopeSearch::places)
     Thresholds thresholds;
     // A leg's fingerprints (empty when it recorded none); unset: nothing is localised.
     std::function<std::vector<FingerprintRow>(const std::string& leg)> fingerprints;

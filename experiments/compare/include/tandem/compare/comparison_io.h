@@ -21,14 +21,16 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c);
 
 // Reads run.h5 of a run folder (or a run.h5 path) and judges its legs (judge_legs: the one judging
 // path) with the spec stored there, against the seed envelopes the file holds (/envelope), else those
-// of `catalog` (when given and present) for the experiment (run_envelopes). `against`: compare every
+// of the first of `catalogs` that holds any for the experiment (run_envelopes). `against`: compare every
 // leg with that leg only; nullopt: a faults run's reference leg (/faults), else every pair.
 Comparison compare_run_file(const std::filesystem::path& run, std::string* title = nullptr,
-                            const std::filesystem::path& catalog = {}, const std::optional<std::string>& against = std::nullopt);
+                            const std::vector<std::filesystem::path>& catalogs = {},
+                            const std::optional<std::string>& against = std::nullopt);
 // The seed envelopes that judge a run of `spec`: those `reader`'s file holds for the experiment, else
-// the catalog's (when `catalog` names an existing file). `tandem report`, `tandem run` and `tandem
-// compare` find them the same way.
-std::vector<SeedEnvelope> run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec,
-                                        const std::filesystem::path& catalog);
+// those of the first of `catalogs` (in order; missing files are skipped) holding any, with
+// every place looked in. `tandem report` and `tandem compare` find them the same way; `tandem run`
+// looks in its catalogs the same way when the run starts (RunRecorder).
+EnvelopeSearch run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec,
+                             const std::vector<std::filesystem::path>& catalogs);
 
 }  // namespace tandem::experiments

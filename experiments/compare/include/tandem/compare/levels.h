@@ -102,6 +102,8 @@ struct L4Context {
     const std::vector<SeedEnvelope>& envelopes;  // the experiment's seed envelopes, any stacks
     const std::string& key;                      // the experiment's sha256 without seeds
     int64_t planned_updates = -1;                // the run's plan (the lr schedule's T); -1: unknown
+    // Where the envelopes were looked for (EnvelopeSearch::places), named when none was found; empty: not said.
+    std::vector<std::string> envelope_places = {};
 };
 L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t);
 L2Entry compare_l2(const LegData& a, const LegData& b);

@@ -95,7 +95,9 @@ std::optional<std::string> stop_mark(const std::filesystem::path& leg_dir);  // 
 
 class RunRecorder {
 public:
-    RunRecorder(std::filesystem::path run_file, const std::filesystem::path& catalog);
+    // `envelope_catalogs`: more catalogs looked in for the seed envelopes, after `catalog` (envelopes()).
+    RunRecorder(std::filesystem::path run_file, const std::filesystem::path& catalog,
+                std::vector<std::filesystem::path> envelope_catalogs = {});
 
     // The run row (status running), run.h5's /host and /experiment (new runs), every leg's group and
     // catalog row; on resume, each leg's series and checks are rebuilt from its trace.
@@ -117,9 +119,10 @@ public:
     // `against`: compare every leg with that leg only (compare_legs_against); "" = every pair.
     Comparison compare_and_store(const ExperimentSpec& spec, const ExpectedSeries& expected, const std::string& against = "");
     void finish(const std::string& run_status, const std::string& verdict);
-    // The experiment's seed envelopes (docs/envelope.md): the catalog's newest per stack, found at
-    // register_run and copied into run.h5 (/envelope); on resume without one in the catalog, run.h5's.
-    const std::vector<SeedEnvelope>& envelopes() const { return envelopes_; }
+    // The experiment's seed envelopes (docs/envelope.md): the newest per stack of the first catalog
+    // holding any (the run's, then the envelope catalogs), found at register_run and copied into
+    // run.h5 (/envelope); on resume without one in any catalog, run.h5's.
+    const std::vector<SeedEnvelope>& envelopes() const { return envelopes_.envelopes; }
     // After a fatal error: the catalog's run row failed with the reason, leg rows updated. Best effort
     // (the failure may be a full disk that the catalog shares); never throws.
     void fail(const std::string& reason, const std::vector<LegState>& legs) noexcept;
@@ -160,7 +163,8 @@ private:
     RunRecord run_;
     int64_t total_updates_ = 0;
     std::vector<Tracked> tracked_;
-    std::vector<SeedEnvelope> envelopes_;
+    std::vector<std::filesystem::path> envelope_catalogs_;
+    EnvelopeSearch envelopes_;  // with the places looked in, named by a pair judged without one
 };
 
 }  // namespace tandem::experiments

@@ -20,6 +20,9 @@ struct RunnerOptions {
     std::string executor = "local";                // new runs only: --executor local|slurm (recorded in legs.json)
     std::filesystem::path out_dir = "runs";
     std::filesystem::path catalog = "tandem.db";
+    // More catalogs looked in, after `catalog` and in order, for the experiment's seed envelopes
+    // (`tandem run --catalog A --catalog B`: the run is recorded in A only).
+    std::vector<std::filesystem::path> envelope_catalogs;
     std::optional<std::filesystem::path> assets;
     int cpu_threads = 0;                           // --threads: split over the legs (device_sharing.h); 0: every core
     // Legs that use one GPU run at the same time (their timings then marked shared) instead of one

@@ -82,4 +82,20 @@ void store_envelope(Catalog& catalog, const SeedEnvelope& envelope);
 // The newest envelope of every stack for this key.
 std::vector<SeedEnvelope> find_envelopes(const Catalog& catalog, const std::string& key);
 
+// The seed envelopes of one experiment (`key`), looked for in several places in order: the first place
+// holding any gives them all, the places after it are not looked in. `places` names every place looked in
+// ("the run file", "the catalog tandem.db"), so a pair judged without an envelope can say where none was
+// found (docs/envelope.md "Where envelopes are found").
+struct EnvelopeSearch {
+    std::string key;
+    std::vector<SeedEnvelope> envelopes;
+    std::vector<std::string> places;
+    // run.h5's /envelope (copied in by the runner when the run started).
+    void look_in_run_file(const RunFileReader& reader);
+    // A catalog file; one that does not exist is not a place looked in (and is never created).
+    void look_in_catalog(const std::filesystem::path& catalog);
+    // A catalog already open (the runner's own).
+    void look_in_catalog(const Catalog& catalog);
+};
+
 }  // namespace tandem::experiments

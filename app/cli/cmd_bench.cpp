@@ -149,9 +149,7 @@ HfRun time_hf(const std::string& python, const std::filesystem::path& tokenizer_
 namespace ex = tandem::experiments;
 
 struct BenchEngineArgs {
-    std::vector<std::string> shapes;
-    std::vector<int> threads{1, 2};
-    int repeats = 3, updates = 3, warmup = 1;
+    ex::BenchOptions bench;  // --shapes, --threads, --repeats, --updates, --warmup (their defaults are BenchOptions')
     std::string format = "text", json_out, python, worker, flops, other_engine;
 };
 
@@ -189,12 +187,7 @@ void run_bench_engine(const BenchEngineArgs& a) {
         return;
     }
     if (a.format != "text" && a.format != "md") throw Error("--format must be text or md");
-    ex::BenchOptions o;
-    o.shapes = a.shapes;
-    o.threads = a.threads;
-    o.repeats = a.repeats;
-    o.updates = a.updates;
-    o.warmup = a.warmup;
+    ex::BenchOptions o = a.bench;
     std::string self = "/proc/self/exe";
     std::error_code ec;
     if (auto p = std::filesystem::read_symlink("/proc/self/exe", ec); !ec) self = p.string();
@@ -249,11 +242,11 @@ void add_bench_engine(CLI::App* bench, int& exit_code) {
     auto* cmd = bench->add_subcommand(
         "engine", "The CPU engine vs PyTorch + peft (the reference leg's step) on three shapes at 1 and 2 threads, "
                   "interleaved; s/update, tokens/s, FLOP/s, fraction of the sgemm peak, peak memory, ratios");
-    cmd->add_option("--shapes", a->shapes, "clinical-tiny, qwen3-0.6b-2l, odd (default: all)")->delimiter(',');
-    cmd->add_option("--threads", a->threads, "thread counts (default 1,2)")->delimiter(',');
-    cmd->add_option("--repeats", a->repeats, "engine/reference pairs per case (default 3)")->check(CLI::PositiveNumber);
-    cmd->add_option("--updates", a->updates, "timed updates per repeat (default 3)")->check(CLI::PositiveNumber);
-    cmd->add_option("--warmup", a->warmup, "untimed updates first (default 1)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--shapes", a->bench.shapes, "clinical-tiny, qwen3-0.6b-2l, odd (default: all)")->delimiter(',');
+    cmd->add_option("--threads", a->bench.threads, "thread counts (default 1,2)")->delimiter(',');
+    cmd->add_option("--repeats", a->bench.repeats, "engine/reference pairs per case (default 3)")->check(CLI::PositiveNumber);
+    cmd->add_option("--updates", a->bench.updates, "timed updates per repeat (default 3)")->check(CLI::PositiveNumber);
+    cmd->add_option("--warmup", a->bench.warmup, "untimed updates first (default 1)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--format", a->format, "text or md (default text)");
     cmd->add_option("--json", a->json_out, "also write every measurement to this JSON file");
     cmd->add_option("--other-engine", a->other_engine,

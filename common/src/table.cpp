@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <sstream>
+#include <utility>
 
 namespace tandem {
 
@@ -19,24 +21,18 @@ ReportFormat parse_report_format(const std::string& name) {
 }
 
 std::string latex_escape(const std::string& s) {
+    // The characters LaTeX reads as markup, each with how it is written as text.
+    static constexpr std::pair<char, const char*> kSpecial[] = {
+        {'&', "\\&"}, {'%', "\\%"}, {'$', "\\$"}, {'#', "\\#"}, {'_', "\\_"}, {'{', "\\{"}, {'}', "\\}"},
+        {'~', "\\textasciitilde{}"}, {'^', "\\textasciicircum{}"}, {'\\', "\\textbackslash{}"}, {'|', "\\textbar{}"},
+        {'<', "\\textless{}"}, {'>', "\\textgreater{}"}};
     std::string o;
     for (char ch : s) {
-        switch (ch) {
-            case '&': o += "\\&"; break;
-            case '%': o += "\\%"; break;
-            case '$': o += "\\$"; break;
-            case '#': o += "\\#"; break;
-            case '_': o += "\\_"; break;
-            case '{': o += "\\{"; break;
-            case '}': o += "\\}"; break;
-            case '~': o += "\\textasciitilde{}"; break;
-            case '^': o += "\\textasciicircum{}"; break;
-            case '\\': o += "\\textbackslash{}"; break;
-            case '|': o += "\\textbar{}"; break;
-            case '<': o += "\\textless{}"; break;
-            case '>': o += "\\textgreater{}"; break;
-            default: o += ch;
-        }
+        const auto* special = std::find_if(std::begin(kSpecial), std::end(kSpecial), [ch](const auto& e) { return e.first == ch; });
+        if (special != std::end(kSpecial))
+            o += special->second;
+        else
+            o += ch;
     }
     return o;
 }

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,10 +26,11 @@ struct KilledWriter {
     int status = 0;          // waitpid status
 };
 
-// Runs `tool args...`, reads `lines_before_kill` counts from its stdout, sleeps `sleep_us`, kills it
-// and reads what it printed meanwhile. Fails the test (ASSERT) when it cannot start the tool.
-inline void run_and_kill(const std::string& tool, const std::vector<std::string>& args, int lines_before_kill,
-                         long sleep_us, KilledWriter& k) {
+// Runs `storage_tool args...`, reads `lines_before_kill` counts from its stdout, sleeps `sleep_us`,
+// kills it and reads what it printed meanwhile. Fails the test (ASSERT) when it cannot start the tool.
+inline void run_and_kill(const std::vector<std::string>& args, int lines_before_kill, long sleep_us, KilledWriter& k) {
+    const std::string tool = std::string(TANDEM_TEST_BINARY_DIR) + "/tests/store/storage_tool";
+    ASSERT_TRUE(std::filesystem::exists(tool)) << tool;
     int out[2];
     ASSERT_EQ(::pipe(out), 0);
     posix_spawn_file_actions_t actions;

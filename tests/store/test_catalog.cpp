@@ -2,6 +2,7 @@
 // refuses files that are not SQLite or are newer, and keeps runs/legs consistent.
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"
+#include "refused_file.h"
 #include "test_support.h"
 #include "killed_writer.h"
 #include "tandem/atomic_file.h"
@@ -187,18 +188,8 @@ TEST(Catalog, MigratesAVersion2FileKeepingLegRowsAndAcceptsPausedAndStoppedLegs)
 
 TEST(Catalog, RefusesAFileThatIsNotSqliteAndLeavesItsBytes) {
     const fs::path file = tandem::test::fresh_dir("catalog-text") / "tandem.db";
-    { std::ofstream(file) << "definitely not a database, just text that is long enough to have a header\n"; }
-    const std::string before = tandem::read_file(file);
-    try {
-        ex::Catalog c(file);
-        FAIL() << "opened a text file as a catalog";
-    } catch (const tandem::Error& e) {
-        const std::string message = e.what();
-        EXPECT_NE(message.find(file.string()), std::string::npos) << message;
-        EXPECT_NE(message.find("not an SQLite database"), std::string::npos) << message;
-        EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line";
-    }
-    EXPECT_EQ(tandem::read_file(file), before);
+    tandem::test::expect_text_file_refused(file, "definitely not a database, just text that is long enough to have a header\n",
+                                           "not an SQLite database", [](const fs::path& f) { ex::Catalog c(f); });
     EXPECT_FALSE(fs::exists(file.string() + "-wal"));
 }
 
@@ -292,15 +283,13 @@ TEST(Catalog, TwoConnectionsSeeEachOthersCommits) {
 // moment. The catalog must open, pass integrity_check, and hold every reported row intact.
 TEST(Catalog, SurvivesAWriterKilledMidInsert) {
     const fs::path dir = tandem::test::fresh_dir("catalog-kill");
-    const std::string tool = std::string(TANDEM_TEST_BINARY_DIR) + "/tests/store/storage_tool";
-    ASSERT_TRUE(fs::exists(tool)) << tool;
     std::mt19937 rng(99);
     for (int trial = 0; trial < 5; ++trial) {
         const std::string db = (dir / ("kill-" + std::to_string(trial) + ".db")).string();
         const int commits_before_kill = 2 + static_cast<int>(rng() % 30);
         const long sleep_us = static_cast<long>(rng() % 5000);
         tandem::test::KilledWriter k;
-        ASSERT_NO_FATAL_FAILURE(tandem::test::run_and_kill(tool, {"catalog-forever", db}, commits_before_kill, sleep_us, k));
+        ASSERT_NO_FATAL_FAILURE(tandem::test::run_and_kill({"catalog-forever", db}, commits_before_kill, sleep_us, k));
         const long long reported = k.reported;
         ASSERT_TRUE(WIFSIGNALED(k.status));
         ASSERT_GE(k.seen, commits_before_kill);

@@ -3,6 +3,7 @@
 #include "tandem/error.h"
 #include "tandem/store/host_info.h"
 #include "tandem/store/run_file.h"
+#include "refused_file.h"
 #include "test_support.h"
 #include "killed_writer.h"
 #include "tandem/atomic_file.h"
@@ -163,17 +164,9 @@ TEST(RunFile, ReopenedWriterAddsToAnExistingFileAndReplacesAProbeWhole) {
 
 TEST(RunFile, RefusesAFileThatIsNotHdf5AndLeavesItUntouched) {
     const fs::path file = tandem::test::fresh_dir("runfile-nothdf5") / "notes.h5";
-    { std::ofstream(file) << "these are my notes, not a run file\n"; }
-    const std::string before = tandem::read_file(file);
-    try {
-        ex::RunFileWriter w(file);
-        FAIL() << "opened a text file as a run file";
-    } catch (const tandem::Error& e) {
-        EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("not an HDF5 file"), std::string::npos) << e.what();
-    }
-    EXPECT_THROW(ex::RunFileReader r(file), tandem::Error);
-    EXPECT_EQ(tandem::read_file(file), before);
+    const std::string notes = "these are my notes, not a run file\n";
+    tandem::test::expect_text_file_refused(file, notes, "not an HDF5 file", [](const fs::path& f) { ex::RunFileWriter w(f); });
+    tandem::test::expect_text_file_refused(file, notes, "not an HDF5 file", [](const fs::path& f) { ex::RunFileReader r(f); });
 }
 
 TEST(RunFile, CreatingInAMissingFolderNamesThePath) {
@@ -232,8 +225,6 @@ TEST(RunFile, ReadersSeeOnlyCommittedDataAndAFailedSessionIsDropped) {
 // each with exactly the values the writer computed for it.
 TEST(RunFile, FileLeftByAWriterKilledMidAppendStillOpensWithEveryFlushedRow) {
     const fs::path dir = tandem::test::fresh_dir("runfile-kill");
-    const std::string tool = std::string(TANDEM_TEST_BINARY_DIR) + "/tests/store/storage_tool";
-    ASSERT_TRUE(fs::exists(tool)) << tool;
     std::mt19937 rng(12345);
     for (int trial = 0; trial < 8; ++trial) {
         const fs::path file = dir / ("kill-" + std::to_string(trial) + ".h5");
@@ -242,7 +233,7 @@ TEST(RunFile, FileLeftByAWriterKilledMidAppendStillOpensWithEveryFlushedRow) {
         const long sleep_us = static_cast<long>(rng() % 3000);
         tandem::test::KilledWriter k;
         ASSERT_NO_FATAL_FAILURE(
-            tandem::test::run_and_kill(tool, {"append-forever", file.string(), "engine", "10"}, batches_before_kill, sleep_us, k));
+            tandem::test::run_and_kill({"append-forever", file.string(), "engine", "10"}, batches_before_kill, sleep_us, k));
         const long long reported = k.reported;
         ASSERT_TRUE(WIFSIGNALED(k.status)) << "the writer ended on its own, status " << k.status;
         ASSERT_GE(k.seen, batches_before_kill) << "writer stopped early";

@@ -53,12 +53,7 @@ BatchPlan make_batch_plan(const std::vector<size_t>& train_indices, const std::v
         if (!seen.insert(idx).second) throw Error("batch plan: record index " + std::to_string(idx) + " appears twice");
 
     BatchPlan plan;
-    plan.seed = options.seed;
-    plan.micro_batch = options.micro_batch;
-    plan.accumulation = options.accumulation;
-    plan.max_len = options.max_len;
-    plan.epochs = options.epochs;
-    plan.bucket_updates = options.bucket_updates;
+    static_cast<PlanOptions&>(plan) = options;
 
     // Work on positions 0..n-1 so lengths are looked up directly; map back to record indices last.
     PlanRng rng(options.seed);

@@ -486,46 +486,51 @@ json observables_event(int64_t update, const std::vector<AdapterNormRow>& norms,
     return json{{"update", update}, {"adapter", a}, {"probes", p}};
 }
 
+namespace {
+// Calls each(item, where) for every item of the observables event's list `key` (absent: none);
+// `where` names the update and the list in errors.
+template <class Each>
+void for_each_observed(const json& j, const char* key, int64_t update, Each&& each) {
+    auto list = j.find(key);
+    if (list == j.end()) return;
+    if (!list->is_array()) bad_field("observables", key, "must be a list");
+    const std::string where = "observables (update " + std::to_string(update) + ", " + key + ")";
+    for (const auto& x : *list) each(x, where);
+}
+}  // namespace
+
 void parse_observables_event(const json& j, std::vector<AdapterNormRow>& norms, std::vector<ProbeRow>& probes) {
     const int64_t update = need_int(j, "update", "observables");
-    if (auto a = j.find("adapter"); a != j.end()) {
-        if (!a->is_array()) bad_field("observables", "adapter", "must be a list");
-        for (const auto& x : *a) {
-            const std::string where = "observables (update " + std::to_string(update) + ", adapter)";
-            AdapterNormRow r;
-            r.update = update;
-            r.layer = need_int(x, "layer", where);
-            r.projection = need_text(x, "projection", where);
-            if (r.projection.size() > 11) bad_field(where, "projection", "must be a projection name (q_proj ... down_proj)");
-            r.a_norm = need_num(x, "a_norm", where);
-            r.b_norm = need_num(x, "b_norm", where);
-            r.delta_norm = need_num(x, "delta_norm", where);
-            norms.push_back(std::move(r));
+    for_each_observed(j, "adapter", update, [&](const json& x, const std::string& where) {
+        AdapterNormRow r;
+        r.update = update;
+        r.layer = need_int(x, "layer", where);
+        r.projection = need_text(x, "projection", where);
+        if (r.projection.size() > 11) bad_field(where, "projection", "must be a projection name (q_proj ... down_proj)");
+        r.a_norm = need_num(x, "a_norm", where);
+        r.b_norm = need_num(x, "b_norm", where);
+        r.delta_norm = need_num(x, "delta_norm", where);
+        norms.push_back(std::move(r));
+    });
+    for_each_observed(j, "probes", update, [&](const json& x, const std::string& where) {
+        ProbeRow r;
+        r.update = update;
+        r.probe = need_int(x, "probe", where);
+        r.record = need_int(x, "record", where);
+        r.position = need_int(x, "position", where);
+        auto ids = x.find("ids");
+        auto pr = x.find("probs");
+        if (ids == x.end() || !ids->is_array() || ids->size() != kProbeTopK)
+            bad_field(where, "ids", "must be a list of " + std::to_string(kProbeTopK) + " token ids");
+        if (pr == x.end() || !pr->is_array() || pr->size() != kProbeTopK)
+            bad_field(where, "probs", "must be a list of " + std::to_string(kProbeTopK) + " probabilities");
+        for (size_t k = 0; k < kProbeTopK; ++k) {
+            if (!(*ids)[k].is_number_integer()) bad_field(where, "ids", "must be integers");
+            r.ids[k] = (*ids)[k].get<int64_t>();
+            r.probs[k] = protocol_number_value((*pr)[k]).value_or(std::nan(""));
         }
-    }
-    if (auto p = j.find("probes"); p != j.end()) {
-        if (!p->is_array()) bad_field("observables", "probes", "must be a list");
-        for (const auto& x : *p) {
-            const std::string where = "observables (update " + std::to_string(update) + ", probes)";
-            ProbeRow r;
-            r.update = update;
-            r.probe = need_int(x, "probe", where);
-            r.record = need_int(x, "record", where);
-            r.position = need_int(x, "position", where);
-            auto ids = x.find("ids");
-            auto pr = x.find("probs");
-            if (ids == x.end() || !ids->is_array() || ids->size() != kProbeTopK)
-                bad_field(where, "ids", "must be a list of " + std::to_string(kProbeTopK) + " token ids");
-            if (pr == x.end() || !pr->is_array() || pr->size() != kProbeTopK)
-                bad_field(where, "probs", "must be a list of " + std::to_string(kProbeTopK) + " probabilities");
-            for (size_t k = 0; k < kProbeTopK; ++k) {
-                if (!(*ids)[k].is_number_integer()) bad_field(where, "ids", "must be integers");
-                r.ids[k] = (*ids)[k].get<int64_t>();
-                r.probs[k] = protocol_number_value((*pr)[k]).value_or(std::nan(""));
-            }
-            probes.push_back(std::move(r));
-        }
-    }
+        probes.push_back(std::move(r));
+    });
 }
 
 TensorDigest digest_tensor(const std::string& name, const std::string& kind, const std::vector<int64_t>& shape,

@@ -171,6 +171,19 @@ bool still_running(const ProcessIdentity& p) {
     return identify_process(p.pid).start_ticks == p.start_ticks;
 }
 
+StopSignalHandlers::StopSignalHandlers(void (*handler)(int)) {
+    struct sigaction sa {};
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+}
+
+StopSignalHandlers::~StopSignalHandlers() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+}
+
 FileLock::~FileLock() { release(); }
 FileLock::FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
 FileLock& FileLock::operator=(FileLock&& other) noexcept {

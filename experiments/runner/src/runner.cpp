@@ -256,21 +256,12 @@ RunOutcome finish_run(Run& run, RunRecorder& rec, bool interrupted, const Runner
 class InterruptScope {
 public:
     InterruptScope() {
-        struct sigaction sa {};
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, &old_int_);
-        sigaction(SIGTERM, &sa, &old_term_);
         signal(SIGPIPE, SIG_IGN);  // a leg closing its end must not kill the runner
         g_interrupted = 0;
     }
-    ~InterruptScope() {
-        sigaction(SIGINT, &old_int_, nullptr);
-        sigaction(SIGTERM, &old_term_, nullptr);
-    }
 
 private:
-    struct sigaction old_int_ {}, old_term_ {};
+    StopSignalHandlers handlers_{on_signal};
 };
 
 }  // namespace

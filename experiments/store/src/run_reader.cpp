@@ -165,26 +165,24 @@ std::vector<EvalRow> RunFileReader::eval(const std::string& leg, std::size_t fir
     return read_table<EvalRow>(path_.string(), file_, leg_path(leg) + "/eval", eval_type(false), first_row);
 }
 
-std::optional<LegTiming> RunFileReader::timing(const std::string& leg) const {
+template <class Record, class Fields>
+std::optional<Record> RunFileReader::leg_record(const std::string& leg, const std::string& name, const Fields& fields) const {
     validate_leg_name(leg);
-    const std::string path = leg_path(leg) + "/timing";
+    const std::string path = leg_path(leg) + "/" + name;
     if (!h5::exists(file_, path)) return std::nullopt;
     Attributes a = attributes(path);
-    LegTiming t;
-    take_fields(a, t, timing_fields());
-    t.extra = std::move(a);
-    return t;
+    Record r;
+    take_fields(a, r, fields);
+    r.extra = std::move(a);
+    return r;
+}
+
+std::optional<LegTiming> RunFileReader::timing(const std::string& leg) const {
+    return leg_record<LegTiming>(leg, "timing", timing_fields());
 }
 
 std::optional<LegMemory> RunFileReader::memory(const std::string& leg) const {
-    validate_leg_name(leg);
-    const std::string path = leg_path(leg) + "/memory";
-    if (!h5::exists(file_, path)) return std::nullopt;
-    Attributes a = attributes(path);
-    LegMemory m;
-    take_fields(a, m, memory_fields());
-    m.extra = std::move(a);
-    return m;
+    return leg_record<LegMemory>(leg, "memory", memory_fields());
 }
 
 std::optional<std::string> RunFileReader::check(const std::string& leg, CheckLevel level) const {

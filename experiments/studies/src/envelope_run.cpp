@@ -144,28 +144,6 @@ std::vector<MemberRun> prepare_members(const EnvelopeOptions& opt, const Experim
     return members;
 }
 
-// SIGINT and SIGTERM set g_envelope_interrupted while it lives; the previous handlers come back after.
-class EnvelopeSignals {
-public:
-    EnvelopeSignals() {
-        struct sigaction sa {};
-        sa.sa_handler = on_envelope_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, &old_int_);
-        sigaction(SIGTERM, &sa, &old_term_);
-        g_envelope_interrupted = 0;
-    }
-    ~EnvelopeSignals() {
-        sigaction(SIGINT, &old_int_, nullptr);
-        sigaction(SIGTERM, &old_term_, nullptr);
-    }
-    EnvelopeSignals(const EnvelopeSignals&) = delete;
-    EnvelopeSignals& operator=(const EnvelopeSignals&) = delete;
-
-private:
-    struct sigaction old_int_ {}, old_term_ {};
-};
-
 // The member processes in flight: what starts them, and how far they are.
 struct MemberPool {
     const EnvelopeOptions& opt;
@@ -395,7 +373,9 @@ EnvelopeOutcome run_envelope(const EnvelopeOptions& opt) {
     MemberPool pool{opt, out.folder, sizing.parallel, sizing.member_threads, say, t0};
     bool stopping = false;
     {
-        EnvelopeSignals signals;
+        // SIGINT and SIGTERM set g_envelope_interrupted while the members run
+        const StopSignalHandlers signals(on_envelope_signal);
+        g_envelope_interrupted = 0;
         stopping = run_members(members, pool);
     }
     if (stopping) throw Error("interrupted: the envelope was not built (member runs are in " + (out.folder / "members").string() + ")");

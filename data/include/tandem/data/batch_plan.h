@@ -32,14 +32,9 @@ struct PlanOptions {
     size_t bucket_updates = 4;   // bucket = micro_batch * accumulation * bucket_updates records
 };
 
-struct BatchPlan {
+// The options it was made with (plan.json records them beside its updates) and the updates.
+struct BatchPlan : PlanOptions {
     int version = 1;
-    uint64_t seed = 0;
-    size_t micro_batch = 0;
-    size_t accumulation = 0;
-    size_t max_len = 0;
-    size_t epochs = 1;
-    size_t bucket_updates = 0;
     // updates[u][m] = record indices (into records.jsonl) of micro-batch m of update u, in order.
     std::vector<std::vector<std::vector<size_t>>> updates;
 

@@ -2,6 +2,7 @@
 // A leg as a child process of the runner: started with its stdout and stderr on pipes, in its own
 // process group, killed by the kernel when the runner dies (PR_SET_PDEATHSIG), read line by line
 // without blocking, and reaped. POSIX only; nothing here knows the leg protocol.
+#include <signal.h>
 #include <sys/types.h>
 
 #include <filesystem>
@@ -57,6 +58,19 @@ struct ProcessState {
 ProcessState process_state(pid_t pid);
 // "stopped (T state: SIGSTOP or job control; SIGCONT continues it)", "sleeping (S state)", ...
 std::string process_state_text(char state);
+
+// While it lives, SIGINT and SIGTERM call `handler` (the runner's and the envelope's interrupt flag);
+// the handlers from before come back when it goes.
+class StopSignalHandlers {
+public:
+    explicit StopSignalHandlers(void (*handler)(int));
+    ~StopSignalHandlers();
+    StopSignalHandlers(const StopSignalHandlers&) = delete;
+    StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+
+private:
+    struct sigaction old_int_ {}, old_term_ {};
+};
 
 // An exclusive advisory lock on a file (created when absent), held until release or process exit.
 class FileLock {

@@ -387,6 +387,11 @@ public:
     Attributes attributes(const std::string& object_path) const;
 
 private:
+    // timing() and memory(): /legs/<leg>/<name>'s attributes into a Record (what `fields` do not
+    // know goes in its `extra`); nullopt when the leg has no such group.
+    template <class Record, class Fields>
+    std::optional<Record> leg_record(const std::string& leg, const std::string& name, const Fields& fields) const;
+
     std::filesystem::path path_;
     std::int64_t file_ = -1;  // hid_t
 };

@@ -44,7 +44,6 @@ def run(tmp, s, env_extra=None):
     with open(path, "w") as f:
         json.dump(s, f)
     env = dict(os.environ)
-    env.pop("TANDEM_TEST_ENGINE_FAULT", None)
     env.update(env_extra or {})
     p = subprocess.run([TANDEM, "run", path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "t.db"),
                         "--no-probe", "--legs", "engine,reference", "--threads", "2"],
@@ -82,7 +81,9 @@ def clean_pretrained(tmp_path_factory):
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("localise-fault"))
-    return run(tmp, spec("loc-fault", 3), {"TANDEM_TEST_ENGINE_FAULT": "engine:lr_scale=2@1"})
+    s = spec("loc-fault", 3)
+    s["legs"] = {"engine": {"implementation": "engine", "faults": ["test-lr-scale=2@1"]}}
+    return run(tmp, s)
 
 
 def check_clean(run_result, layers, max_rel):

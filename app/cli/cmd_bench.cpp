@@ -12,7 +12,7 @@
 #include "tandem/data/tokenizer.h"
 #include "tandem/error.h"
 #include "tandem/spec/leg_paths.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 #include "tandem/strict_json.h"
 #include "tandem/studies/bench_engine.h"
 #include "tandem/version.h"

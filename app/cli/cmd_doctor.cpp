@@ -9,8 +9,8 @@
 #include "tandem/error.h"
 #include "tandem/spec/leg_paths.h"
 #include "tandem/strict_json.h"
-#include "tandem/store/host_info.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/host_info.h"
+#include "tandem/measure/probe.h"
 #include "tandem/version.h"
 
 #include <hdf5.h>

@@ -9,8 +9,8 @@
 #include "tandem/error.h"
 #include "tandem/overwrite_guard.h"
 #include "tandem/store/catalog.h"
-#include "tandem/store/host_info.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/host_info.h"
+#include "tandem/measure/probe.h"
 #include "tandem/store/run_file.h"
 
 #include <fcntl.h>

@@ -16,6 +16,7 @@ set(LAYERS
   "1|kernels|kernels|tandem/kernels/,tandem/cuda_probe/|tandem_kernels,tandem_cuda_probe"
   "2|data|data|tandem/data/|tandem_text,tandem_data"
   "2|engine|engine|tandem/engine/,tandem/engine_cuda/,tandem/engine_devices/,tandem_engine.h|tandem_engine,tandem_engine_io,tandem_engine_cuda,tandem_engine_devices,tandem_engine_c"
+  "2|measure|experiments/measure|tandem/measure/|tandem_measure"
   "3|spec|experiments/spec|tandem/spec/|tandem_spec"
   "3|store|experiments/store|tandem/store/|tandem_store"
   "4|legs|experiments/legs|tandem/legs/|tandem_legs"

@@ -12,7 +12,7 @@
 #include "tandem/compare/comparison.h"
 #include "tandem/spec/experiment.h"
 #include "tandem/compare/flops.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/probe.h"
 #include "tandem/compare/report.h"
 #include "tandem/runner/run_flops.h"
 #include "tandem/store/run_file.h"

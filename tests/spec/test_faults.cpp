@@ -131,6 +131,50 @@ TEST(FaultSwitches, TextJsonAndErrors) {
               std::string::npos);
 }
 
+// The test faults (docs/thresholds.md "Injected faults") are fault switches like the catalogue's, with a
+// first update, and hidden from the catalogue users see.
+TEST(FaultSwitches, TestFaultsStartAtTheirUpdateAndAreHiddenFromTheCatalogue) {
+    std::set<std::string> documented;
+    for (const auto& f : fault_catalogue()) documented.insert(f.name);
+    ASSERT_EQ(test_faults().size(), 4u);
+    for (const auto& f : test_faults()) {
+        EXPECT_TRUE(f.test_only) << f.name;
+        EXPECT_FALSE(documented.count(f.name)) << f.name << " is listed in the catalogue";
+        EXPECT_EQ(&fault_info(f.name), &f);
+        EXPECT_EQ(f.name.rfind("test-", 0), 0u) << f.name;
+    }
+    const auto list = parse_fault_list("test-lr-scale=100@3, test-bf16-adapter@2, test-warmup-shift", "--faults");
+    ASSERT_EQ(list.size(), 3u);
+    EXPECT_EQ(list[0].from_update, 3);
+    EXPECT_EQ(list[1].from_update, 2);
+    EXPECT_EQ(list[2].from_update, 0);
+    EXPECT_EQ(faults_text(list), "test-lr-scale=100@3, test-bf16-adapter@2, test-warmup-shift=1");
+    EXPECT_EQ(parse_fault_list(faults_text(list), "x"), list);  // what the runner hands the engine leg
+    EXPECT_EQ(faults_from_json(faults_to_json(list), "x"), list);
+    EXPECT_EQ(faults_from_json(nlohmann::json::parse(R"([{"name": "test-lr-scale", "size": 100, "from_update": 3}])"), "x")[0],
+              list[0]);
+    // the engine leg's list: in order, sizes filled in, nothing in the engine's or the data path's switches
+    const LegFaults lf = leg_faults(list);
+    EXPECT_FALSE(lf.engine.any());
+    EXPECT_FALSE(lf.data.any());
+    EXPECT_TRUE(lf.any());
+    EXPECT_EQ(lf.test, (std::vector<TestFault>{{"test-lr-scale", 100, 3}, {"test-bf16-adapter", 0, 2}, {"test-warmup-shift", 1, 0}}));
+    auto error_of = [](auto&& f) {
+        try {
+            f();
+        } catch (const tandem::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(error_of([] { parse_fault_list("rope-theta=10@2", "--faults"); }),
+              "--faults: fault 'rope-theta' acts from update 0 (@UPDATE is for the test faults)");
+    EXPECT_EQ(error_of([] { parse_fault_list("test-lr-scale=2@x", "--faults"); }), "--faults: fault 'test-lr-scale': update 'x' is not a whole number");
+    EXPECT_EQ(error_of([] { parse_fault_list("test-lr-scale=2@-1", "--faults"); }), "--faults: fault 'test-lr-scale': the first update must be >= 0");
+    // an unknown name lists the documented faults only
+    EXPECT_EQ(error_of([] { fault_info("nope"); }).find("test-"), std::string::npos);
+}
+
 TEST(FaultBanner, NamesEveryFaultyLegAndNothingForCleanRuns) {
     EXPECT_EQ(fault_banner({{"engine", ""}, {"reference", ""}}), "");
     EXPECT_EQ(fault_banner({{"engine", "rope-theta=100"}, {"reference", ""}, {"b", "qk-norm-skipped"}}),

@@ -9,7 +9,7 @@
 //                                                  each commit
 #include "tandem/error.h"
 #include "tandem/store/catalog.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 #include "tandem/store/run_file.h"
 
 #include <cmath>

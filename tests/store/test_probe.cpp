@@ -1,7 +1,7 @@
 // CPU probe plausibility, host facts against an independent source, --device parsing.
 #include "tandem/error.h"
-#include "tandem/store/host_info.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/host_info.h"
+#include "tandem/measure/probe.h"
 
 #include <gtest/gtest.h>
 #include <sys/sysinfo.h>

@@ -1,5 +1,5 @@
 // CUDA bandwidth probe (label gpu). Skips with a message when built without CUDA or no device.
-#include "tandem/store/probe.h"
+#include "tandem/measure/probe.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Run file: round trip through writer and reader, replacement rules, bad input, and a writer
 // SIGKILLed mid-append (the file must still open and hold every row reported as flushed).
 #include "tandem/error.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 #include "tandem/store/run_file.h"
 #include "refused_file.h"
 #include "test_support.h"

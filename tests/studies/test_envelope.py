@@ -1,8 +1,8 @@
 """Seed envelopes, the error-model bound and the envelope gate, end to end on the 6-update experiment
 of runner_fixture (docs/envelope.md, docs/thresholds.md, docs/gate.md). Oracles: numpy over the
 member runs' own run.h5 series (the envelope's statistics), the documented bound formula recomputed
-here from the legs' series, runs made numerically wrong on purpose (TANDEM_TEST_ENGINE_FAULT, a
-test-only switch of the engine leg), and the reference leg that keeps training while a diverging
+here from the legs' series, runs made numerically wrong on purpose (the test faults of the
+fault catalogue, hidden from its docs, which the engine leg applies), and the reference leg that keeps training while a diverging
 engine leg is stopped."""
 import json
 import math
@@ -140,14 +140,15 @@ def test_the_bound_holds_for_clean_pairs_and_three_injected_faults_break_it(buil
     tmp, spec_path, _, _, _ = built
     spec = json.load(open(spec_path))
     spec["name"] = "faults"
+    faults = {"f1": "test-lr-scale=1.02", "f2": "test-warmup-shift=1", "f3": "test-adapter-noise=1e-3",
+              "f4": "test-bf16-adapter"}
     spec["legs"] = {"t2": {"implementation": "command",
                            "command": [os.path.abspath(TANDEM), "leg", "engine", "--run", "{run}", "--leg", "{leg}",
-                                       "--device", "{device}", "--threads", "2", "{resume}"]}}
+                                       "--device", "{device}", "--threads", "2", "{resume}"]},
+                    **{leg: {"implementation": "engine", "faults": [f]} for leg, f in faults.items()}}
     path = os.path.join(tmp, "faults.json")
     json.dump(spec, open(path, "w"))
-    faults = {"f1": "lr_scale=1.02", "f2": "warmup_shift=1", "f3": "adapter_noise=1e-3", "f4": "bf16_adapter"}
-    env = {"TANDEM_TEST_ENGINE_FAULT": ",".join(f"{leg}:{f}" for leg, f in faults.items())}
-    p, folder = run(tmp, path, "c=engine,t2," + ",".join(f"{leg}=engine" for leg in faults), env=env)
+    p, folder = run(tmp, path, "c=engine,t2," + ",".join(faults))
     assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]  # beyond the bound
     with h5(os.path.join(folder, "run.h5")) as f:
         layers, seq_len = f["distances/c~t2"].attrs["error_model_layers"], f["distances/c~t2"].attrs["error_model_seq_len"]
@@ -156,7 +157,7 @@ def test_the_bound_holds_for_clean_pairs_and_three_injected_faults_break_it(buil
         ce = {leg: dict(zip(f[f"legs/{leg}/eval"][()]["update"].tolist(), f[f"legs/{leg}/eval"][()]["heldout_ce"].tolist()))
               for leg in ["c", "t2", *faults]}
         hello = [json.loads(l) for l in open(os.path.join(folder, "legs", "f1", "events.jsonl")) if '"hello"' in l][0]
-        assert hello["test_fault"]  # a faulty leg says so
+        assert hello["faults"] == faults["f1"]  # a faulty leg says so
 
         def ratios(leg):
             # b is the reference side of the pair (c, leg): |c - leg| / |leg| against the bound.
@@ -189,11 +190,11 @@ def test_a_diverging_engine_leg_leaves_the_envelope_and_is_stopped_while_the_ref
     tmp, spec_path, _, _, _ = built
     spec = json.load(open(spec_path))
     spec["gate"] = {"envelope": "stop"}  # the gate is not part of the envelope's key
+    k = 3  # lr x 100 from update 3 on; evaluations every 2 updates: 4 is the first after k
+    spec["legs"] = {"engine": {"implementation": "engine", "faults": [f"test-lr-scale=100@{k}"]}}  # nor are the legs
     path = os.path.join(tmp, "gate.json")
     json.dump(spec, open(path, "w"))
-    k = 3  # lr x 100 from update 3 on; evaluations every 2 updates: 4 is the first after k
-    p, folder = run(tmp, path, "e0=engine,engine,reference",
-                    env={"TANDEM_TEST_ENGINE_FAULT": f"engine:lr_scale=100@{k}"})
+    p, folder = run(tmp, path, "e0=engine,engine,reference")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "seed envelope: engine, 3 runs" in p.stderr
     with h5(os.path.join(folder, "run.h5")) as f:
@@ -224,10 +225,13 @@ def test_the_effect_size_line_looks_in_every_catalog_named(built):
     own.db. A paired pair made `different` on purpose (lr x 1.02: off the schedule from update 0) sizes
     its effect with the envelope of any catalog named with --catalog (`tandem run` records the run in
     the first), and without it says which places it searched."""
-    tmp, spec, _, _, _ = built
+    tmp, spec_path, _, _, _ = built
     own, envelopes = os.path.join(tmp, "own.db"), os.path.join(tmp, "tandem.db")
-    fault = {"TANDEM_TEST_ENGINE_FAULT": "f:lr_scale=1.02"}
-    p, alone = run(tmp, spec, "c=engine,f=engine", env=fault, catalogs=[own])
+    s = json.load(open(spec_path))
+    s["legs"] = {"f": {"implementation": "engine", "faults": ["test-lr-scale=1.02"]}}  # not in the envelope's key
+    spec = os.path.join(tmp, "effect.json")
+    json.dump(s, open(spec, "w"))
+    p, alone = run(tmp, spec, "c=engine,f", catalogs=[own])
     assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]
     v = verdict_of(p.stdout)
     print("own catalog only:", v)
@@ -247,7 +251,7 @@ def test_the_effect_size_line_looks_in_every_catalog_named(built):
     assert r.returncode == 3 and v.startswith("different: c~f: ") and " seed noise: |z| " in v, v
     assert "(the engine seed envelope, 3 runs" in v, v
     # A run naming both catalogs is recorded in the first and judged with the second's envelope.
-    p, both = run(tmp, spec, "c=engine,f=engine", env=fault, catalogs=[own, envelopes])
+    p, both = run(tmp, spec, "c=engine,f", catalogs=[own, envelopes])
     v = verdict_of(p.stdout)
     print("run with both catalogs:", v)
     assert p.returncode == 3 and " seed noise: |z| " in v and "(the engine seed envelope, 3 runs" in v, v

@@ -6,7 +6,7 @@ with `observe` on: both legs record the same points, every point is within its b
 localise` says "no divergence"; the stored differences are recomputed here with numpy from the two
 fingerprint tables (h5py), the sketch of a scalar point against the definition in docs/observables.md
 (pure-Python integers), and every recorded op is in the docs' table. A faulty run (the engine leg's
-test fault `lr_scale=2@1`: update 1's parameter change doubled, after its fingerprints) is localised
+test fault `test-lr-scale=2@1`: update 1's parameter change doubled, after its fingerprints) is localised
 to the first point that reads the changed adapter — update 2, micro-batch 0, layer 0, q_proj (the LoRA
 linear's output; its base and A output unchanged since only B moved) — by the run's own report and by
 `tandem localise`, and `--update 1` finds nothing there."""
@@ -44,7 +44,6 @@ def run(tmp, s, env_extra=None):
     with open(path, "w") as f:
         json.dump(s, f)
     env = dict(os.environ)
-    env.pop("TANDEM_TEST_ENGINE_FAULT", None)
     env.update(env_extra or {})
     p = subprocess.run([TANDEM, "run", path, "--out", os.path.join(tmp, "runs"), "--catalog", os.path.join(tmp, "t.db"),
                         "--no-probe", "--legs", "engine,reference", "--threads", "2"],
@@ -82,7 +81,9 @@ def clean_pretrained(tmp_path_factory):
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("localise-fault"))
-    return run(tmp, spec("loc-fault", 3), {"TANDEM_TEST_ENGINE_FAULT": "engine:lr_scale=2@1"})
+    s = spec("loc-fault", 3)
+    s["legs"] = {"engine": {"implementation": "engine", "faults": ["test-lr-scale=2@1"]}}
+    return run(tmp, s)
 
 
 def check_clean(run_result, layers, max_rel):

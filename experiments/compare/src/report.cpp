@@ -6,7 +6,7 @@
 #include "tandem/number_text.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/strict_json.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 
 #include <algorithm>
 #include <cctype>

@@ -38,7 +38,6 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 
 namespace tandem::experiments {
 namespace fs = std::filesystem;
@@ -250,57 +249,15 @@ std::vector<ProbeRow> probe_rows(engine::Trainer& trainer, const std::vector<Pro
     return out;
 }
 
-// ---- test-only numerical faults (docs/thresholds.md "Injected faults") ----------------------------
-// TANDEM_TEST_ENGINE_FAULT="[LEG:]KIND[=VALUE][@UPDATE],..." perturbs this leg's training so the
-// tests can check that the error-model bound and the live gate catch a numerical difference. It is a
-// test switch, read only here (not by the engine, which stays fault-free); a leg running with one says
-// so in its hello event (`test_fault`), so such a run can never pass for a clean one unnoticed.
-//   lr_scale=M@K      the parameter change of every update >= K multiplied by M (lr x M, AdamW
-//                     decoupled weight decay included)
-//   adapter_noise=R@K after every update >= K, each adapter element x (1 + R s), s = +-1 from a hash
-//   bf16_adapter@K    after every update >= K, the adapter rounded to bfloat16 (nearest even)
-//   warmup_shift=N    the schedule's warmup N updates longer (an off-by-N schedule)
-struct TestFault {
-    std::string kind;
-    double value = 0;
-    int64_t from_update = 0;
-};
-
-std::vector<TestFault> test_faults_for(const std::string& leg) {
-    const char* env = std::getenv("TANDEM_TEST_ENGINE_FAULT");
-    std::vector<TestFault> out;
-    if (!env || !*env) return out;
-    std::stringstream in(env);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-        if (item.empty()) continue;
-        const std::string whole = item;
-        if (auto colon = item.find(':'); colon != std::string::npos) {
-            if (item.substr(0, colon) != leg) continue;
-            item = item.substr(colon + 1);
-        }
-        TestFault f;
-        try {
-            if (auto at = item.find('@'); at != std::string::npos) {
-                f.from_update = std::stoll(item.substr(at + 1));
-                item = item.substr(0, at);
-            }
-            if (auto eq = item.find('='); eq != std::string::npos) {
-                f.value = std::stod(item.substr(eq + 1));
-                item = item.substr(0, eq);
-            }
-        } catch (const std::exception&) {
-            throw Error("TANDEM_TEST_ENGINE_FAULT: '" + whole + "': not KIND[=VALUE][@UPDATE]");
-        }
-        f.kind = item;
-        if (f.kind != "lr_scale" && f.kind != "adapter_noise" && f.kind != "bf16_adapter" && f.kind != "warmup_shift")
-            throw Error("TANDEM_TEST_ENGINE_FAULT: '" + whole +
-                        "': unknown fault (lr_scale, adapter_noise, bf16_adapter, warmup_shift)");
-        out.push_back(f);
-    }
-    return out;
-}
-
+// ---- the test faults (spec's test_faults(), docs/thresholds.md "Injected faults") -----------------
+// Numerical perturbations the tests inject (through the experiment's faults, like any catalogue
+// fault) to check that the error-model bound and the live gate catch a numerical difference. They
+// act on the trainer's state here, in the leg, so the engine itself stays fault-free:
+//   test-lr-scale=M@K      the parameter change of every update >= K multiplied by M (lr x M, AdamW
+//                          decoupled weight decay included)
+//   test-adapter-noise=R@K after every update >= K, each adapter element x (1 + R s), s = +-1 from a hash
+//   test-bf16-adapter@K    after every update >= K, the adapter rounded to bfloat16 (nearest even)
+//   test-warmup-shift=N    the schedule's warmup N updates longer (an off-by-N schedule)
 float round_to_bf16(float x) {
     uint32_t b;
     std::memcpy(&b, &x, 4);
@@ -311,13 +268,13 @@ float round_to_bf16(float x) {
     return x;
 }
 
-// Applies the state faults of update `u`: `before` is the trainer state before the update (lr_scale).
+// Applies the state faults of update `u`: `before` is the trainer state before the update (test-lr-scale).
 void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& faults, int64_t u,
                        const std::optional<engine::TrainerState>& before) {
     bool touched = false;
     engine::TrainerState st;
     for (const auto& f : faults) {
-        if (u < f.from_update || f.kind == "warmup_shift") continue;
+        if (u < f.from_update || f.name == "test-warmup-shift") continue;
         if (!touched) st = trainer.state();
         touched = true;
         uint64_t tensor_index = 0;
@@ -325,18 +282,18 @@ void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& f
             ++tensor_index;
             float* x = t.ptr();
             const size_t n = t.data.size();
-            if (f.kind == "lr_scale" && before) {
+            if (f.name == "test-lr-scale" && before) {
                 const float* x0 = before->adapter.at(name).ptr();
-                for (size_t i = 0; i < n; ++i) x[i] = x0[i] + static_cast<float>(f.value) * (x[i] - x0[i]);
-            } else if (f.kind == "adapter_noise") {
+                for (size_t i = 0; i < n; ++i) x[i] = x0[i] + static_cast<float>(f.size) * (x[i] - x0[i]);
+            } else if (f.name == "test-adapter-noise") {
                 for (size_t i = 0; i < n; ++i) {
                     uint64_t h = (static_cast<uint64_t>(u) * 0x9E3779B97F4A7C15ull) ^ (tensor_index << 40) ^ i;
                     h ^= h >> 33;
                     h *= 0xff51afd7ed558ccdull;
                     h ^= h >> 33;
-                    x[i] *= static_cast<float>(1.0 + f.value * ((h & 1) ? 1.0 : -1.0));
+                    x[i] *= static_cast<float>(1.0 + f.size * ((h & 1) ? 1.0 : -1.0));
                 }
-            } else if (f.kind == "bf16_adapter") {
+            } else if (f.name == "test-bf16-adapter") {
                 for (size_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
             }
         }
@@ -380,8 +337,6 @@ private:
         fault_list_ = parse_fault_list(opt_.faults, "--faults");
         faults_ = leg_faults(fault_list_);
 
-        // TANDEM_TEST_ENGINE_FAULT (tests only; below) and the catalogue's fault switches (docs/faults.md)
-        test_faults_ = test_faults_for(opt_.leg);
         json hello{{"implementation", "engine"}, {"leg", opt_.leg}, {"language", "c++"},
                    {"stack", backend_->stack()},
                    {"versions", {{"tandem", TANDEM_VERSION}}}, {"device", backend_->device()},
@@ -390,10 +345,6 @@ private:
         if (!fault_list_.empty()) {
             hello["faults"] = faults_text(fault_list_);
             std::fprintf(stderr, "engine leg: %s\n", fault_banner({{opt_.leg, faults_text(fault_list_)}}).c_str());
-        }
-        if (!test_faults_.empty()) {
-            hello["test_fault"] = std::getenv("TANDEM_TEST_ENGINE_FAULT");
-            std::fprintf(stderr, "engine leg: TEST FAULT injected (TANDEM_TEST_ENGINE_FAULT=%s)\n", std::getenv("TANDEM_TEST_ENGINE_FAULT"));
         }
         out_.emit("hello", hello);
 
@@ -486,13 +437,13 @@ private:
         to.adamw.weight_decay = spec_.weight_decay;
         to.total_updates = total_updates_;
         to.warmup_ratio = spec_.warmup_fraction;
-        for (const auto& f : test_faults_)
-            if (f.kind == "warmup_shift")
+        for (const auto& f : faults_.test)
+            if (f.name == "test-warmup-shift")
                 to.warmup_updates = static_cast<int64_t>(std::ceil(spec_.warmup_fraction * static_cast<double>(total_updates_))) +
-                                    static_cast<int64_t>(f.value);
+                                    static_cast<int64_t>(f.size);
         to.max_grad_norm = spec_.clip;
         // What the trainer is given, as the `settings` event (docs/leg-protocol.md): the test faults
-        // stand for bugs in a trainer's code, not its settings, so warmup_shift is not in it.
+        // stand for bugs in a trainer's code, not its settings, so test-warmup-shift is not in it.
         {
             const int64_t warmup = engine::warmup_updates(spec_.warmup_fraction, total_updates_);
             settings_ = json{{"optimizer", "AdamW"}, {"decoupled_weight_decay", true}, {"amsgrad", false},
@@ -595,8 +546,8 @@ private:
             }
             auto tu = std::chrono::steady_clock::now();
             std::optional<engine::TrainerState> before;
-            for (const auto& f : test_faults_)
-                if (f.kind == "lr_scale" && u >= f.from_update) before = trainer_->state();
+            for (const auto& f : faults_.test)
+                if (f.name == "test-lr-scale" && u >= f.from_update) before = trainer_->state();
             const bool observed = recorder_ && spec_.observes(u);
             if (observed) recorder_->begin_update(u);
             // the step replayed with the spec's AdamW on updates 0, 1 and the observed ones, as the
@@ -604,7 +555,7 @@ private:
             const bool replayed = u <= 1 || spec_.observes(u);
             engine::OptimizerStepOperands operands;
             engine::UpdateMetrics m = trainer_->train_update(mbs, observed ? recorder_.get() : nullptr, replayed ? &operands : nullptr);
-            if (!test_faults_.empty()) apply_test_faults(*trainer_, test_faults_, u, before);
+            if (!faults_.test.empty()) apply_test_faults(*trainer_, faults_.test, u, before);
             if (u == inject_at) m.loss = std::nan("");
             double wall = seconds_since(tu);
             train_s_ += wall;
@@ -665,7 +616,6 @@ private:
     std::shared_ptr<engine::Backend> backend_;
     std::vector<FaultSwitch> fault_list_;
     LegFaults faults_;
-    std::vector<TestFault> test_faults_;
     std::optional<engine::LoadedCheckpoint> resume_from_;
     // load_model
     engine::HfCheckpoint base_;

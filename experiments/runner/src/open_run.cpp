@@ -13,9 +13,9 @@
 #include "tandem/spec/leg_kinds.h"
 #include "tandem/store/catalog.h"
 #include "tandem/compare/distance.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 #include "tandem/runner/prepare.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/probe.h"
 #include "tandem/compare/report.h"
 #include "tandem/store/run_file.h"
 #include "tandem/version.h"
@@ -37,6 +37,7 @@
 #include <thread>
 
 #include "tandem/spec/leg_paths.h"
+#include "tandem/utc_time.h"
 
 namespace tandem::experiments::run_steps {
 

@@ -7,7 +7,7 @@
 #include "tandem/engine/config.h"
 #include "tandem/engine/io.h"
 #include "tandem/error.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 #include "tandem/runner/prepare.h"
 #include "tandem/spec/leg_kinds.h"
 #include "tandem/spec/leg_paths.h"

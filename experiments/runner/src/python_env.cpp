@@ -8,6 +8,7 @@
 #include "tandem/spec/leg_kinds.h"
 #include "tandem/spec/leg_paths.h"
 #include "tandem/store/catalog.h"
+#include "tandem/utc_time.h"
 
 #include <nlohmann/json.hpp>
 

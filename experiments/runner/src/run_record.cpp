@@ -7,10 +7,11 @@
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
 #include "tandem/join.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 #include "tandem/store/row_bits.h"
 #include "tandem/compare/comparison_io.h"
 #include "tandem/version.h"
+#include "tandem/utc_time.h"
 
 #include <fcntl.h>
 #include <signal.h>

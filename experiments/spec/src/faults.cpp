@@ -168,16 +168,38 @@ const std::vector<FaultInfo>& fault_catalogue() {
     return c;
 }
 
+const std::vector<FaultInfo>& test_faults() {
+    // Numerical perturbations for the tests of the bounds and the gate (docs/thresholds.md "Injected
+    // faults"): not bugs a trainer has, so not in the catalogue users see. The engine leg applies them.
+    static const std::vector<FaultInfo> c = [] {
+        std::vector<FaultInfo> t = {
+            {"test-lr-scale", "test", "the parameter change of every update multiplied by M (lr x M, decoupled weight decay included)",
+             {"L4"}, FaultSize{"x the parameter change", 2, 0, false, false}, ""},
+            {"test-adapter-noise", "test", "after every update, each adapter element x (1 + R s), s = +-1 from a hash",
+             {"L4"}, FaultSize{"relative size", 1e-3, 0, false, false}, ""},
+            {"test-bf16-adapter", "test", "after every update, the adapter rounded to bfloat16 (nearest even)", {"L4"},
+             std::nullopt, ""},
+            {"test-warmup-shift", "test", "the schedule's warm-up N updates longer (an off-by-N schedule)", {"L4"},
+             FaultSize{"updates", 1, 0, true, false}, ""},
+        };
+        for (auto& f : t) f.test_only = true;
+        return t;
+    }();
+    return c;
+}
+
 const FaultInfo& fault_info(const std::string& name) {
-    for (const auto& f : fault_catalogue())
-        if (f.name == name) return f;
+    for (const auto* list : {&fault_catalogue(), &test_faults()})
+        for (const auto& f : *list)
+            if (f.name == name) return f;
     std::string known;
     for (const auto& f : fault_catalogue()) known += (known.empty() ? "" : ", ") + f.name;
     throw Error("unknown fault '" + name + "' (known: " + known + ")");
 }
 
 std::string fault_text(const FaultSwitch& f) {
-    return f.size ? f.name + "=" + number_text(*f.size) : f.name;
+    const std::string text = f.size ? f.name + "=" + number_text(*f.size) : f.name;
+    return f.from_update > 0 ? text + "@" + std::to_string(f.from_update) : text;
 }
 
 std::string faults_text(const std::vector<FaultSwitch>& faults) {
@@ -190,14 +212,17 @@ namespace {
 
 // The size of a switch checked against its fault: present exactly when the fault has a size (the
 // default filled in), whole for an integer size, within [smallest, +inf) and finite.
-FaultSwitch checked(const std::string& name, std::optional<double> size, const std::string& what) {
+FaultSwitch checked(const std::string& name, std::optional<double> size, int64_t from_update, const std::string& what) {
     const FaultInfo* info = nullptr;
     try {
         info = &fault_info(name);
     } catch (const Error& e) {
         throw Error(what + ": " + e.what());
     }
-    FaultSwitch f{name, std::nullopt};
+    if (from_update < 0) throw Error(what + ": fault '" + name + "': the first update must be >= 0");
+    if (from_update > 0 && !info->test_only)
+        throw Error(what + ": fault '" + name + "' acts from update 0 (@UPDATE is for the test faults)");
+    FaultSwitch f{name, std::nullopt, from_update};
     if (!info->size) {
         if (size) throw Error(what + ": fault '" + name + "' has no size");
         return f;
@@ -216,7 +241,21 @@ FaultSwitch checked(const std::string& name, std::optional<double> size, const s
 
 }  // namespace
 
-FaultSwitch parse_fault_switch(const std::string& text, const std::string& what) {
+FaultSwitch parse_fault_switch(const std::string& whole, const std::string& what) {
+    const auto at = whole.find('@');
+    int64_t from_update = 0;
+    if (at != std::string::npos) {
+        const std::string k = whole.substr(at + 1);
+        size_t used = 0;
+        try {
+            from_update = std::stoll(k, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (k.empty() || used != k.size())
+            throw Error(what + ": fault '" + whole.substr(0, whole.find_first_of("=@")) + "': update '" + k + "' is not a whole number");
+    }
+    const std::string text = whole.substr(0, at);
     const auto eq = text.find('=');
     const std::string name = text.substr(0, eq);
     std::optional<double> size;
@@ -232,7 +271,7 @@ FaultSwitch parse_fault_switch(const std::string& text, const std::string& what)
         if (v.empty() || used != v.size()) throw Error(what + ": fault '" + name + "': size '" + v + "' is not a number");
         size = d;
     }
-    return checked(name, size, what);
+    return checked(name, size, from_update, what);
 }
 
 std::vector<FaultSwitch> parse_fault_list(const std::string& text, const std::string& what) {
@@ -264,15 +303,21 @@ std::vector<FaultSwitch> faults_from_json(const json& j, const std::string& what
             f = parse_fault_switch(e.get<std::string>(), what);
         } else if (e.is_object()) {
             for (auto it = e.begin(); it != e.end(); ++it)
-                if (it.key() != "name" && it.key() != "size")
-                    throw Error(what + ": unknown field '" + it.key() + "' in a fault (name, size)");
+                if (it.key() != "name" && it.key() != "size" && it.key() != "from_update")
+                    throw Error(what + ": unknown field '" + it.key() + "' in a fault (name, size, from_update)");
             if (!e.contains("name") || !e["name"].is_string()) throw Error(what + ": a fault object needs a string name");
             std::optional<double> size;
             if (e.contains("size") && !e["size"].is_null()) {
                 if (!e["size"].is_number()) throw Error(what + ": fault '" + e["name"].get<std::string>() + "': size must be a number");
                 size = e["size"].get<double>();
             }
-            f = checked(e["name"].get<std::string>(), size, what);
+            int64_t from_update = 0;
+            if (e.contains("from_update")) {
+                if (!e["from_update"].is_number_integer())
+                    throw Error(what + ": fault '" + e["name"].get<std::string>() + "': from_update must be a whole number");
+                from_update = e["from_update"].get<int64_t>();
+            }
+            f = checked(e["name"].get<std::string>(), size, from_update, what);
         } else {
             throw Error(what + ": must be a list of faults (\"name\", \"name=size\" or {\"name\", \"size\"})");
         }
@@ -288,6 +333,7 @@ json faults_to_json(const std::vector<FaultSwitch>& faults) {
     for (const auto& f : faults) {
         json o{{"name", f.name}};
         if (f.size) o["size"] = *f.size;
+        if (f.from_update > 0) o["from_update"] = f.from_update;
         a.push_back(std::move(o));
     }
     return a;
@@ -297,7 +343,9 @@ LegFaults leg_faults(const std::vector<FaultSwitch>& faults) {
     LegFaults lf;
     for (const FaultSwitch& f : faults) {
         const FaultInfo& info = fault_info(f.name);
-        info.set(lf, f.size.value_or(info.size ? info.size->default_value : 0));
+        const double size = f.size.value_or(info.size ? info.size->default_value : 0);
+        if (info.test_only) lf.test.push_back(TestFault{f.name, size, f.from_update});
+        else info.set(lf, size);
     }
     return lf;
 }

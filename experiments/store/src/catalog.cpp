@@ -2,6 +2,7 @@
 #include "tandem/store/catalog.h"
 
 #include "tandem/error.h"
+#include "tandem/utc_time.h"
 
 #include <sqlite3.h>
 
@@ -386,15 +387,6 @@ const std::vector<Column<EnvelopeRecord>>& envelope_columns() {  // besides id
 }
 
 }  // namespace
-
-std::string utc_timestamp_now() {
-    const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    std::tm utc{};
-    gmtime_r(&now, &utc);
-    char text[32];
-    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    return text;
-}
 
 Catalog::Catalog(const std::filesystem::path& path) : path_(path) {
     const std::string name = path.string();

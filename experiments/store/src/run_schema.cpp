@@ -259,23 +259,6 @@ bool same_bits(const EvalRow& a, const EvalRow& b) { return schema::same_fields(
 
 namespace tandem::experiments {
 
-std::string sgemm_where(const SgemmFigure& s) {
-    if (s.threads == 0) return "device (cuBLAS)";
-    return std::to_string(s.threads) + (s.threads == 1 ? " thread" : " threads");
-}
-
-const SgemmFigure* ProbeResult::sgemm_at(int threads) const {
-    for (const auto& s : sgemm)
-        if (s.threads == threads) return &s;
-    return nullptr;
-}
-
-const ProbeDirection* ProbeResult::direction(const std::string& name) const {
-    for (const auto& d : directions)
-        if (d.name == name) return &d;
-    return nullptr;
-}
-
 const char* check_level_name(CheckLevel level) {
     switch (level) {
         case CheckLevel::L1: return "l1";

@@ -24,8 +24,8 @@
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
 #include "tandem/number_text.h"
-#include "tandem/store/host_info.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/host_info.h"
+#include "tandem/measure/probe.h"
 #include "tandem/version.h"
 
 extern char** environ;

@@ -13,7 +13,8 @@
 #include "tandem/runner/runner.h"
 #include "tandem/spec/leg_paths.h"
 #include "tandem/store/catalog.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
+#include "tandem/utc_time.h"
 
 #include <poll.h>
 #include <signal.h>

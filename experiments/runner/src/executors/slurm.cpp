@@ -11,7 +11,7 @@
 #include "tandem/runner/run_record.h"
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
-#include "tandem/store/catalog.h"  // utc_timestamp_now
+#include "tandem/utc_time.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -61,38 +61,48 @@ struct FaultInfo {
     // nothing, or that the engine refuses, for this experiment's settings (docs/faults.md "Not
     // applicable"). nullptr: it always applies.
     std::string (*not_applicable)(const FaultSettings& settings) = nullptr;
+    // A test fault (test_faults()): a numerical perturbation the tests inject to check that the bounds
+    // and the gate catch it. Hidden from the docs, `tandem faults --list` and the fault matrix; the
+    // engine leg applies it after each update (no setter), from the switch's from_update on.
+    bool test_only = false;
 };
 
 // The fault's not_applicable reason for an experiment's `settings` ("" = it applies). `tandem faults` checks it before any
 // leg starts: such a fault is a `not applicable` row, not a leg.
 std::string fault_not_applicable(const FaultInfo& fault, const FaultSettings& settings);
 
-// Every fault, in catalogue order (the order of docs/faults.md and of `tandem faults`).
+// Every documented fault, in catalogue order (the order of docs/faults.md and of `tandem faults`).
 const std::vector<FaultInfo>& fault_catalogue();
-// The named fault; throws tandem::Error listing the known names.
+// The test faults (FaultInfo::test_only): test-lr-scale, test-adapter-noise, test-bf16-adapter,
+// test-warmup-shift (docs/thresholds.md "Injected faults").
+const std::vector<FaultInfo>& test_faults();
+// The named fault, documented or test; throws tandem::Error listing the documented names.
 const FaultInfo& fault_info(const std::string& name);
 
-// One switch: a fault and its size (nullopt for a fault without one).
+// One switch: a fault and its size (nullopt for a fault without one). A test fault may start at a
+// later update (`from_update`, "name=size@K"); every other fault acts from update 0.
 struct FaultSwitch {
     std::string name;
     std::optional<double> size;
+    int64_t from_update = 0;
     bool operator==(const FaultSwitch&) const = default;
 };
 
-// "name" or "name=size" (sizes printed with up to 6 significant digits).
+// "name", "name=size" or, for a test fault from a later update, "name=size@K" (sizes printed with up
+// to 6 significant digits).
 std::string fault_text(const FaultSwitch& f);
 // "rope-theta=100, qk-norm-skipped" ("" for none).
 std::string faults_text(const std::vector<FaultSwitch>& faults);
-// Parses "name" / "name=size" (what fault_text writes and `--faults` takes), checking the name and the
+// Parses "name" / "name=size" / "name=size@K" (what fault_text writes and `--faults` takes), checking the name and the
 // size (a size for a fault without one, a size outside the fault's range, or a non-number are errors
 // naming `what`). The default size is filled in when absent.
 FaultSwitch parse_fault_switch(const std::string& text, const std::string& what);
 // A comma-separated list of them ("" = none); a fault named twice is an error.
 std::vector<FaultSwitch> parse_fault_list(const std::string& text, const std::string& what);
-// The experiment file's form: a list of "name" / "name=size" strings or {"name": ..., "size": ...}
-// objects; errors name `what` ("experiments/x.json: field faults").
+// The experiment file's form: a list of "name" / "name=size" strings or {"name": ..., "size": ...,
+// "from_update": ...} objects; errors name `what` ("experiments/x.json: field faults").
 std::vector<FaultSwitch> faults_from_json(const nlohmann::json& j, const std::string& what);
-nlohmann::json faults_to_json(const std::vector<FaultSwitch>& faults);  // resolved: {"name", "size"?} objects
+nlohmann::json faults_to_json(const std::vector<FaultSwitch>& faults);  // resolved: {"name", "size"?, "from_update"?} objects
 
 // The data/template faults, applied by the engine leg's data path (encode_record).
 struct DataFaults {
@@ -105,10 +115,20 @@ struct DataFaults {
     bool any() const { return *this != DataFaults{}; }
 };
 
+// A test fault as the engine leg applies it (apply_test_faults): its name, its size (the default
+// filled in; 0 without one) and the first update it acts on.
+struct TestFault {
+    std::string name;
+    double size = 0;
+    int64_t from_update = 0;
+    bool operator==(const TestFault&) const = default;
+};
+
 struct LegFaults {
     engine::FaultConfig engine;
     DataFaults data;
-    bool any() const { return engine.any() || data.any(); }
+    std::vector<TestFault> test;  // in the order given
+    bool any() const { return engine.any() || data.any() || !test.empty(); }
 };
 // The switches as the engine's FaultConfig and the data path's DataFaults (sizes filled in).
 LegFaults leg_faults(const std::vector<FaultSwitch>& faults);

@@ -172,7 +172,5 @@ private:
     sqlite3* db_ = nullptr;
 };
 
-// Current UTC time as ISO-8601 with a Z suffix ("2026-11-29T09:30:00Z").
-std::string utc_timestamp_now();
 
 }  // namespace tandem::experiments

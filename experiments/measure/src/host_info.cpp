@@ -1,5 +1,5 @@
 // Host facts from /proc, /sys, /etc/os-release and uname(2).
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 
 #include "tandem/version.h"
 

@@ -1,12 +1,12 @@
 // Bandwidth probes: CPU memcpy here; CUDA through tandem_cuda_probe when built with CUDA.
-#include "tandem/store/probe.h"
+#include "tandem/measure/probe.h"
 
 #include "tandem/error.h"
-#include "tandem/store/catalog.h"
-#include "tandem/store/host_info.h"
+#include "tandem/measure/host_info.h"
 
 #ifdef TANDEM_WITH_CUDA
 #include "tandem/cuda_probe/probe.h"
+#include "tandem/utc_time.h"
 #endif
 
 #include <algorithm>

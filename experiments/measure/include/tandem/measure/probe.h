@@ -1,12 +1,12 @@
 #pragma once
 // Bandwidth probes (docs/spec.md §Records): CPU memcpy and, when built with CUDA, host↔device through
-// pinned memory and device→device copies. Results are ProbeResult (run_file.h), written to
+// pinned memory and device→device copies. Results are ProbeResult (probe_result.h), written to
 // /probes/<device> of a run file and to the catalog's `probes` table.
 //
 // Byte-counting convention (ProbeDirection::bytes_counted, docs/hdf5-layout.md):
 //   memcpy (CPU) and d2d: a copy of B bytes reads B and writes B → counted 2*B (STREAM "Copy",
 //   CUDA samples' bandwidthTest D2D); h2d and d2h: B (bytes that cross the link).
-#include "tandem/store/run_file.h"
+#include "tandem/measure/probe_result.h"
 
 #include <cstdint>
 #include <string>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tandem/error.h"
-#include "tandem/store/probe.h"
+#include "tandem/measure/probe.h"
 
 extern "C" {
 void openblas_set_num_threads(int num_threads);

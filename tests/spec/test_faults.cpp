@@ -48,6 +48,17 @@ std::vector<size_t> supervised_positions(const tandem::data::TokenizedRecord& r)
     return p;
 }
 
+// The message of the tandem::Error that `f` throws, or "no error".
+template <class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const tandem::Error& e) {
+        return std::string(e.what());
+    }
+    return std::string("no error");
+}
+
 }  // namespace
 
 TEST(FaultCatalogue, AtLeastTwentyNamedDocumentedFaults) {
@@ -110,14 +121,6 @@ TEST(FaultSwitches, TextJsonAndErrors) {
     EXPECT_EQ(faults_from_json(faults_to_json(list), "x"), list);
     EXPECT_EQ(faults_from_json(nlohmann::json::parse(R"(["rope-theta=10", {"name": "qk-norm-skipped"}, {"name": "boundary-late", "size": 2}])"), "x"),
               list);
-    auto error_of = [](auto&& f) {
-        try {
-            f();
-        } catch (const tandem::Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
     EXPECT_NE(error_of([] { parse_fault_list("nope", "--faults"); }).find("--faults: unknown fault 'nope'"), std::string::npos);
     EXPECT_NE(error_of([] { parse_fault_list("qk-norm-skipped=3", "--faults"); }).find("has no size"), std::string::npos);
     EXPECT_NE(error_of([] { parse_fault_list("rope-theta=abc", "--faults"); }).find("is not a number"), std::string::npos);
@@ -159,14 +162,6 @@ TEST(FaultSwitches, TestFaultsStartAtTheirUpdateAndAreHiddenFromTheCatalogue) {
     EXPECT_FALSE(lf.data.any());
     EXPECT_TRUE(lf.any());
     EXPECT_EQ(lf.test, (std::vector<TestFault>{{"test-lr-scale", 100, 3}, {"test-bf16-adapter", 0, 2}, {"test-warmup-shift", 1, 0}}));
-    auto error_of = [](auto&& f) {
-        try {
-            f();
-        } catch (const tandem::Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
     EXPECT_EQ(error_of([] { parse_fault_list("rope-theta=10@2", "--faults"); }),
               "--faults: fault 'rope-theta' acts from update 0 (@UPDATE is for the test faults)");
     EXPECT_EQ(error_of([] { parse_fault_list("test-lr-scale=2@x", "--faults"); }), "--faults: fault 'test-lr-scale': update 'x' is not a whole number");

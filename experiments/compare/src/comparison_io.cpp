@@ -1,5 +1,6 @@
-// Reading and writing comparisons: the legs of a run file (read_legs), a run file judged
-// (compare_run_file) and a comparison's /comparisons and /distances groups (write_comparisons). Kept in tandem_compare, not in
+// Reading and writing comparisons: the legs of a run file (read_legs) and a comparison's
+// /comparisons and /distances groups (write_comparisons). A run file judged (compare_run_file) is in
+// compare_run_file.cpp: it looks for seed envelopes in catalogs, which the parsers' fuzz build leaves out. Kept in tandem_compare, not in
 // tandem_store: the legs' check records are read with the leg protocol's parsers and the gate's
 // flags, which the store may not use (docs/decisions.md, "experiments/ is six libraries").
 #include "tandem/compare/comparison_io.h"
@@ -11,7 +12,6 @@
 
 namespace tandem::experiments {
 using nlohmann::json;
-namespace fs = std::filesystem;
 
 std::vector<LegData> read_legs(const RunFileReader& reader) {
     std::vector<LegData> out;
@@ -170,43 +170,6 @@ void write_comparisons(RunFileWriter& writer, const Comparison& c) {
         writer.set_distance_attributes(e.leg_a, e.leg_b, {{"first_different_update", e.first_different_update},
                                                           {"lr_off_schedule", lr_off}});
     }
-}
-
-EnvelopeSearch run_envelopes(const RunFileReader& reader, const ExperimentSpec& spec, const std::vector<fs::path>& catalogs) {
-    EnvelopeSearch search;
-    search.key = spec.sha256_without_seeds();
-    search.look_in_run_file(reader);  // copied in by the runner when the run started
-    for (const auto& catalog : catalogs) search.look_in_catalog(catalog);
-    return search;
-}
-
-Comparison compare_run_file(const fs::path& run, std::string* title, const std::vector<fs::path>& catalogs,
-                            const std::optional<std::string>& against) {
-    fs::path file = fs::is_directory(run) ? run / "run.h5" : run;
-    if (!fs::exists(file)) throw Error(file.string() + ": no run file");
-    RunFileReader reader(file);
-    auto exp = reader.experiment();
-    if (!exp) throw Error(file.string() + ": no /experiment (not a tandem run file?)");
-    const std::string spec_source = file.string() + " /experiment spec_json";
-    ExperimentSpec spec = parse_experiment(parse_json_strict(exp->spec_json, spec_source), spec_source);
-    const std::vector<LegData> legs = read_legs(reader);
-    // a faults run compares every leg with its reference only (docs/faults.md), as the runner did
-    std::optional<FaultMatrix> matrix;
-    if (auto j = reader.fault_matrix()) matrix = fault_matrix_from_json(nlohmann::json::parse(*j));
-    Judging judging;
-    judging.against = against ? *against : matrix ? matrix->reference_leg : std::string();
-    judging.expected = ExpectedSeries{exp->total_updates, spec.eval_interval};
-    judging.model = error_model_or_none(spec, file.parent_path());
-    EnvelopeSearch envelopes = run_envelopes(reader, spec, catalogs);
-    judging.envelopes = std::move(envelopes.envelopes);
-    judging.envelope_places = std::move(envelopes.places);
-    judging.fingerprints = [&reader](const std::string& leg) { return reader.fingerprints(leg); };
-    Comparison c = judge_legs(legs, spec, judging);
-    c.fault_matrix = matrix;
-    c.probes = reader.probes();
-    c.observables = compare_pair_observables(c, reader);
-    if (title) *title = exp->run_id.empty() ? exp->name : exp->run_id;
-    return c;
 }
 
 }  // namespace tandem::experiments

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -133,6 +134,25 @@ def test_h5py_reads_what_cpp_wrote(tmp_path):
         assert [[p[n].item() for n in pts.dtype.names] for p in pts] == c["points"]
         for key, value in c["summary"].items():
             assert cg[c["series"]].attrs[key] == value
+
+
+def documented_columns(dataset):
+    """The columns docs/hdf5-layout.md gives a leg's table (`name <type` in its row), in order."""
+    doc = (Path(os.environ["TANDEM_SOURCE_DIR"]) / "docs" / "hdf5-layout.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith(f"| `/legs/<leg>/{dataset}` |"))
+    return [(name, np.dtype(kind)) for name, kind in re.findall(r"`(\w+) (<[if]8)`", row)]
+
+
+def test_the_layout_doc_names_every_column_the_writer_writes(tmp_path):
+    """docs/hdf5-layout.md is part of the "add an observable" recipe (docs/architecture.md): a column
+    added to row_columns.h and not to the doc fails here, against the file the C++ writer wrote."""
+    (tmp_path / "in.json").write_text(json.dumps(known_values()))
+    tool("write-from-json", tmp_path / "in.json", tmp_path / "run.h5")
+    with h5py.File(tmp_path / "run.h5", "r") as f:
+        g = f["legs"]["engine-cpu"]
+        for dataset in ("steps", "eval"):
+            written = [(n, g[dataset].dtype[n]) for n in g[dataset].dtype.names]
+            assert documented_columns(dataset) == written, dataset
 
 
 def test_cpp_reader_reads_what_h5py_wrote(tmp_path):

@@ -1,6 +1,8 @@
 // The spec's AdamW replayed on the engine leg's own operands (optimizer_replay.h).
 #include "tandem/legs/optimizer_replay.h"
 
+#include "tandem/legs/leg_protocol.h"
+
 #include <cmath>
 #include <limits>
 
@@ -60,7 +62,8 @@ ReplayResult replay_adamw(const engine::OptimizerStepOperands& ops, const std::v
 
 nlohmann::json optimizer_check_event(int64_t update, const ReplayResult& r) {
     return {{"update", update},
-            {"max_ratio", std::isfinite(r.max_ratio) ? nlohmann::json(r.max_ratio) : nlohmann::json("Infinity")},
+            // a non-finite ratio (a non-finite parameter) is over any bound: "Infinity", never "NaN"
+            {"max_ratio", protocol_number(std::isfinite(r.max_ratio) ? r.max_ratio : std::numeric_limits<double>::infinity())},
             {"tensor", r.tensor},
             {"over", r.over},
             {"elements", r.elements},

@@ -1,6 +1,7 @@
 // The paired numerics distance (error-model bound), the envelope distance (z-scores, band, two-sided
 // test) and the verdict names (docs/thresholds.md).
 #include "tandem/compare/distance.h"
+#include "tandem/float32.h"
 #include "tandem/compare/metrics.h"
 #include "tandem/compare/statistics.h"
 

@@ -1,6 +1,7 @@
 // The per-update series: the lr against the spec's schedule, the pinned grad norm (judge/series.h).
 // The loss and grad-norm distances themselves are distance.h's (paired_distance, envelope_series_distance).
 #include "tandem/compare/judge/series.h"
+#include "tandem/float32.h"
 
 #include "tandem/compare/distance.h"
 #include "tandem/engine/optim.h"

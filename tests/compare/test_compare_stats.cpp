@@ -317,7 +317,7 @@ TEST(Completeness, HolesRepeatsUnfinishedLegsAndNonFiniteValuesAreNamed) {
     c = compare_legs({nan, b}, spec);
     judge_completeness(c, {nan, b}, six);
     EXPECT_FALSE(c.passed());
-    EXPECT_EQ(c.verdict().rfind("different: a: non-finite loss at update 3", 0), 0u) << c.verdict();
+    EXPECT_EQ(c.verdict().rfind("different: a: non-finite training loss at update 3", 0), 0u) << c.verdict();
 
     // A judged comparison without a leg, and one never judged, do not pass.
     Comparison none;

@@ -2,11 +2,14 @@
 // flags are known by construction.
 #include "tandem/error.h"
 #include "tandem/compare/judge/gate.h"
+#include "tandem/compare/metrics.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
+#include <set>
 
 using namespace tandem::experiments;
 
@@ -94,7 +97,7 @@ TEST(Gate, ALossFarAboveItsRecentSpreadIsASpikeAndNonFiniteStops) {
     ASSERT_EQ(f.size(), 2u);
     EXPECT_EQ(f[0].kind, "non-finite");
     EXPECT_EQ(f[0].action, GateAction::Stop);
-    EXPECT_EQ(f[0].message, "reference: non-finite loss at update 41");
+    EXPECT_EQ(f[0].message, "reference: non-finite training loss at update 41");
     EXPECT_EQ(f[1].message, "reference: non-finite held-out CE at update 42");
 }
 
@@ -133,4 +136,41 @@ TEST(Gate, FlagSeriesIsTheRecordedOneElseWhatAnOlderFlagsKindAndWordingSay) {
     EXPECT_EQ(flag_series(flag("non-finite", "a: non-finite loss at update 10", "")), "loss");
     EXPECT_EQ(flag_series(flag("envelope", "a: held-out CE 3 at update 8 is above", "")), "heldout_ce");
     EXPECT_EQ(flag_series(flag("envelope", "a: training loss 3 at update 6 is above", "")), "loss");
+}
+
+// One name per quantity: every flag that names a metric's series says it with the metric table's
+// label, the words of its panel (the table is where a label is written; tests/compare/test_metric_labels.py
+// checks that no other file writes one).
+TEST(Gate, EveryFlagNamesItsSeriesWithTheMetricTablesLabel) {
+    TrajectoryGate g;
+    TrajectoryGate::Context ctx;
+    ctx.implementation = {{"engine", "engine"}, {"reference", "reference"}};
+    ctx.paired = {{"engine", "reference"}};
+    ctx.model.layers = 2;
+    ctx.model.seq_len = 256;
+    g.set_context(ctx);
+    LegTrace t = steady(40);
+    std::vector<GateFlag> flags = g.check("engine", t, 0);
+    t.steps.push_back({40, 30.0, 1.0, 1e-4, 10, 0.1});               // loss spike
+    t.steps.push_back({41, std::nan(""), 1.0, 1e-4, 10, 0.1});       // non-finite training loss
+    t.steps.push_back({42, 2.9, std::nan(""), 1e-4, 10, 0.1});       // non-finite grad norm
+    t.evals = {{0, 3.0}, {10, INFINITY}};                            // non-finite held-out CE
+    for (auto& f : g.check("engine", t, 0)) flags.push_back(f);
+    LegTrace ref;
+    ref.evals = {{0, 1.5}};  // the engine's held-out CE twice the reference's: beyond the paired bound
+    std::map<std::string, const LegTrace*> traces{{"engine", &t}, {"reference", &ref}};
+    for (auto& f : g.check_pairs(traces)) flags.push_back(f);
+
+    std::set<std::string> named;
+    for (const auto& f : flags) {
+        const auto metric = metric_of_series(f.series);
+        ASSERT_TRUE(metric) << f.kind << ": " << f.series;
+        const std::string label = metric_info(*metric).label;
+        EXPECT_EQ(series_label(f.series), label);
+        EXPECT_NE(f.message.find("engine: " + (f.kind == "non-finite" ? "non-finite " + label : label) + " "), std::string::npos)
+            << f.message << " (the label of " << f.series << " is '" << label << "')";
+        named.insert(f.kind + " " + f.series);
+    }
+    EXPECT_EQ(named, (std::set<std::string>{"loss-spike loss", "non-finite loss", "non-finite grad_norm", "non-finite heldout_ce",
+                                            "paired-bound heldout_ce"}));
 }

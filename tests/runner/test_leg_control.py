@@ -145,7 +145,7 @@ def test_the_gate_flags_a_slow_update_and_stops_a_leg_at_a_non_finite_loss(tmp_p
     spec = small_experiment(tmp, "gate", legs={"fake": {"implementation": "command", "command": [sys.executable, script]}},
                             gate={"non_finite": "warn", "step_time_min_history": 3})
     p = run(tmp, spec, "--legs", "fake")
-    assert "gate: fake: non-finite loss at update 4 (warn)" in p.stderr, p.stderr[-2000:]
+    assert "gate: fake: non-finite training loss at update 4 (warn)" in p.stderr, p.stderr[-2000:]
     assert "gate: fake: update 5 took 3 s, 30.0x its running median 0.1 s (warn)" in p.stderr, p.stderr[-2000:]
     import h5py
 
@@ -154,11 +154,11 @@ def test_the_gate_flags_a_slow_update_and_stops_a_leg_at_a_non_finite_loss(tmp_p
         flags = json.loads(v.decode() if isinstance(v, bytes) else v)
     assert [(x["kind"], x["update"], x["action"]) for x in flags] == [("non-finite", 4, "warn"), ("step-time", 5, "warn")]
     assert "Live gate flags" in p.stdout
-    assert p.returncode == 3 and verdict_of(p.stdout).startswith("different: fake: non-finite loss at update 4"), p.stdout[-2000:]
+    assert p.returncode == 3 and verdict_of(p.stdout).startswith("different: fake: non-finite training loss at update 4"), p.stdout[-2000:]
 
     tmp2 = str(tmp_path / "stop")
     os.makedirs(tmp2)
     spec = small_experiment(tmp2, "gate2", legs={"fake": {"implementation": "command", "command": [sys.executable, script]}})
     p = run(tmp2, spec, "--legs", "fake")
     assert p.returncode == 1
-    assert "incomplete: fake: leg stopped (gate: fake: non-finite loss at update 4)" in p.stdout, p.stdout[-2000:]
+    assert "incomplete: fake: leg stopped (gate: fake: non-finite training loss at update 4)" in p.stdout, p.stdout[-2000:]

@@ -653,7 +653,7 @@ if [[ "$1" == "leg" ]]; then echo "tandem leg: asked"; sleep 30; exit 0; fi
     //     and chart it is, and Save asks before it replaces a file. No label shows a literal "&".
     void export_dialog_keeps_the_chart_and_labels_have_no_literal_ampersand() {
         QTemporaryDir dir;
-        const QStringList panels{"held-out CE", "training loss", "grad norm", "learning rate", "throughput", "residual"};
+        const QStringList panels{"held-out CE", "training loss", "pre-clip grad norm", "learning rate", "throughput", "residual"};
         {
             FigureExportDialog dialog(panels, 0);
             dialog.set_run_id(QStringLiteral("run-a"));

@@ -346,7 +346,7 @@ private Q_SLOTS:
         // The paper figure's panels name their metrics, whatever else the table holds.
         QStringList figure;
         for (int p : TrajectoryView::figure_panels()) figure << TrajectoryView::panel_name(p);
-        QCOMPARE(figure, (QStringList{QStringLiteral("held-out CE"), QStringLiteral("residual"), QStringLiteral("grad norm")}));
+        QCOMPARE(figure, (QStringList{QStringLiteral("held-out CE"), QStringLiteral("residual"), QStringLiteral("pre-clip grad norm")}));
     }
 
     void gate_flags_sit_on_the_curve_of_their_series() {
@@ -457,7 +457,7 @@ private Q_SLOTS:
         QMouseEvent move(QEvent::MouseMove, local, panel->viewport()->mapToGlobal(local), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
         QApplication::sendEvent(panel->viewport(), &move);
         QTRY_VERIFY2(view->hover_text().contains(QStringLiteral("update %1").arg(kPlantedUpdate)), qPrintable(view->hover_text()));
-        QVERIFY2(view->hover_text().contains(QStringLiteral("residual (%), grad norm")), qPrintable(view->hover_text()));
+        QVERIFY2(view->hover_text().contains(QStringLiteral("residual (%), pre-clip grad norm")), qPrintable(view->hover_text()));
         QVERIFY2(view->hover_text().contains(name + QStringLiteral("</span> ") + QString::number(planted, 'g', 6) + QStringLiteral("%")),
                  qPrintable(view->hover_text()));
     }

@@ -1,6 +1,7 @@
 // A run's comparison: every pair of legs through the four levels (levels.cpp), the per-leg figures
 // (timing.cpp), the completeness of every leg, and the run's one-line verdict (docs/report.md).
 #include "tandem/compare/comparison.h"
+#include "tandem/compare/metrics.h"
 
 #include "tandem/error.h"
 #include "tandem/join.h"
@@ -394,14 +395,14 @@ std::vector<std::string> incompleteness(const LegData& leg, const ExpectedSeries
 std::vector<std::string> non_finite_values(const LegData& leg) {
     std::vector<std::string> out;
     for (const auto& s : leg.trace.steps) {
-        if (!std::isfinite(s.loss)) out.push_back(leg.name + ": non-finite loss at update " + std::to_string(s.update));
+        if (!std::isfinite(s.loss)) out.push_back(leg.name + ": non-finite " + series_label("loss") + " at update " + std::to_string(s.update));
         if (!std::isfinite(s.grad_norm))
-            out.push_back(leg.name + ": non-finite grad norm at update " + std::to_string(s.update));
+            out.push_back(leg.name + ": non-finite " + series_label("grad_norm") + " at update " + std::to_string(s.update));
         if (out.size() >= 4) return out;
     }
     for (const auto& e : leg.trace.evals)
         if (!std::isfinite(e.heldout_ce)) {
-            out.push_back(leg.name + ": non-finite held-out CE at update " + std::to_string(e.update));
+            out.push_back(leg.name + ": non-finite " + series_label("heldout_ce") + " at update " + std::to_string(e.update));
             break;
         }
     if (leg.trace.l1_ce && !std::isfinite(*leg.trace.l1_ce)) out.push_back(leg.name + ": non-finite initial held-out CE (L1)");

@@ -1,6 +1,8 @@
 // The paired numerics distance (error-model bound), the envelope distance (z-scores, band, two-sided
 // test) and the verdict names (docs/thresholds.md).
 #include "tandem/compare/distance.h"
+#include "tandem/float32.h"
+#include "tandem/compare/metrics.h"
 #include "tandem/compare/statistics.h"
 
 #include "tandem/engine/io.h"
@@ -143,14 +145,6 @@ std::vector<double> finite_only(const std::vector<double>& v) {
     for (double x : v)
         if (std::isfinite(x)) out.push_back(x);
     return out;
-}
-
-// "held-out CE", "training loss", "pre-clip grad norm": a series as the reasons name it.
-std::string series_label(const std::string& series) {
-    if (series == "heldout_ce") return "held-out CE";
-    if (series == "loss") return "training loss";
-    if (series == "grad_norm") return "pre-clip grad norm";
-    return series;
 }
 
 double sample_std(const std::vector<double>& v) {

@@ -2,6 +2,7 @@
 // parameters, L3 template and tokens, L4 trajectories judged by the two distances into the pair's
 // verdict (docs/thresholds.md). Pure: legs in, entries out.
 #include "tandem/compare/levels.h"
+#include "tandem/compare/metrics.h"
 #include "tandem/spec/leg_kinds.h"
 
 #include "tandem/data/token_diff.h"
@@ -235,12 +236,12 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
     for (const auto& x : l4.pinned) pinned += "; " + x;
     if (n.applies) {
         if (!n.points.empty() && !n.within())
-            different.push_back({n.first_beyond_update, "L4 " + beyond_text("held-out CE", n, "the float32 error-model bound")});
+            different.push_back({n.first_beyond_update, "L4 " + beyond_text(series_label("heldout_ce"), n, "the float32 error-model bound")});
         if (l4.loss_numerics.applies && !l4.loss_numerics.points.empty() && !l4.loss_numerics.within())
-            different.push_back({l4.loss_numerics.first_beyond_update, "L4 " + beyond_text("training loss", l4.loss_numerics, "its float32 bound")});
+            different.push_back({l4.loss_numerics.first_beyond_update, "L4 " + beyond_text(series_label("loss"), l4.loss_numerics, "its float32 bound")});
         if (l4.grad_numerics.applies && !l4.grad_numerics.points.empty() && !l4.grad_numerics.within())
             different.push_back({l4.grad_numerics.first_beyond_update,
-                                 "L4 " + beyond_text("pre-clip grad norm", l4.grad_numerics, "its float32 bound") + pinned});
+                                 "L4 " + beyond_text(series_label("grad_norm"), l4.grad_numerics, "its float32 bound") + pinned});
     }
     if (!different.empty()) {
         l4.verdict = PairVerdict::Different;
@@ -287,10 +288,10 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
         return;
     }
     std::vector<Finding> outside;
-    if (!e.within()) outside.push_back({first_outside(e), outside_text("held-out CE", e)});
+    if (!e.within()) outside.push_back({first_outside(e), outside_text(series_label("heldout_ce"), e)});
     for (const auto* s : {&l4.loss_envelope, &l4.grad_envelope})
         if (s->available && !s->within())
-            outside.push_back({first_outside(*s), outside_text(s->series == "loss" ? "training loss" : "pre-clip grad norm", *s) +
+            outside.push_back({first_outside(*s), outside_text(series_label(s->series), *s) +
                                                       (s->series == "grad_norm" ? pinned : "")});
     const std::string seeds = "the " + e.stack + " seed envelope (" + std::to_string(e.members) + " runs";
     if (outside.empty()) {
@@ -298,7 +299,7 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
         std::string series;
         for (const auto* s : {&l4.loss_envelope, &l4.grad_envelope})
             if (s->available)
-                series += std::string("; ") + (s->series == "loss" ? "training loss" : "pre-clip grad norm") + " " + s->effect();
+                series += "; " + series_label(s->series) + " " + s->effect();
         l4.verdict_reason = pair + unpaired + "; " + e.leg + " within " + seeds + ": held-out CE " + e.effect() + series + ")" +
                             (l4.series_note.empty() ? "" : "; " + l4.series_note);
         return;

@@ -1,8 +1,7 @@
 #include "tandem/compare/metrics.h"
 
-#include "tandem/compare/timing.h"
-
 #include <algorithm>
+#include <cmath>
 
 namespace tandem::experiments {
 
@@ -29,6 +28,10 @@ const std::vector<MetricInfo>& metric_table() {
     return table;
 }
 
+double update_tokens_per_second(const StepRow& row) {
+    return row.wall_s > 0 ? static_cast<double>(row.tokens) / row.wall_s : std::nan("");
+}
+
 const MetricInfo& metric_info(Metric metric) {
     const auto& t = metric_table();
     return *std::find_if(t.begin(), t.end(), [&](const MetricInfo& m) { return m.metric == metric; });
@@ -45,6 +48,11 @@ std::string metric_axis_title(Metric metric, bool short_label) {
     std::string title = short_label ? m.short_label : m.label;
     if (*m.unit) title += std::string(" [") + m.unit + "]";
     return title;
+}
+
+std::string series_label(std::string_view series) {
+    if (const auto metric = metric_of_series(series)) return metric_info(*metric).label;
+    return std::string(series);
 }
 
 const std::vector<XAxisInfo>& x_axis_table() {

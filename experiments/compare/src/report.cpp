@@ -5,6 +5,7 @@
 #include "tandem/join.h"
 #include "tandem/number_text.h"
 #include "tandem/compare/comparison_io.h"
+#include "tandem/compare/metrics.h"
 #include "tandem/strict_json.h"
 #include "tandem/measure/host_info.h"
 
@@ -130,7 +131,7 @@ std::vector<Table> fault_matrix_tables(const FaultMatrix& m) {
     }
     {
         Table tb{"fault-effects", "Fault matrix: held-out CE at the end, leg minus reference",
-                 {"fault", "update", "held-out CE", "difference", "relative", "x clean pair"}, {}, {}};
+                 {"fault", "update", series_label("heldout_ce"), "difference", "relative", "x clean pair"}, {}, {}};
         auto row_of = [&](const FaultRow& r, const std::string& name) {
             return std::vector<std::string>{name,
                                             r.end_update ? std::to_string(*r.end_update) : "n/a",
@@ -260,19 +261,19 @@ Table l4_table(const Comparison& c) {
              {}, {}};
     for (const auto& e : c.l4) {
         std::string legs = e.leg_a + " vs " + e.leg_b;
-        tb.rows.push_back({legs, "held-out CE", std::to_string(e.eval.n), number_or_na(e.eval.mean_signed, "%.3e"),
+        tb.rows.push_back({legs, series_label("heldout_ce"), std::to_string(e.eval.n), number_or_na(e.eval.mean_signed, "%.3e"),
                            number_or_na(e.eval.mean_abs, "%.3e"), number_or_na(e.eval.std, "%.3e"),
                            number_or_na(e.eval.max_abs, "%.3e") + " (" + std::to_string(e.eval.max_abs_update) + ")",
                            std::to_string(e.eval.sign_changes), number_or_na(e.eval.mean_abs_rel, "%.3e"),
                            pair_verdict_name(e.verdict)});
-        tb.rows.push_back({legs, "training loss", std::to_string(e.loss.n), number_or_na(e.loss.mean_signed, "%.3e"),
+        tb.rows.push_back({legs, series_label("loss"), std::to_string(e.loss.n), number_or_na(e.loss.mean_signed, "%.3e"),
                            number_or_na(e.loss.mean_abs, "%.3e"), number_or_na(e.loss.std, "%.3e"),
                            number_or_na(e.loss.max_abs, "%.3e") + " (" + std::to_string(e.loss.max_abs_update) + ")",
                            std::to_string(e.loss.sign_changes), number_or_na(e.loss.mean_abs_rel, "%.3e"), "-"});
         tb.notes.push_back(legs + ": final loss " + fmt_opt(e.final_loss_a) + " vs " + fmt_opt(e.final_loss_b) +
                            "; largest |" + e.residual_leg + " - " + e.residual_reference + "| " +
-                           percent_at(e.eval_percent) + " held-out CE, " + percent_at(e.loss_percent) + " training loss, " +
-                           percent_at(e.grad_percent) + " grad norm" + (e.note.empty() ? "" : "; " + e.note));
+                           percent_at(e.eval_percent) + " " + series_label("heldout_ce") + ", " + percent_at(e.loss_percent) + " " +
+                           series_label("loss") + ", " + percent_at(e.grad_percent) + " " + series_label("grad_norm") + (e.note.empty() ? "" : "; " + e.note));
     }
     tb.notes.push_back("differences are a - b; dispersion = population std of the differences; check: the pair's verdict "
                        "from the two distances below (docs/thresholds.md)");
@@ -340,7 +341,7 @@ std::string envelope_cell(const EnvelopeDistance& d) {
 // Per-update series of each pair: lr against the schedule, training loss and pre-clip grad norm.
 Table series_table(const Comparison& c, const Thresholds& t) {
     Table tb{"series", "Per-update series: lr against the schedule, training loss and pre-clip grad norm",
-             {"legs", "lr off the schedule", "training loss", "pre-clip grad norm", "judged by"}, {}, {}};
+             {"legs", "lr off the schedule", series_label("loss"), series_label("grad_norm"), "judged by"}, {}, {}};
     for (const auto& e : c.l4) {
         std::string lr;
         for (const auto& x : e.schedule)

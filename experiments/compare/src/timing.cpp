@@ -9,9 +9,6 @@
 
 namespace tandem::experiments {
 
-double update_tokens_per_second(const StepRow& row) {
-    return row.wall_s > 0 ? static_cast<double>(row.tokens) / row.wall_s : std::nan("");
-}
 GradStats grad_stats(const LegData& l, double clip) {
     GradStats g;
     g.leg = l.name;

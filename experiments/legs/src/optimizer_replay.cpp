@@ -1,6 +1,7 @@
 // The spec's AdamW replayed on the engine leg's own operands (optimizer_replay.h).
 #include "tandem/legs/optimizer_replay.h"
 
+#include "tandem/float32.h"
 #include "tandem/legs/leg_protocol.h"
 
 #include <cmath>
@@ -9,8 +10,6 @@
 namespace tandem::experiments {
 
 namespace {
-
-constexpr double kEps32 = 1.0 / 8388608.0;  // 2^-23
 
 // ulp of a float32 value (as double): the gap to the next float32 away from zero.
 double ulp32(float x) {
@@ -32,7 +31,7 @@ double replay_ratio(float p0f, float gf, float mf, float vf, float p1f, int64_t 
     const double step_size = lr / bc1;
     const double want = p0 * (1 - lr * wd) - step_size * m1 / denom;
     const double terms = step_size * (b1 * std::fabs(m) + (1 - b1) * std::fabs(g)) / denom + lr * wd * std::fabs(p0);
-    double bound = ulp32(p1f) + kReplayK * kEps32 * terms;
+    double bound = ulp32(p1f) + kReplayK * kFloat32Epsilon * terms;
     if (wd != 0) bound += ulp32(p0f);
     const double d = std::fabs(p1 - want);
     if (bound > 0) return d / bound;

@@ -3,10 +3,10 @@
 
 #include "tandem/error.h"
 #include "tandem/measure/host_info.h"
+#include "tandem/utc_time.h"
 
 #ifdef TANDEM_WITH_CUDA
 #include "tandem/cuda_probe/probe.h"
-#include "tandem/utc_time.h"
 #endif
 
 #include <algorithm>

@@ -2,7 +2,6 @@
 
 #include "tandem/atomic_file.h"
 #include "tandem/error.h"
-#include "tandem/compare/timing.h"  // update_tokens_per_second
 #include "tandem/spec/leg_paths.h"
 #include "tandem/compare/metrics.h"
 #include "tandem/store/run_file.h"

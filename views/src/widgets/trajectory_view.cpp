@@ -173,10 +173,9 @@ TrajectoryView::TrajectoryView(QWidget* parent) : QWidget(parent) {
     x_axis_box_->setToolTip(tr("What the x axis counts: updates, supervised tokens seen, or training wall time"));
     add_labelled(bar, tr("&x:"), x_axis_box_);
     residual_metric_ = new QComboBox(this);
-    residual_metric_->addItem(tr("held-out CE"), static_cast<int>(Metric::HeldoutCe));
-    residual_metric_->addItem(tr("training loss"), static_cast<int>(Metric::TrainLoss));
-    residual_metric_->addItem(tr("grad norm"), static_cast<int>(Metric::GradNorm));
-    residual_metric_->addItem(tr("held-out CE, z (seed envelope)"), kZScores);
+    for (const Metric m : {Metric::HeldoutCe, Metric::TrainLoss, Metric::GradNorm})
+        residual_metric_->addItem(QString::fromLatin1(experiments::metric_info(m).label), static_cast<int>(m));
+    residual_metric_->addItem(QString::fromLatin1(experiments::metric_info(Metric::HeldoutCe).label) + tr(", z (seed envelope)"), kZScores);
     residual_metric_->setObjectName(QStringLiteral("residual_metric"));
     residual_metric_->setToolTip(tr("Residual panel: leg − reference in percent of |reference|, as experiments/ computed it"));
     add_labelled(bar, tr("Resi&dual of:"), residual_metric_);

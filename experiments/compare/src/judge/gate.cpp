@@ -1,5 +1,6 @@
 // The live trajectory gate: flags per new update / evaluation (docs/gate.md).
 #include "tandem/compare/judge/gate.h"
+#include "tandem/compare/metrics.h"
 #include "tandem/compare/statistics.h"
 
 #include "tandem/error.h"
@@ -24,6 +25,7 @@ std::string flag_series(const GateFlag& f) {
     if (!f.series.empty()) return f.series;
     if (f.kind == "paired-bound") return "heldout_ce";
     if (f.kind == "step-time") return "wall_s";
+    // Flags written before they named their series: the wording those files hold, not today's labels.
     if (f.message.find("held-out") != std::string::npos) return "heldout_ce";
     if (f.message.find("grad norm") != std::string::npos) return "grad_norm";
     return "loss";
@@ -103,9 +105,9 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
         seen.last_update = s.update;
         if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
             const bool loss = !std::isfinite(s.loss);
+            const char* series = loss ? "loss" : "grad_norm";
             out.push_back({leg, "non-finite", s.update, loss ? s.loss : s.grad_norm, std::nan(""), config_.non_finite,
-                           leg + ": non-finite " + (loss ? "loss" : "grad norm") + " at update " + std::to_string(s.update),
-                           loss ? "loss" : "grad_norm"});
+                           leg + ": non-finite " + series_label(series) + " at update " + std::to_string(s.update), series});
             continue;
         }
         // Step time against this attempt's last `window` updates before this one.
@@ -134,7 +136,7 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
             const double limit = m + config_.loss_spike_sigma * sd;
             if (sd > 0 && s.loss > limit)
                 out.push_back({leg, "loss-spike", s.update, s.loss, limit, config_.loss_spike,
-                               leg + ": loss " + number_text(s.loss, "%.6g") + " at update " + std::to_string(s.update) + " is above mean + " +
+                               leg + ": " + series_label("loss") + " " + number_text(s.loss, "%.6g") + " at update " + std::to_string(s.update) + " is above mean + " +
                                    number_text(config_.loss_spike_sigma, "%g") + " std of its last " + std::to_string(losses.size()) +
                                    " updates (" + number_text(limit, "%.6g") + ")",
                                "loss"});
@@ -145,7 +147,7 @@ std::vector<GateFlag> TrajectoryGate::check(const std::string& leg, const LegTra
         seen.last_eval = e.update;
         if (!std::isfinite(e.heldout_ce)) {
             out.push_back({leg, "non-finite", e.update, e.heldout_ce, std::nan(""), config_.non_finite,
-                           leg + ": non-finite held-out CE at update " + std::to_string(e.update), "heldout_ce"});
+                           leg + ": non-finite " + series_label("heldout_ce") + " at update " + std::to_string(e.update), "heldout_ce"});
             continue;
         }
         check_envelope(leg, "heldout_ce", e.update, e.heldout_ce, out);
@@ -178,9 +180,8 @@ void TrajectoryGate::check_envelope(const std::string& leg, const char* series, 
     const Band band = envelope_band(*p, config_.envelope_band_sigma, context_.model.bound(update));
     if (value >= band.low && value <= band.high) return;
     const bool above = value > band.high;
-    const std::string what = std::string(series) == "heldout_ce" ? "held-out CE" : "training loss";
     out.push_back({leg, "envelope", update, value, above ? band.high : band.low, config_.envelope,
-                   leg + ": " + what + " " + number_text(value, "%.7g") + " at update " + std::to_string(update) + " is " +
+                   leg + ": " + series_label(series) + " " + number_text(value, "%.7g") + " at update " + std::to_string(update) + " is " +
                        (above ? "above" : "below") + " the " + env->implementation + " seed envelope band [" +
                        number_text(band.low, "%.7g") + ", " + number_text(band.high, "%.7g") + "] (" + std::to_string(env->members) + " runs)",
                    series});
@@ -206,7 +207,7 @@ std::vector<GateFlag> TrajectoryGate::check_pairs(const std::map<std::string, co
             const double bound = context_.model.bound(p.update);
             if (rel > bound)
                 out.push_back({leg, "paired-bound", p.update, rel, bound, config_.paired_bound,
-                               leg + ": held-out CE at update " + std::to_string(p.update) + " differs from " + ref + "'s by " +
+                               leg + ": " + series_label("heldout_ce") + " at update " + std::to_string(p.update) + " differs from " + ref + "'s by " +
                                    number_text(rel, "%.3g") + " relative, " + number_text(rel / bound, "%.3g") + "x the error-model bound " +
                                    number_text(bound, "%.3g"),
                                "heldout_ce"});

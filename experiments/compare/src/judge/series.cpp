@@ -1,9 +1,11 @@
 // The per-update series: the lr against the spec's schedule, the pinned grad norm (judge/series.h).
 // The loss and grad-norm distances themselves are distance.h's (paired_distance, envelope_series_distance).
 #include "tandem/compare/judge/series.h"
+#include "tandem/float32.h"
 
 #include "tandem/compare/distance.h"
 #include "tandem/engine/optim.h"
+#include "tandem/legs/leg_protocol.h"
 #include "tandem/number_text.h"
 
 #include <algorithm>
@@ -105,13 +107,12 @@ OptimizerCheck optimizer_check(const std::string& leg, const nlohmann::json& che
     for (const auto& x : checks) {
         if (!x.is_object()) continue;
         const int64_t u = x.value("update", int64_t{-1});
-        double r = std::nan("");
-        if (auto it = x.find("max_ratio"); it != x.end()) {
-            if (it->is_number()) r = it->get<double>();
-            else if (it->is_string()) r = it->get<std::string>() == "Infinity" ? INFINITY : std::nan("");
-        }
+        // The wire form of a non-finite ratio is the leg protocol's ("Infinity", "NaN"); absent or
+        // unreadable reads as NaN.
+        const auto it = x.find("max_ratio");
+        const double r = it == x.end() ? std::nan("") : protocol_number_value(*it).value_or(std::nan(""));
         ++c.checked;
-        const bool off = !(r <= 1.0);  // NaN, inf: off
+        const bool off = !(r >= 0 && r <= 1.0);  // a ratio is >= 0: NaN, inf and a negative one are off
         auto take = [&] {
             c.ratio = r;
             c.tensor = x.value("tensor", std::string("-"));

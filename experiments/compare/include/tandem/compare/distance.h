@@ -31,8 +31,6 @@
 
 namespace tandem::experiments {
 
-// float32 machine epsilon (2^-23).
-inline constexpr double kFloat32Epsilon = 1.1920928955078125e-07;
 // The error model's constant, calibrated from measured clean paired runs of this project (engine
 // legs differing only in their thread count, engine vs reference with shared masks and plan) as
 // 4 x the largest observed ratio rel_diff / (eps32 C^(L+1) sqrt(S) sqrt(1+u)), rounded up:

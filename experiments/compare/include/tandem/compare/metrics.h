@@ -49,6 +49,15 @@ const MetricInfo& metric_info(Metric metric);
 std::optional<Metric> metric_of_series(std::string_view series);
 // "held-out CE [nats]"; the label alone for a dimensionless metric.
 std::string metric_axis_title(Metric metric, bool short_label = false);
+// The label of the metric whose run.h5 series is `series` ("heldout_ce" -> "held-out CE"): how the
+// gate's flags, the distances' reasons, the verdicts and the report name a series, so a message says
+// what the panel says. A series that is no metric is named as it is.
+std::string series_label(std::string_view series);
+
+// Throughput of one update: supervised tokens / wall seconds (NaN when the wall time is not
+// positive). The Throughput metric's value; the per-update curve behind TimingRow::tokens_per_s
+// (which sums over the run).
+double update_tokens_per_second(const StepRow& row);
 
 // What a trajectory's x axis counts.
 enum class XAxis { Update, TokensSeen, WallTime };

@@ -12,10 +12,6 @@
 
 namespace tandem::experiments {
 
-// Throughput of one update: supervised tokens / wall seconds (NaN when the wall time is not
-// positive). The per-update curve behind TimingRow::tokens_per_s (which sums over the run).
-double update_tokens_per_second(const StepRow& row);
-
 struct GradStats {
     std::string leg;
     int64_t n = 0;

@@ -9,7 +9,7 @@
 namespace tandem::experiments {
 
 struct LegKind {
-    std::string name;         // engine | reference | sdk-python | sdk-go | command (experiment `implementation`)
+    std::string name;         // "engine", "command", ... (experiment `implementation`; leg_kind_names() lists them)
     std::string description;  // one line, for help texts
     // The program and its first arguments; the runner appends the protocol's command line (--run DIR
     // --leg NAME --device D --threads T [--devices ...] [--resume] [--faults ...], docs/leg-protocol.md).

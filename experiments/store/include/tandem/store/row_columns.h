@@ -46,8 +46,9 @@ inline constexpr double kNotReported = std::numeric_limits<double>::quiet_NaN();
     INT(update, 0, -1)                                                                                    \
     /* training loss of the update (token-weighted mean cross-entropy) */                                 \
     METRIC(loss, 0, TrainLoss, "training loss", "train loss", "nats", "train/loss", true, true)           \
-    /* pre-clip global L2 norm of the gradient */                                                         \
-    METRIC(grad_norm, 0, GradNorm, "grad norm", "grad norm", "", "train/grad_norm", true, true)           \
+    /* pre-clip global L2 norm of the gradient ("pre-clip" in its label: after clipping it would read */  \
+    /* the clip value, and the verdicts that cite it must say which norm they mean) */                    \
+    METRIC(grad_norm, 0, GradNorm, "pre-clip grad norm", "pre-clip grad norm", "", "train/grad_norm", true, true) \
     /* the learning rate the update used */                                                               \
     METRIC(lr, 0, LearningRate, "learning rate", "lr", "", "train/learning_rate", false, false)           \
     /* supervised tokens in the update */                                                                 \

@@ -9,9 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "gemm.h"
 #include "tandem/engine/ops.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace tandem::engine::detail {
 namespace {
@@ -148,7 +147,7 @@ namespace tandem::engine::ops {
 void set_num_threads(int n) {
     if (n <= 0) n = detail::default_threads();
     detail::pool().resize(n);
-    openblas_set_num_threads(n);
+    blas::set_library_threads(n);
 }
 
 int num_threads() { return detail::pool().size(); }

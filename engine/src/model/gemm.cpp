@@ -157,6 +157,13 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const
 
 void set_library_threads(int n) { openblas_set_num_threads(n); }
 
+}  // namespace blas
+
+// ops' thread count: the pool's size, and OpenBLAS's threads with it
+void ops::set_num_threads(int n) { blas::set_library_threads(detail::set_pool_size(n)); }
+
+namespace blas {
+
 SerialGemm::SerialGemm() : threads(ops::num_threads()) {
     if (threads > 1) set_library_threads(1);
 }

@@ -1,4 +1,4 @@
-// Fixed-size thread pool behind detail::parallel_for and ops::set_num_threads. Workers sleep on a
+// Fixed-size thread pool behind detail::parallel_for and ops::num_threads. Workers sleep on a
 // condition variable between jobs; the calling thread runs chunk 0 itself.
 #include "parallel.h"
 
@@ -9,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "gemm.h"
 #include "tandem/engine/ops.h"
 
 namespace tandem::engine::detail {
@@ -140,15 +139,16 @@ void parallel_for_grain(int64_t n, int64_t grain, const std::function<void(int64
 
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { parallel_for_grain(n, 1, fn); }
 
+int set_pool_size(int n) {
+    if (n <= 0) n = default_threads();
+    pool().resize(n);
+    return n;
+}
+
 }  // namespace tandem::engine::detail
 
 namespace tandem::engine::ops {
 
-void set_num_threads(int n) {
-    if (n <= 0) n = detail::default_threads();
-    detail::pool().resize(n);
-    blas::set_library_threads(n);
-}
 
 int num_threads() { return detail::pool().size(); }
 

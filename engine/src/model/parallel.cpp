@@ -149,7 +149,6 @@ int set_pool_size(int n) {
 
 namespace tandem::engine::ops {
 
-
 int num_threads() { return detail::pool().size(); }
 
 }  // namespace tandem::engine::ops

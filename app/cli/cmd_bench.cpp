@@ -10,6 +10,7 @@
 #include "tandem/data/corpus.h"
 #include "tandem/data/text_json.h"
 #include "tandem/data/tokenizer.h"
+#include "tandem/engine/gemm_library.h"
 #include "tandem/error.h"
 #include "tandem/spec/leg_paths.h"
 #include "tandem/measure/host_info.h"
@@ -205,9 +206,9 @@ void run_bench_engine(const BenchEngineArgs& a) {
     const auto cases = ex::run_engine_bench(o, [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); });
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60.0;
     const std::string load_after = load_text();
-    std::printf("machine: %s, %lld logical cores; load average (1/5/15 min) before %s, after %s; %.1f min\n",
-                host.cpu_model.c_str(), static_cast<long long>(host.logical_cores), load_before.c_str(), load_after.c_str(),
-                minutes);
+    std::printf("machine: %s (%s), %lld logical cores; load average (1/5/15 min) before %s, after %s; %.1f min\n",
+                host.cpu_model.c_str(), tandem::engine::cpu_kind().c_str(), static_cast<long long>(host.logical_cores),
+                load_before.c_str(), load_after.c_str(), minutes);
     if (!cases.empty())
         std::printf("engine: %s; reference: %s\n", cases.front().engine.versions.c_str(), cases.front().reference.versions.c_str());
     for (const auto& s : ex::bench_shapes()) {

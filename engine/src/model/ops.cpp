@@ -1,12 +1,10 @@
 // CPU operators of the engine (see tandem/engine/ops.h for the contract of every function).
 // Each op is a template instantiated for float (training) and double (finite-difference checks).
-// GEMMs go to OpenBLAS; row-wise loops go to the fixed thread pool in parallel.h. Per-row reductions
+// GEMMs go to the GEMM library (gemm.h); row-wise loops go to the fixed thread pool in parallel.h. Per-row reductions
 // (norms, softmax sums, CE) accumulate in double: torch accumulates float32 in its own (vectorised)
 // order, so neither order reproduces the other bit for bit, and double keeps ours within a few ulp
 // of the exact value, which is what the 1e-6 loss tolerance against the reference needs.
 #include "tandem/engine/ops.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +14,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "gemm.h"
 #include "parallel.h"
 #include "simd.h"
 #include "tandem/error.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace tandem::engine::ops {
 using detail::parallel_for;
@@ -28,21 +25,7 @@ using detail::parallel_for_grain;
 
 namespace {
 
-// ----------------------------------------------------------------------------------------------
-// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major with leading dimensions
-// (cblas_sgemm for float, cblas_dgemm for double).
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    auto* const blas_gemm = [] {
-        if constexpr (std::is_same_v<T, float>) return &cblas_sgemm;
-        else return &cblas_dgemm;
-    }();
-    blas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-              static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
-              C, static_cast<int>(ldc));
-}
+using blas::gemm;
 
 // Rows per parallel chunk below which a row loop is not worth a thread hand-off.
 constexpr int64_t kRowGrain = 16;
@@ -381,25 +364,12 @@ void attention_backward_head(T* dq, T* dk, T* dv, const T* dout, const T* qb, co
     gemm(true, false, T_, D, T_, T(1), P, T_, dout, H * D, T(1), dv, KV * D);
 }
 
-// While alive, OpenBLAS runs single-threaded (the pool's threads split the work instead: a head's
-// GEMMs are too small to split well, and two thread pools on the same cores hand off and spin).
-// OpenBLAS partitions a GEMM over its output only, so its bits do not depend on this (on the
-// AVX-512 kernels; the AVX2 kernels' rounding may follow the blocking, as with any thread count).
-struct SerialBlas {
-    const int threads = num_threads();
-    SerialBlas() {
-        if (threads > 1) openblas_set_num_threads(1);
-    }
-    ~SerialBlas() {
-        if (threads > 1) openblas_set_num_threads(threads);
-    }
-};
 
 template <typename T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, const int32_t* lengths, int64_t B,
                        int64_t T_, int64_t H, int64_t KV, int64_t D, KvHeadMapping kv_heads) {
     const int64_t rep = H / KV;
-    SerialBlas serial;
+    blas::SerialGemm serial;
     // one task per (sequence, query head); each writes its own P and output columns
     parallel_for(B * H, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
@@ -419,7 +389,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
     const int64_t rep = H / KV;
     std::fill(dk, dk + B * T_ * KV * D, T(0));
     std::fill(dv, dv + B * T_ * KV * D, T(0));
-    SerialBlas serial;
+    blas::SerialGemm serial;
     // one task per (sequence, kv head): the query heads reading it accumulate into its dk, dv in
     // ascending order, as the serial loop over heads did
     parallel_for(B * KV, [&](int64_t t0, int64_t t1) {

@@ -1,4 +1,4 @@
-// Fixed-size thread pool behind detail::parallel_for and ops::set_num_threads. Workers sleep on a
+// Fixed-size thread pool behind detail::parallel_for and ops::num_threads. Workers sleep on a
 // condition variable between jobs; the calling thread runs chunk 0 itself.
 #include "parallel.h"
 
@@ -10,8 +10,6 @@
 #include <vector>
 
 #include "tandem/engine/ops.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace tandem::engine::detail {
 namespace {
@@ -141,15 +139,15 @@ void parallel_for_grain(int64_t n, int64_t grain, const std::function<void(int64
 
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { parallel_for_grain(n, 1, fn); }
 
+int set_pool_size(int n) {
+    if (n <= 0) n = default_threads();
+    pool().resize(n);
+    return n;
+}
+
 }  // namespace tandem::engine::detail
 
 namespace tandem::engine::ops {
-
-void set_num_threads(int n) {
-    if (n <= 0) n = detail::default_threads();
-    detail::pool().resize(n);
-    openblas_set_num_threads(n);
-}
 
 int num_threads() { return detail::pool().size(); }
 

@@ -12,5 +12,7 @@ namespace tandem::engine::detail {
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 // Like parallel_for but never splits finer than `grain` items per chunk (small loops stay serial).
 void parallel_for_grain(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+// Resizes the pool to n threads (n <= 0: hardware concurrency); returns the size.
+int set_pool_size(int n);
 
 }  // namespace tandem::engine::detail

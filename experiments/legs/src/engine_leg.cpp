@@ -8,6 +8,7 @@
 #include "tandem/data/supervision.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/engine/checkpoint.h"
+#include "tandem/engine/gemm_library.h"
 #include "tandem/engine/io.h"
 #include "tandem/engine/observe.h"
 #include "tandem/engine/safetensors.h"
@@ -346,6 +347,8 @@ private:
             hello["faults"] = faults_text(fault_list_);
             std::fprintf(stderr, "engine leg: %s\n", fault_banner({{opt_.leg, faults_text(fault_list_)}}).c_str());
         }
+        // the CPU engine's numbers follow its GEMM library: the Stacks table names it
+        if (backend_->device() == "cpu") hello["versions"]["gemm"] = engine::gemm_library_text();
         out_.emit("hello", hello);
 
         leg_dir_ = run_dir_ / "legs" / opt_.leg;

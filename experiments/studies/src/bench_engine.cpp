@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "tandem/atomic_file.h"
+#include "tandem/engine/gemm_library.h"
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/error.h"
@@ -286,7 +287,8 @@ json run_engine_bench_worker(const json& req) {
     out["setup_seconds"] = setup;
     out["peak_rss_bytes"] = int64_t(ru.ru_maxrss) * 1024;
     out["threads"] = opts.threads;
-    out["versions"] = std::string("tandem ") + TANDEM_VERSION + " (C++20, OpenBLAS)";
+    out["versions"] = std::string("tandem ") + TANDEM_VERSION + " (C++20; GEMM " + engine::gemm_library_text() + " on " +
+                      engine::cpu_kind() + ")";
     return out;
 }
 

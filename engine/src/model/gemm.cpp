@@ -13,6 +13,7 @@
 #include <string>
 
 #include "parallel.h"
+#include "simd.h"
 #include "tandem/engine/gemm_library.h"
 #include "tandem/engine/ops.h"
 #include "tandem/error.h"
@@ -78,6 +79,8 @@ std::string gemm_library_text() {
     std::string config = openblas_get_config();
     return config + " (kernel " + openblas_get_corename() + ")";
 }
+
+std::string row_kernels_text() { return simd::kernels_name(simd::kernels()); }
 
 std::string cpu_kind() {
     __builtin_cpu_init();

@@ -30,8 +30,8 @@ using blas::gemm;
 // Rows per parallel chunk below which a row loop is not worth a thread hand-off.
 constexpr int64_t kRowGrain = 16;
 
-// The float instantiation on a CPU that runs the AVX-512 kernels (simd.h: the same bits as the
-// scalar loops, which the double instantiation and other CPUs run).
+// The float instantiation on a CPU that runs the vector kernels, AVX-512 or AVX2 (simd.h: the same bits
+// as the scalar loops, which the double instantiation and other CPUs run).
 template <typename T>
 bool use_simd() {
     if constexpr (std::is_same_v<T, float>) return simd::enabled();

@@ -288,7 +288,7 @@ json run_engine_bench_worker(const json& req) {
     out["peak_rss_bytes"] = int64_t(ru.ru_maxrss) * 1024;
     out["threads"] = opts.threads;
     out["versions"] = std::string("tandem ") + TANDEM_VERSION + " (C++20; GEMM " + engine::gemm_library_text() + " on " +
-                      engine::cpu_kind() + ")";
+                      engine::cpu_kind() + ", row kernels " + engine::row_kernels_text() + ")";
     return out;
 }
 

@@ -24,6 +24,9 @@ GemmLibrary gemm_library_for(const char* tandem_gemm);
 std::string gemm_library_text();
 // The CPU kind the default follows: "Intel AVX-512", "AMD AVX-512", "Intel AVX2", ...
 std::string cpu_kind();
+// The instruction set the ops' row loops run beside the GEMMs: "AVX-512", "AVX2" or "scalar" (the same bits
+// on every one; docs/engine.md "Speed without changing a number").
+std::string row_kernels_text();
 // The libraries this build can run ("openblas", "onednn"), for tests and `--help` texts.
 std::string gemm_libraries_built();
 

@@ -3,8 +3,9 @@
 //
 // The engine's float32 GEMMs go to OpenBLAS or, when the build found it, oneDNN's dnnl_sgemm. The default
 // is the library measured fastest on the CPU kind at the engine's real shapes (docs/benchmarks.md): oneDNN
-// on Intel CPUs with AVX-512, OpenBLAS elsewhere. TANDEM_GEMM=openblas|onednn picks one by hand. Float64
-// GEMMs (the finite-difference checks) always go to OpenBLAS.
+// on Intel CPUs with AVX-512 and AMD CPUs with AVX2 only, OpenBLAS on kinds not measured yet.
+// TANDEM_GEMM=openblas|onednn picks one by hand. Float64 GEMMs (the finite-difference checks) always go
+// to OpenBLAS.
 //
 // Numbers depend on the library and the thread count, never on anything else: a run, its resume and a
 // rerun with the same library and threads are bit-identical.

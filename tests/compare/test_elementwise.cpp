@@ -12,6 +12,7 @@
 #include "tandem/float32.h"
 
 #include <cmath>
+#include <map>
 #include <random>
 
 using namespace tandem::experiments;

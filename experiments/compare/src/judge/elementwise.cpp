@@ -75,7 +75,8 @@ ResidualCheck residual_check(const std::string& leg, const std::vector<Fingerpri
     std::set<int64_t> updates;
     if (c.recorded && layers == 0)  // forward points, none in a decoder layer
         missing = {"attn_residual", "down_proj", "mlp_residual", "o_proj"};
-    for (const auto& [u, mb] : batches) {
+    for (const auto& batch : batches) {
+        const int64_t u = batch.first, mb = batch.second;
         for (int64_t l = 0; l < layers; ++l) {
             for (const Site& s : kSites) {
                 const bool first = std::string(s.projection) == "o_proj";

@@ -6,7 +6,7 @@
 // tests/studies/test_localise_run.py.
 #include <gtest/gtest.h>
 
-#include "forwarding_backend.h"
+#include "tandem/engine/forwarding_backend.h"
 #include "random_batches.h"
 #include "tiny_model.h"
 
@@ -38,7 +38,7 @@ namespace {
 std::vector<std::vector<MicroBatch>> plan(int updates, int64_t vocab) { return tandem::test::random_plan(updates, vocab); }
 
 // A backend that forwards every op to the CPU backend; tests override one op to perturb it.
-class DelegatingBackend : public test::ForwardingBackend {
+class DelegatingBackend : public ForwardingBackend {
 public:
     DelegatingBackend() : ForwardingBackend(make_cpu_backend(1)) {}
 };

@@ -24,7 +24,7 @@
 #include "tandem/engine/generate.h"
 #include "tandem/engine/trainer.h"
 #include "tandem/studies/bench_engine.h"
-#include "forwarding_backend.h"
+#include "tandem/engine/forwarding_backend.h"
 
 using json = nlohmann::json;
 using namespace tandem::engine;
@@ -38,7 +38,7 @@ double process_cpu_seconds() {
 }
 
 // Process CPU and wall seconds per op (LoRA linears per projection shape), while `on`.
-class TimingBackend final : public test::ForwardingBackend {
+class TimingBackend final : public ForwardingBackend {
 public:
     using ForwardingBackend::ForwardingBackend;
     bool on = false;

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "forwarding_backend.h"
+#include "tandem/engine/forwarding_backend.h"
 #include "tandem/engine/backend.h"
 
 namespace tandem::engine::test {

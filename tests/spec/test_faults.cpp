@@ -139,7 +139,7 @@ TEST(FaultSwitches, TextJsonAndErrors) {
 TEST(FaultSwitches, TestFaultsStartAtTheirUpdateAndAreHiddenFromTheCatalogue) {
     std::set<std::string> documented;
     for (const auto& f : fault_catalogue()) documented.insert(f.name);
-    ASSERT_EQ(test_faults().size(), 4u);
+    ASSERT_EQ(test_faults().size(), 5u);
     for (const auto& f : test_faults()) {
         EXPECT_TRUE(f.test_only) << f.name;
         EXPECT_FALSE(documented.count(f.name)) << f.name << " is listed in the catalogue";
@@ -162,6 +162,7 @@ TEST(FaultSwitches, TestFaultsStartAtTheirUpdateAndAreHiddenFromTheCatalogue) {
     EXPECT_FALSE(lf.data.any());
     EXPECT_TRUE(lf.any());
     EXPECT_EQ(lf.test, (std::vector<TestFault>{{"test-lr-scale", 100, 3}, {"test-bf16-adapter", 0, 2}, {"test-warmup-shift", 1, 0}}));
+    EXPECT_EQ(leg_faults(parse_fault_list("test-residual-noise@1", "x")).test, (std::vector<TestFault>{{"test-residual-noise", 1e-5, 1}}));
     EXPECT_EQ(error_of([] { parse_fault_list("rope-theta=10@2", "--faults"); }),
               "--faults: fault 'rope-theta' acts from update 0 (@UPDATE is for the test faults)");
     EXPECT_EQ(error_of([] { parse_fault_list("test-lr-scale=2@x", "--faults"); }), "--faults: fault 'test-lr-scale': update 'x' is not a whole number");

@@ -58,7 +58,8 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t, const std::optional<ErrorModel>& model,
                                 const std::vector<SeedEnvelope>& envelopes, int64_t planned_updates,
-                                const std::vector<std::string>& envelope_places) {
+                                const std::vector<std::string>& envelope_places,
+                                const std::vector<ResidualCheck>& residual_adds) {
     Comparison c;
     std::vector<std::pair<std::string, std::string>> faulty;
     std::string model_error;
@@ -95,7 +96,7 @@ Comparison compare_legs_against(const std::vector<LegData>& legs, const Experime
         if (s.reported) s.differences = settings_differences(*l.trace.settings, spec, planned_updates);
         c.settings.push_back(std::move(s));
     }
-    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates, envelope_places};
+    const L4Context l4_context{spec, t, c.error_model, model_error, c.envelopes, key, planned_updates, envelope_places, &residual_adds};
     for (const auto& [i, j] : pairs_of(legs, against)) {
         const LegData& a = legs[i];
         const LegData& b = legs[j];
@@ -269,8 +270,13 @@ bool verdict_line_passes(const std::string& v) {
 }
 
 Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Judging& j) {
+    // Each leg's residual adds against its own forward fingerprints (a self-check, judged in every pair
+    // of the leg). The fault matrix (faults_run.cpp) judges without them: its L4 column is the series'.
+    std::vector<ResidualCheck> residual_adds;
+    if (j.fingerprints)
+        for (const auto& l : legs) residual_adds.push_back(residual_check(l.name, j.fingerprints(l.name)));
     Comparison c = compare_legs_against(legs, spec, j.against, j.thresholds, j.model, j.envelopes, j.expected.updates,
-                                        j.envelope_places);
+                                        j.envelope_places, residual_adds);
     judge_completeness(c, legs, j.expected);
     if (j.fingerprints) add_localisations(c, j.fingerprints);
     return c;
@@ -293,6 +299,7 @@ void add_localisations(Comparison& c, const std::function<std::vector<Fingerprin
                                within(e.loss_numerics) && within(e.grad_numerics);
         for (const auto& s : e.schedule) training_agrees = training_agrees && !s.off();
         for (const auto& o : e.optimizer) training_agrees = training_agrees && !o.off();
+        for (const auto& r : e.residual_adds) training_agrees = training_agrees && !r.off();
         if (training_agrees)
             e.verdict_reason += "; only the evaluation differs: training agrees within its bounds (every fingerprinted point, "
                                 "the training loss, grad norm and lr of every update) but held-out CE does not (an "

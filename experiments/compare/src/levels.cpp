@@ -214,6 +214,25 @@ std::string no_envelope_hint(const L4Context& ctx, const std::string& leg_a, con
            (catalog ? ", or name the catalog that holds one with --catalog" : "");
 }
 
+// What the pair's reason says of its legs' residual adds (judge/elementwise.h): with `largest`, each
+// checked leg's largest ratio ("; engine's residual adds within float32 rounding at 8 adds of 2 updates
+// (largest 0.31 of the bound)"); always, the adds a leg could not check, when either leg recorded any
+// forward fingerprints (without `observe` neither does, and nothing is claimed).
+std::string residual_adds_text(const L4Entry& l4, bool largest) {
+    bool any = false;
+    for (const auto& c : l4.residual_adds) any = any || c.recorded;
+    if (!any) return "";
+    std::string out;
+    for (const auto& c : l4.residual_adds)
+        if (largest && c.checked > 0 && !c.off())
+            out += "; " + c.leg + "'s residual adds within float32 rounding at " + std::to_string(c.checked) + " adds of " +
+                   std::to_string(c.updates.size()) + " update" + (c.updates.size() > 1 ? "s" : "") + " (largest " +
+                   number_or_na(c.max_ratio) + " of the bound)";
+    for (const auto& c : l4.residual_adds)
+        if (const std::string n = c.not_checked(); !n.empty()) out += "; " + n;
+    return out;
+}
+
 // The pair's verdict from its levels, its distances and its per-update series (docs/thresholds.md
 // "The verdict"). A paired pair is judged by the bounds alone: beyond any of them it is `different`,
 // whatever an envelope says (the envelope only sizes the effect); an unpaired pair by its envelope.
@@ -231,6 +250,8 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
     for (const auto& c : l4.schedule)
         if (c.off()) different.push_back({c.first_off_update, "L4 " + c.describe()});
     for (const auto& c : l4.optimizer)
+        if (c.off()) different.push_back({c.first_off_update, "L4 " + c.describe()});
+    for (const auto& c : l4.residual_adds)
         if (c.off()) different.push_back({c.first_off_update, "L4 " + c.describe()});
     std::string pinned;
     for (const auto& x : l4.pinned) pinned += "; " + x;
@@ -255,7 +276,7 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
                      (e.outside_band.empty() ? "" : "; outside its band at update " + std::to_string(e.outside_band.front())) + ")";
         else if (n.applies)
             effect = "; effect size: no seed envelope (" + (e.why_unavailable.empty() ? envelope_hint : e.why_unavailable) + ")";
-        l4.verdict_reason = pair + joined_by_update(different) + effect;
+        l4.verdict_reason = pair + joined_by_update(different) + residual_adds_text(l4, false) + effect;
         return;
     }
     if (n.applies) {
@@ -274,6 +295,7 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
             if (c.checked > 0)
                 series += "; " + c.leg + "'s optimizer steps as the spec's AdamW at " + std::to_string(c.checked) + " replayed update" +
                           (c.checked > 1 ? "s" : "") + " (largest " + number_or_na(c.max_ratio) + " of the float32 bound)";
+        series += residual_adds_text(l4, true);
         l4.verdict_reason = pair + "held-out CE within the float32 error-model bound at all " + std::to_string(n.points.size()) +
                             " paired evaluations (largest " + number_or_na(n.max_ratio) + " of the bound, update " +
                             std::to_string(n.max_ratio_update) + ")" + series;
@@ -301,7 +323,7 @@ void judge_pair(L4Entry& l4, const std::vector<std::string>& level_failures, con
             if (s->available)
                 series += "; " + series_label(s->series) + " " + s->effect();
         l4.verdict_reason = pair + unpaired + "; " + e.leg + " within " + seeds + ": held-out CE " + e.effect() + series + ")" +
-                            (l4.series_note.empty() ? "" : "; " + l4.series_note);
+                            (l4.series_note.empty() ? "" : "; " + l4.series_note) + residual_adds_text(l4, true);
         return;
     }
     l4.verdict = PairVerdict::OutsideEnvelope;
@@ -320,6 +342,9 @@ void judge_series(L4Entry& l4, const LegData& a, const LegData& b, const L4Conte
     for (const LegData* l : {&a, &b}) {
         l4.schedule.push_back(schedule_check(l->name, l->trace.steps, ctx.spec, ctx.planned_updates));
         l4.optimizer.push_back(optimizer_check(l->name, l->trace.optimizer_checks));
+        if (ctx.residual_adds)
+            for (const auto& c : *ctx.residual_adds)
+                if (c.leg == l->name) l4.residual_adds.push_back(c);
         const std::string pinned = pinned_at_clip(l->name, l->trace.steps, l->clip.value_or(ctx.spec.clip));
         if (!pinned.empty()) l4.pinned.push_back(pinned);
     }

@@ -8,6 +8,7 @@
 #include "tandem/data/supervision.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/engine/checkpoint.h"
+#include "tandem/engine/forwarding_backend.h"
 #include "tandem/engine/gemm_library.h"
 #include "tandem/engine/io.h"
 #include "tandem/engine/observe.h"
@@ -259,6 +260,8 @@ std::vector<ProbeRow> probe_rows(engine::Trainer& trainer, const std::vector<Pro
 //   test-adapter-noise=R@K after every update >= K, each adapter element x (1 + R s), s = +-1 from a hash
 //   test-bf16-adapter@K    after every update >= K, the adapter rounded to bfloat16 (nearest even)
 //   test-warmup-shift=N    the schedule's warmup N updates longer (an off-by-N schedule)
+//   test-residual-noise=R@K from update K, every residual add's result x (1 + R s), s = +-1 from a hash
+//                          (ResidualNoiseBackend: the one test fault inside an op)
 float round_to_bf16(float x) {
     uint32_t b;
     std::memcpy(&b, &x, 4);
@@ -269,13 +272,52 @@ float round_to_bf16(float x) {
     return x;
 }
 
+// test-residual-noise: a backend decorator around the leg's backend. The wiring records the add's
+// operands (the layer input, the projection's output) before the add and its perturbed result after,
+// so the leg's own forward fingerprints show an add that does not add up — what the residual-add
+// check (compare judge/elementwise.h) must catch, while every other op stays exact. Every
+// residual_add call is perturbed (the forward's two per layer, training and evaluation alike; the
+// gradient sums of the per-micro-batch catalogue faults too, when combined with one).
+class ResidualNoiseBackend final : public engine::ForwardingBackend {
+public:
+    ResidualNoiseBackend(std::shared_ptr<engine::Backend> inner, double size, int64_t from_update)
+        : ForwardingBackend(std::move(inner)), size_(size), from_update_(from_update) {}
+    // The update the next ops belong to (evaluations after update u: u); -1 before training.
+    void set_update(int64_t u) {
+        update_ = u;
+        calls_ = 0;
+    }
+    void residual_add(float* out, const float* a, const float* b, int64_t n) override {
+        inner_->residual_add(out, a, b, n);
+        if (update_ < from_update_) return;
+        ++calls_;
+        host_.resize(static_cast<size_t>(n));
+        inner_->download(host_.data(), out, host_.size() * sizeof(float));  // waits for the add
+        for (size_t i = 0; i < host_.size(); ++i) {
+            uint64_t h = (static_cast<uint64_t>(update_) * 0x9E3779B97F4A7C15ull) ^ (calls_ << 40) ^ i;
+            h ^= h >> 33;
+            h *= 0xff51afd7ed558ccdull;
+            h ^= h >> 33;
+            host_[i] *= static_cast<float>(1.0 + size_ * ((h & 1) ? 1.0 : -1.0));
+        }
+        inner_->upload(out, host_.data(), host_.size() * sizeof(float));
+    }
+
+private:
+    double size_;
+    int64_t from_update_;
+    int64_t update_ = -1;
+    uint64_t calls_ = 0;
+    std::vector<float> host_;
+};
+
 // Applies the state faults of update `u`: `before` is the trainer state before the update (test-lr-scale).
 void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& faults, int64_t u,
                        const std::optional<engine::TrainerState>& before) {
     bool touched = false;
     engine::TrainerState st;
     for (const auto& f : faults) {
-        if (u < f.from_update || f.name == "test-warmup-shift") continue;
+        if (u < f.from_update || f.name == "test-warmup-shift" || f.name == "test-residual-noise") continue;  // not state faults
         if (!touched) st = trainer.state();
         touched = true;
         uint64_t tensor_index = 0;
@@ -337,6 +379,11 @@ private:
         // record says it is faulty.
         fault_list_ = parse_fault_list(opt_.faults, "--faults");
         faults_ = leg_faults(fault_list_);
+        for (const auto& f : faults_.test)
+            if (f.name == "test-residual-noise") {
+                residual_noise_ = std::make_shared<ResidualNoiseBackend>(backend_, f.size, f.from_update);
+                backend_ = residual_noise_;
+            }
 
         json hello{{"implementation", "engine"}, {"leg", opt_.leg}, {"language", "c++"},
                    {"stack", backend_->stack()},
@@ -553,6 +600,7 @@ private:
                 if (f.name == "test-lr-scale" && u >= f.from_update) before = trainer_->state();
             const bool observed = recorder_ && spec_.observes(u);
             if (observed) recorder_->begin_update(u);
+            if (residual_noise_) residual_noise_->set_update(u);
             // the step replayed with the spec's AdamW on updates 0, 1 and the observed ones, as the
             // Python legs replay theirs (tandem_leg.torch.Pairing; docs/thresholds.md "The optimizer step")
             const bool replayed = u <= 1 || spec_.observes(u);
@@ -617,6 +665,7 @@ private:
     ExperimentSpec spec_;
     std::string spec_sha_;
     std::shared_ptr<engine::Backend> backend_;
+    std::shared_ptr<ResidualNoiseBackend> residual_noise_;  // test-residual-noise: backend_ wraps the real one
     std::vector<FaultSwitch> fault_list_;
     LegFaults faults_;
     std::optional<engine::LoadedCheckpoint> resume_from_;

@@ -181,6 +181,8 @@ const std::vector<FaultInfo>& test_faults() {
              std::nullopt, ""},
             {"test-warmup-shift", "test", "the schedule's warm-up N updates longer (an off-by-N schedule)", {"L4"},
              FaultSize{"updates", 1, 0, true, false}, ""},
+            {"test-residual-noise", "test", "every residual add's result x (1 + R s), s = +-1 from a hash (an add that does not add up)",
+             {"L4"}, FaultSize{"relative size", 1e-5, 0, false, false}, ""},
         };
         for (auto& f : t) f.test_only = true;
         return t;

@@ -125,15 +125,17 @@ Comparison compare_legs(const std::vector<LegData>& legs, const ExperimentSpec& 
 // faulty leg with the reference, not every pair. "" = every pair (compare_legs). Throws when no leg
 // has that name.
 // `envelope_places`: where the envelopes were looked for (EnvelopeSearch::places), named by a pair
-// judged without one.
+// judged without one. `residual_adds`: each leg's residual-add check (judge/elementwise.h), judged in
+// every pair of the leg; none given (the fault matrix): not judged.
 Comparison compare_legs_against(const std::vector<LegData>& legs, const ExperimentSpec& spec, const std::string& against,
                                 const Thresholds& t = {}, const std::optional<ErrorModel>& model = std::nullopt,
                                 const std::vector<SeedEnvelope>& envelopes = {}, int64_t planned_updates = -1,
-                                const std::vector<std::string>& envelope_places = {});
+                                const std::vector<std::string>& envelope_places = {},
+                                const std::vector<ResidualCheck>& residual_adds = {});
 
 // The one judging path (docs/thresholds.md "One judging path"): the levels, the completeness of every
-// leg and, when fingerprints are given, the localisation of every failing pair with its first point
-// in the pair's reason. `tandem run`, `tandem report`, `tandem compare`, `tandem faults` and the
+// leg and, when fingerprints are given, each leg's residual adds against its own fingerprints and the
+// localisation of every failing pair with its first point in the pair's reason. `tandem run`, `tandem report`, `tandem compare`, `tandem faults` and the
 // workbench all judge through it.
 struct Judging {
     std::string against;                  // "" = every pair
@@ -142,7 +144,8 @@ struct Judging {
     std::vector<SeedEnvelope> envelopes;  // the experiment's (others are ignored)
     std::vector<std::string> envelope_places;  // where they were looked for (EnvelopeSearch::places)
     Thresholds thresholds;
-    // A leg's fingerprints (empty when it recorded none); unset: nothing is localised.
+    // A leg's fingerprints (empty when it recorded none); unset: nothing is localised and no leg's
+    // residual adds are checked (judge/elementwise.h).
     std::function<std::vector<FingerprintRow>(const std::string& leg)> fingerprints;
 };
 Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Judging& judging);

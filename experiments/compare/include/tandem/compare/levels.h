@@ -2,6 +2,7 @@
 // The four levels of one pair of legs (docs/spec.md §Levels): L1 initial held-out CE, L2 loaded
 // parameters, L3 rendered template and token boundaries, L4 trajectories; and each leg's settings.
 #include "tandem/compare/distance.h"
+#include "tandem/compare/judge/elementwise.h"
 #include "tandem/compare/judge/envelope.h"
 #include "tandem/compare/judge/series.h"
 #include "tandem/compare/leg_data.h"
@@ -79,6 +80,9 @@ struct L4Entry {
     // envelope's per-update band and two-sided test (unpaired); legs whose grad norm reads the clip.
     std::vector<ScheduleCheck> schedule;
     std::vector<OptimizerCheck> optimizer;  // each leg's replayed steps (legs that reported none: checked 0)
+    // Each leg's residual adds against its own fingerprints (judge/elementwise.h); empty when the
+    // comparison was given none (the fault matrix judges without fingerprints).
+    std::vector<ResidualCheck> residual_adds;
     PairedDistance loss_numerics, grad_numerics;
     EnvelopeDistance loss_envelope, grad_envelope;
     std::string series_note;             // why the loss and grad norm series are not judged ("" = judged)
@@ -104,6 +108,8 @@ struct L4Context {
     int64_t planned_updates = -1;                // the run's plan (the lr schedule's T); -1: unknown
     // Where the envelopes were looked for (EnvelopeSearch::places), named when none was found; empty: not said.
     std::vector<std::string> envelope_places = {};
+    // Every leg's residual-add check (judge_legs computes them from the fingerprints); null: not judged.
+    const std::vector<ResidualCheck>* residual_adds = nullptr;
 };
 L1Entry compare_l1(const LegData& a, const LegData& b, const Thresholds& t);
 L2Entry compare_l2(const LegData& a, const LegData& b);

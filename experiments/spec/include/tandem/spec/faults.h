@@ -74,7 +74,7 @@ std::string fault_not_applicable(const FaultInfo& fault, const FaultSettings& se
 // Every documented fault, in catalogue order (the order of docs/faults.md and of `tandem faults`).
 const std::vector<FaultInfo>& fault_catalogue();
 // The test faults (FaultInfo::test_only): test-lr-scale, test-adapter-noise, test-bf16-adapter,
-// test-warmup-shift (docs/thresholds.md "Injected faults").
+// test-warmup-shift, test-residual-noise (docs/thresholds.md "Injected faults").
 const std::vector<FaultInfo>& test_faults();
 // The named fault, documented or test; throws tandem::Error listing the documented names.
 const FaultInfo& fault_info(const std::string& name);

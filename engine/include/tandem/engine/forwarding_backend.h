@@ -1,13 +1,14 @@
 #pragma once
-// A Backend that forwards every call to the backend it wraps (tests/ is on every suite's include
-// path). Generated from TANDEM_BACKEND_OPS, so it always has exactly the interface's ops. Tests derive
-// from it to count op calls (tests/engine/counting_backend.h) or to perturb one op (test_localise).
+// A Backend that forwards every call to the backend it wraps. Generated from TANDEM_BACKEND_OPS, so it
+// always has exactly the interface's ops. Decorators derive from it to count op calls
+// (tests/engine/counting_backend.h), to time them (bench_engine) or to perturb one op (test_localise;
+// the engine leg's test fault test-residual-noise, experiments/legs/src/engine_leg.cpp).
 #include <memory>
 #include <string>
 
 #include "tandem/engine/backend.h"
 
-namespace tandem::engine::test {
+namespace tandem::engine {
 
 class ForwardingBackend : public Backend {
 public:
@@ -39,4 +40,4 @@ protected:
     std::shared_ptr<Backend> inner_;
 };
 
-}  // namespace tandem::engine::test
+}  // namespace tandem::engine

@@ -1,5 +1,6 @@
 // Elementwise ops held to float32 rounding, per leg: the residual adds (judge/elementwise.h).
 #include "tandem/compare/judge/elementwise.h"
+#include "worst_check.h"
 
 #include "tandem/float32.h"
 #include "tandem/join.h"
@@ -107,15 +108,7 @@ ResidualCheck residual_check(const std::string& leg, const std::vector<Fingerpri
                     c.op = s.result;
                 };
                 // batches are in (update, micro-batch) order: the first off add is the earliest
-                if (off && c.first_off_update < 0) {
-                    c.first_off_update = u;
-                    take();
-                }
-                if (c.max_update < 0 || !(r <= c.max_ratio)) {
-                    c.max_ratio = r;
-                    c.max_update = u;
-                    if (c.first_off_update < 0) take();
-                }
+                note_ratio(c, u, r, off, take);
             }
         }
     }

@@ -1,6 +1,7 @@
 // The per-update series: the lr against the spec's schedule, the pinned grad norm (judge/series.h).
 // The loss and grad-norm distances themselves are distance.h's (paired_distance, envelope_series_distance).
 #include "tandem/compare/judge/series.h"
+#include "worst_check.h"
 #include "tandem/float32.h"
 
 #include "tandem/compare/distance.h"
@@ -119,15 +120,7 @@ OptimizerCheck optimizer_check(const std::string& leg, const nlohmann::json& che
             c.over = x.value("over", int64_t{0});
             c.elements = x.value("elements", int64_t{0});
         };
-        if (off && c.first_off_update < 0) {
-            c.first_off_update = u;
-            take();
-        }
-        if (c.max_update < 0 || !(r <= c.max_ratio)) {
-            c.max_ratio = r;
-            c.max_update = u;
-            if (c.first_off_update < 0) take();
-        }
+        note_ratio(c, u, r, off, take);
     }
     return c;
 }

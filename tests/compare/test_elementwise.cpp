@@ -241,3 +241,164 @@ TEST(ResidualAdds, JudgeLegsMakesEveryPairOfALegWithAnOffAddDifferent) {
     prints["engine"] = leg_prints(5, 2, 1, 2, {1, 0, "mlp_residual", 30});
     EXPECT_EQ(compare_legs_against(legs, spec, "reference").l4[0].verdict, PairVerdict::Equivalent);
 }
+
+// ---- LoRA adds: PROJ = PROJ.base + scaling x PROJ.lora_B.out (peft's Linear.forward) ----------------------
+
+namespace {
+
+constexpr int64_t kRank = 16;
+
+// peft's order: u = lora_B(t) summed over the rank, then result + u * scaling, all float32. With
+// `fused`, y takes s x (t B^T) summed in the reverse order, as a GEMM that adds into y would.
+struct LoraSide {
+    std::vector<float> base, u, y;
+};
+LoraSide lora_side(std::mt19937_64& rng, float scaling, double u_scale, bool fused = false, float applied = 0) {
+    LoraSide s;
+    s.base = gaussian(rng, 1.0);
+    std::normal_distribution<double> n(0.0, 1.0);
+    std::vector<float> t(static_cast<size_t>(kRows * kRank)), b(static_cast<size_t>(kWidth * kRank));
+    for (auto& v : t) v = static_cast<float>(n(rng));
+    for (auto& v : b) v = static_cast<float>(n(rng) * u_scale / 4.0);  // |u_i| ~ u_scale
+    s.u.resize(s.base.size());
+    s.y.resize(s.base.size());
+    const float used = applied != 0 ? applied : scaling;  // the scaling the leg really multiplies by
+    for (int64_t i = 0; i < kRows; ++i)
+        for (int64_t j = 0; j < kWidth; ++j) {
+            float fwd = 0, rev = 0;
+            for (int64_t k = 0; k < kRank; ++k) fwd += t[size_t(i * kRank + k)] * b[size_t(j * kRank + k)];
+            for (int64_t k = kRank - 1; k >= 0; --k) rev += t[size_t(i * kRank + k)] * b[size_t(j * kRank + k)];
+            const size_t e = size_t(i * kWidth + j);
+            s.u[e] = fwd;
+            s.y[e] = s.base[e] + (fused ? used * rev : s.u[e] * used);
+        }
+    return s;
+}
+
+double lora_ratio(tandem::engine::Sketcher& sk, const LoraSide& s, float scaling) {
+    return lora_add_ratio(summary_row(sk, s.base, 0, 0, 0, "q_proj.base"), summary_row(sk, s.u, 0, 0, 0, "q_proj.lora_B.out"),
+                          static_cast<double>(scaling), kRank, summary_row(sk, s.y, 0, 0, 0, "q_proj"));
+}
+
+// A leg's forward points of `layers` layers, `targets` adapted, over updates x micro-batches; the
+// LoRA add of (update, layer) `off_update`/`off_layer` at q_proj multiplies by `applied` instead.
+std::vector<FingerprintRow> lora_prints(uint64_t seed, int64_t updates, int64_t layers, const std::vector<std::string>& targets,
+                                        float scaling, int64_t off_update = -1, float applied = 0) {
+    std::mt19937_64 rng(seed);
+    tandem::engine::Sketcher sk;
+    std::vector<FingerprintRow> out;
+    for (int64_t u = 0; u < updates; ++u)
+        for (int64_t l = 0; l < layers; ++l)
+            for (const auto& t : targets) {
+                const bool off = u == off_update && l == 0 && t == "q_proj";
+                const LoraSide s = lora_side(rng, scaling, 0.05, false, off ? applied : 0);
+                out.push_back(summary_row(sk, s.base, u, 0, l, t + ".base"));
+                out.push_back(summary_row(sk, s.u, u, 0, l, t + ".lora_B.out"));
+                out.push_back(summary_row(sk, s.y, u, 0, l, t));
+            }
+    return out;
+}
+
+}  // namespace
+
+// peft's float32 add, at rsLoRA's 8, at a scaling that is not a power of two (its product rounds
+// too), and with u summed in another order inside the add (the CUDA engine's fused GEMM): within
+// the bound, the first two within half of it.
+TEST(LoraAdds, PeftsFloat32AddAndAFusedOneStayWithinTheBound) {
+    tandem::engine::Sketcher sk;
+    double peft = 0, fused = 0;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        std::mt19937_64 rng(seed);
+        for (float s : {8.0f, static_cast<float>(32.0 / std::sqrt(8.0)), 2.0f}) {
+            const double u_scale = 0.002 * static_cast<double>(seed);
+            peft = std::max(peft, lora_ratio(sk, lora_side(rng, s, u_scale), s));
+            fused = std::max(fused, lora_ratio(sk, lora_side(rng, s, u_scale, true), s));
+        }
+    }
+    EXPECT_GT(peft, 0);
+    EXPECT_LE(peft, 0.5);
+    EXPECT_LE(fused, 1.0);
+}
+
+// A leg whose adapter output is scaled otherwise than the spec says: rsLoRA ignored (alpha/r = 2 for
+// the spec's 8) is over by orders of magnitude; a scaling off by 1e-4 of itself still by > 10x when
+// the adapter's output is 5 % of the base's; one float32 ulp of the scaling is not caught.
+TEST(LoraAdds, AScalingOtherThanTheSpecsIsOverTheBound) {
+    tandem::engine::Sketcher sk;
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+        std::mt19937_64 rng(seed);
+        EXPECT_GT(lora_ratio(sk, lora_side(rng, 8.0f, 0.05, false, 2.0f), 8.0f), 1e3) << seed;
+        EXPECT_GT(lora_ratio(sk, lora_side(rng, 8.0f, 0.05, false, 8.0f * (1.0f + 1e-4f)), 8.0f), 10.0) << seed;
+        EXPECT_LE(lora_ratio(sk, lora_side(rng, 8.0f, 0.05, false, std::nextafter(8.0f, 9.0f)), 8.0f), 1.0) << seed;
+    }
+}
+
+// A leg's LoRA adds: every (update, micro-batch, layer, adapted projection) checked; the first off one
+// is named with its projection; a projection without lora_B.out is listed, never passed.
+TEST(LoraAdds, ALegsLoraAddsAreCheckedAndMissingOnesListed) {
+    const std::vector<std::string> targets{"q_proj", "k_proj", "down_proj"};
+    const ResidualCheck clean = lora_add_check("engine", lora_prints(3, 2, 2, targets, 8.0f), targets, 8.0, kRank);
+    EXPECT_EQ(clean.kind, "LoRA add");
+    EXPECT_EQ(clean.checked, 2 * 2 * 3);
+    EXPECT_FALSE(clean.off());
+    EXPECT_LE(clean.max_ratio, 0.5);
+    EXPECT_EQ(clean.not_checked(), "");
+
+    const ResidualCheck bad = lora_add_check("mine", lora_prints(3, 2, 2, targets, 8.0f, 1, 2.0f), targets, 8.0, kRank);
+    ASSERT_TRUE(bad.off());
+    EXPECT_EQ(bad.first_off_update, 1);
+    EXPECT_EQ(bad.op, "q_proj");
+    EXPECT_EQ(bad.over, 1);
+    EXPECT_EQ(bad.describe().rfind("LoRA add of mine at update 1: ", 0), 0u) << bad.describe();
+    EXPECT_NE(bad.describe().find("(layer 0, q_proj, micro-batch 0; the leg's own fingerprints, sketch(q_proj) against "
+                                  "sketch(q_proj.base) + scaling x sketch(q_proj.lora_B.out); 1 of 12 adds over)"),
+              std::string::npos) << bad.describe();
+
+    auto prints = lora_prints(3, 1, 2, targets, 8.0f);
+    std::erase_if(prints, [](const FingerprintRow& r) { return r.op == "k_proj.lora_B.out"; });
+    const ResidualCheck old = lora_add_check("old-sdk", prints, targets, 8.0, kRank);
+    EXPECT_EQ(old.checked, 2 * 2);
+    EXPECT_EQ(old.missing, (std::vector<std::string>{"k_proj.lora_B.out"}));
+    EXPECT_EQ(old.not_checked(), "old-sdk's LoRA adds not checked where it records no k_proj.lora_B.out (forward) (4 others checked)");
+    EXPECT_EQ(lora_add_check("go", {}, targets, 8.0, kRank).not_checked(),
+              "go records no forward fingerprints: its LoRA adds are not checked");
+}
+
+// judge_legs checks the LoRA adds at the spec's scaling (rsLoRA: alpha / sqrt(r) = 8 here): a leg
+// that ignores rsLoRA is `different` at the update its adapter first moves; within, the reason says so.
+TEST(LoraAdds, JudgeLegsChecksTheSpecsScaling) {
+    ExperimentSpec spec;
+    spec.model_config = "tiny";
+    spec.dropout_masks = "shared";
+    spec.lora_targets = {"q_proj", "v_proj"};
+    ASSERT_TRUE(spec.lora_use_rslora);
+    ASSERT_EQ(spec.lora_rank, 16);
+    ASSERT_EQ(spec.lora_alpha, 32.0);
+    auto leg = [](const std::string& name, const std::string& impl) {
+        LegData l = tandem::test::finished_leg(name, impl, {"w", "base", {1}, 1.0, 1.0, 1.0, "aa"}, "pubmedqa:1");
+        l.trace.evals = {{0, 3.0}, {2, 2.8}};
+        l.trace.l1_ce = 3.0;
+        return l;
+    };
+    const std::vector<LegData> legs{leg("engine", "engine"), leg("reference", "reference")};
+    std::map<std::string, std::vector<FingerprintRow>> prints{{"engine", lora_prints(5, 2, 1, spec.lora_targets, 8.0f)},
+                                                              {"reference", lora_prints(6, 2, 1, spec.lora_targets, 8.0f)}};
+    Judging j;
+    j.fingerprints = [&prints](const std::string& l) { return prints[l]; };
+    const Comparison ok = judge_legs(legs, spec, j);
+    ASSERT_EQ(ok.l4.size(), 1u);
+    EXPECT_EQ(ok.l4[0].verdict, PairVerdict::Equivalent) << ok.l4[0].verdict_reason;
+    EXPECT_NE(ok.l4[0].verdict_reason.find("; engine's LoRA adds within float32 rounding at 4 adds of 2 updates (largest "),
+              std::string::npos) << ok.l4[0].verdict_reason;
+
+    prints["engine"] = lora_prints(5, 2, 1, spec.lora_targets, 8.0f, 1, 2.0f);
+    const Comparison bad = judge_legs(legs, spec, j);
+    EXPECT_EQ(bad.l4[0].verdict, PairVerdict::Different);
+    EXPECT_EQ(bad.l4[0].first_different_update, 1);
+    EXPECT_NE(bad.l4[0].verdict_reason.find("L4 LoRA add of engine at update 1: "), std::string::npos) << bad.l4[0].verdict_reason;
+
+    // the same prints judged against alpha / r (rsLoRA off in the spec): now the clean legs are off
+    spec.lora_use_rslora = false;
+    prints["engine"] = lora_prints(5, 2, 1, spec.lora_targets, 8.0f);
+    EXPECT_EQ(judge_legs(legs, spec, j).l4[0].verdict, PairVerdict::Different);
+}

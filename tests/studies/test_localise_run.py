@@ -96,9 +96,9 @@ def check_clean(run_result, layers, max_rel):
     assert "no divergence (engine vs reference)" in loc.stdout
     with h5(folder) as f:
         fe, fr = f["legs/engine/fingerprints"][()], f["legs/reference/fingerprints"][()]
-        # the same points in both stacks: 2 updates x (2 micro-batches x (forward 5 + 31 per layer,
+        # the same points in both stacks: 2 updates x (2 micro-batches x (forward 5 + 38 per layer,
         # backward 2 + 29 per layer) + 14 optimizer points per layer)
-        assert len(fe) == len(fr) == 2 * (2 * (5 + 31 * layers + 2 + 29 * layers) + 14 * layers)
+        assert len(fe) == len(fr) == 2 * (2 * (5 + 38 * layers + 2 + 29 * layers) + 14 * layers)
         ke, kr = {key(r): r for r in fe}, {key(r): r for r in fr}
         assert set(ke) == set(kr)
         pts = f["localisation/engine~reference/points"][()]

@@ -407,15 +407,20 @@ struct Qwen3LoraModel::Impl {
     void note(int64_t l, ObservedOp op, Pass p, const float* x, int64_t width) {
         if (obs) obs->observe(l, op, p, x, shape.N, width, Rows::Tokens);
     }
-    // A LoRA linear's forward: its frozen part x W^T alone, A dropout(x), and its output.
-    void note_projection(int64_t l, int j, const float* input, const float* y, const float* t) {
+    // A LoRA linear's forward: its frozen part x W^T alone, A dropout(x), B A dropout(x) (the adapter's
+    // output before the scaling, recomputed as lora_linear_forward computes it: t B^T), and its output.
+    void note_projection(int64_t l, int j, const float* input, const float* y, const float* t, const float* lora_b) {
         if (!obs) return;
         const size_t J = size_t(j);
         const int64_t N = shape.N, in = layout.in_dim[J], out = layout.out_dim[J];
         if (obs_base.size() < N * out) obs_base = Buffer<float>(*be, N * out, MemoryKind::Workspace);
         be->linear_forward(obs_base.get(), input, layers[size_t(l)].w[J], N, in, out);
         note(l, projection_op(j, ProjectionPart::Base), Pass::Forward, obs_base.get(), out);
-        if (layout.adapted[J] && t) note(l, projection_op(j, ProjectionPart::LoraAOut), Pass::Forward, t, r);
+        if (layout.adapted[J] && t) {
+            note(l, projection_op(j, ProjectionPart::LoraAOut), Pass::Forward, t, r);
+            be->linear_forward(obs_base.get(), t, lora_b, N, r, out);
+            note(l, projection_op(j, ProjectionPart::LoraBOut), Pass::Forward, obs_base.get(), out);
+        }
         note(l, projection_op(j, ProjectionPart::Out), Pass::Forward, y, out);
     }
     // A LoRA linear's backward: its parameters' gradients, accumulated over the update so far.
@@ -456,7 +461,7 @@ struct Qwen3LoraModel::Impl {
                 b.lora_linear_forward(y, lora ? a.t[J] : nullptr, input, w.w[J], lora ? lora_a(l, src) : nullptr,
                                       lora ? lora_b(l, src) : nullptr, masks[size_t(l)][J], scaling, N,
                                       layout.in_dim[J], layout.out_dim[J], r);
-                note_projection(l, j, input, y, lora ? a.t[J] : nullptr);
+                note_projection(l, j, input, y, lora ? a.t[J] : nullptr, lora ? lora_b(l, src) : nullptr);
             };
             // attention block: x_mid = x + o_proj(attention(rope(norm(q)), rope(norm(k)), v))
             b.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.input_norm, N, C, eps);

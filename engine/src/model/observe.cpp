@@ -25,10 +25,10 @@ double sketch_gaussian(uint64_t stream, uint64_t index) {
 namespace {
 
 constexpr const char* kProjectionNames[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-constexpr const char* kPartSuffix[5] = {".base", ".lora_A.out", "", ".lora_A", ".lora_B"};
+constexpr const char* kPartSuffix[kProjectionParts] = {".base", ".lora_A.out", "", ".lora_A", ".lora_B", ".lora_B.out"};
 
 constexpr ObservedOp P(int projection, ProjectionPart part) {
-    return static_cast<ObservedOp>(static_cast<int>(ObservedOp::ProjectionFirst) + 5 * projection + static_cast<int>(part));
+    return static_cast<ObservedOp>(static_cast<int>(ObservedOp::ProjectionFirst) + kProjectionParts * projection + static_cast<int>(part));
 }
 constexpr int Q = 0, K = 1, V = 2, O = 3, G = 4, U = 5, D = 6;
 using PP = ProjectionPart;
@@ -38,16 +38,16 @@ using XOp = ObservedOp;
 const std::vector<XOp>& layer_forward() {
     static const std::vector<XOp> v = {
         XOp::InputNorm,
-        P(Q, PP::Base), P(Q, PP::LoraAOut), P(Q, PP::Out),
-        P(K, PP::Base), P(K, PP::LoraAOut), P(K, PP::Out),
-        P(V, PP::Base), P(V, PP::LoraAOut), P(V, PP::Out),
+        P(Q, PP::Base), P(Q, PP::LoraAOut), P(Q, PP::LoraBOut), P(Q, PP::Out),
+        P(K, PP::Base), P(K, PP::LoraAOut), P(K, PP::LoraBOut), P(K, PP::Out),
+        P(V, PP::Base), P(V, PP::LoraAOut), P(V, PP::LoraBOut), P(V, PP::Out),
         XOp::QNorm, XOp::KNorm, XOp::QRope, XOp::KRope, XOp::Attention,
-        P(O, PP::Base), P(O, PP::LoraAOut), P(O, PP::Out),
+        P(O, PP::Base), P(O, PP::LoraAOut), P(O, PP::LoraBOut), P(O, PP::Out),
         XOp::AttnResidual, XOp::PostNorm,
-        P(G, PP::Base), P(G, PP::LoraAOut), P(G, PP::Out),
-        P(U, PP::Base), P(U, PP::LoraAOut), P(U, PP::Out),
+        P(G, PP::Base), P(G, PP::LoraAOut), P(G, PP::LoraBOut), P(G, PP::Out),
+        P(U, PP::Base), P(U, PP::LoraAOut), P(U, PP::LoraBOut), P(U, PP::Out),
         XOp::MlpAct,
-        P(D, PP::Base), P(D, PP::LoraAOut), P(D, PP::Out),
+        P(D, PP::Base), P(D, PP::LoraAOut), P(D, PP::LoraBOut), P(D, PP::Out),
         XOp::MlpResidual};
     return v;
 }
@@ -103,8 +103,8 @@ std::string observed_op_name(ObservedOp op) {
         case XOp::ProjectionFirst: break;
     }
     const int i = static_cast<int>(op) - static_cast<int>(XOp::ProjectionFirst);
-    if (i < 0 || i >= 35) return "?";
-    return std::string(kProjectionNames[i / 5]) + kPartSuffix[i % 5];
+    if (i < 0 || i >= 7 * kProjectionParts) return "?";
+    return std::string(kProjectionNames[i / kProjectionParts]) + kPartSuffix[i % kProjectionParts];
 }
 
 std::optional<ObservedOp> observed_op_from_name(std::string_view name) {
@@ -154,10 +154,10 @@ int64_t chain_position(int64_t layer, ObservedOp op, Pass pass, int64_t L) {
         }
         case Pass::Optimizer: {
             const int i = static_cast<int>(op) - static_cast<int>(XOp::ProjectionFirst);
-            if (layer < 0 || i < 0 || i >= 35) return -1;
-            const int part = i % 5;
+            if (layer < 0 || i < 0 || i >= 7 * kProjectionParts) return -1;
+            const int part = i % kProjectionParts;
             if (part != static_cast<int>(PP::LoraA) && part != static_cast<int>(PP::LoraB)) return -1;
-            return layer * kLayerStride + (i / 5) * 2 + (part == static_cast<int>(PP::LoraB) ? 1 : 0);
+            return layer * kLayerStride + (i / kProjectionParts) * 2 + (part == static_cast<int>(PP::LoraB) ? 1 : 0);
         }
     }
     return -1;

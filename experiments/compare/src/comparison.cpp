@@ -2,6 +2,7 @@
 // (timing.cpp), the completeness of every leg, and the run's one-line verdict (docs/report.md).
 #include "tandem/compare/comparison.h"
 #include "tandem/compare/metrics.h"
+#include "tandem/engine/config.h"
 
 #include "tandem/error.h"
 #include "tandem/join.h"
@@ -272,9 +273,20 @@ bool verdict_line_passes(const std::string& v) {
 Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& spec, const Judging& j) {
     // Each leg's residual adds against its own forward fingerprints (a self-check, judged in every pair
     // of the leg). The fault matrix (faults_run.cpp) judges without them: its L4 column is the series'.
+    // Their LoRA adds likewise, at the spec's scaling as a leg multiplies by it (float32).
     std::vector<ResidualCheck> residual_adds;
-    if (j.fingerprints)
-        for (const auto& l : legs) residual_adds.push_back(residual_check(l.name, j.fingerprints(l.name)));
+    if (j.fingerprints) {
+        engine::LoraConfig lora;
+        lora.rank = spec.lora_rank;
+        lora.alpha = spec.lora_alpha;
+        lora.use_rslora = spec.lora_use_rslora;
+        const double scaling = static_cast<double>(static_cast<float>(lora.scaling()));
+        for (const auto& l : legs) {
+            const std::vector<FingerprintRow> prints = j.fingerprints(l.name);
+            residual_adds.push_back(residual_check(l.name, prints));
+            residual_adds.push_back(lora_add_check(l.name, prints, spec.lora_targets, scaling, spec.lora_rank));
+        }
+    }
     Comparison c = compare_legs_against(legs, spec, j.against, j.thresholds, j.model, j.envelopes, j.expected.updates,
                                         j.envelope_places, residual_adds);
     judge_completeness(c, legs, j.expected);

@@ -225,7 +225,7 @@ std::string residual_adds_text(const L4Entry& l4, bool largest) {
     std::string out;
     for (const auto& c : l4.residual_adds)
         if (largest && c.checked > 0 && !c.off())
-            out += "; " + c.leg + "'s residual adds within float32 rounding at " + std::to_string(c.checked) + " adds of " +
+            out += "; " + c.leg + "'s " + c.kind + "s within float32 rounding at " + std::to_string(c.checked) + " adds of " +
                    std::to_string(c.updates.size()) + " update" + (c.updates.size() > 1 ? "s" : "") + " (largest " +
                    number_or_na(c.max_ratio) + " of the bound)";
     for (const auto& c : l4.residual_adds)

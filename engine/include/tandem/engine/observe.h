@@ -45,17 +45,19 @@ inline constexpr uint64_t kSketchSeed = 0x736B65746368ULL;  // "sketch"
 double sketch_gaussian(uint64_t stream, uint64_t index);
 
 // The ops that are observed, in no particular order (the chain order is chain_position()). The
-// seven projections each have five ops: PROJ.base (x W^T, the frozen projection alone),
+// seven projections each have six ops: PROJ.base (x W^T, the frozen projection alone),
 // PROJ.lora_A.out (A dropout(x), peft's lora_A output), PROJ (the LoRA linear's output, base +
-// adapter), PROJ.lora_A and PROJ.lora_B (the parameters).
+// adapter), PROJ.lora_A and PROJ.lora_B (the parameters), PROJ.lora_B.out (B A dropout(x), peft's
+// lora_B output before the scaling: PROJ = PROJ.base + scaling x PROJ.lora_B.out).
 enum class ObservedOp : int16_t {
     Tokens, Labels, Embed,
     InputNorm, QNorm, KNorm, QRope, KRope, Attention, AttnResidual, PostNorm, MlpAct, MlpResidual,
     FinalNorm, Ce,
-    ProjectionFirst  // + 5 * projection + ProjectionPart
+    ProjectionFirst  // + kProjectionParts * projection + ProjectionPart
 };
-enum class ProjectionPart : int16_t { Base = 0, LoraAOut = 1, Out = 2, LoraA = 3, LoraB = 4 };
-inline constexpr int kObservedOpCount = static_cast<int>(ObservedOp::ProjectionFirst) + 7 * 5;
+enum class ProjectionPart : int16_t { Base = 0, LoraAOut = 1, Out = 2, LoraA = 3, LoraB = 4, LoraBOut = 5 };
+inline constexpr int kProjectionParts = 6;
+inline constexpr int kObservedOpCount = static_cast<int>(ObservedOp::ProjectionFirst) + 7 * kProjectionParts;
 
 ObservedOp projection_op(int projection, ProjectionPart part);
 std::string observed_op_name(ObservedOp op);                          // "q_proj.lora_A.out", "attention", ...

@@ -233,6 +233,8 @@ class FingerprintHooks:
                     h.append(module.base_layer.register_forward_hook(self._out(l, f"{name}.base", False)))
                     if "default" in module.lora_A:
                         h.append(module.lora_A["default"].register_forward_hook(self._out(l, f"{name}.lora_A.out", False)))
+                        # peft: result + lora_B(lora_A(dropout(x))) * scaling: the output before the scaling
+                        h.append(module.lora_B["default"].register_forward_hook(self._out(l, f"{name}.lora_B.out", False)))
                 else:  # not adapted: a plain linear is its own base
                     h.append(module.register_forward_hook(self._out(l, f"{name}.base", False)))
                 h.append(module.register_forward_hook(self._out(l, name, name in _BACKWARD_OUTPUTS)))

@@ -28,17 +28,26 @@ double residual_add_bound(const FingerprintRow& x, const FingerprintRow& b, cons
 // the bound are both 0; +inf when the element counts differ or any summary value is not finite.
 double residual_add_ratio(const FingerprintRow& x, const FingerprintRow& b, const FingerprintRow& y);
 
+// peft's LoRA add, PROJ = PROJ.base + scaling x PROJ.lora_B.out (u = B A dropout(x), summed over `rank`
+// products): the same check with the scaling applied to u's sketch, and a bound that also holds u's
+// rounding when a leg sums it inside the GEMM that adds it (elementwise.cpp says how).
+double lora_add_bound(const FingerprintRow& base, const FingerprintRow& u, double scaling, int64_t rank,
+                      const FingerprintRow& y);
+double lora_add_ratio(const FingerprintRow& base, const FingerprintRow& u, double scaling, int64_t rank,
+                      const FingerprintRow& y);
+
 // One leg's residual adds at every update it fingerprinted. Beyond 1 at any update: the leg's adds do
 // not add up (its residual stream is not x + f(x)), paired or not: a self-check, not a comparison.
 struct ResidualCheck {
     std::string leg;
+    std::string kind = "residual add";  // or "LoRA add" (lora_add_check)
     bool recorded = false;            // the leg recorded forward fingerprints
     int64_t checked = 0;              // adds checked (update, micro-batch, layer, site)
     std::vector<int64_t> updates;     // the updates checked
     int64_t first_off_update = -1;    // the first update with an add beyond the bound; -1: none
     double ratio = 0;                 // that add's ratio (else the largest)
     int64_t layer = -1, micro_batch = -1;
-    std::string op;                   // that add's result: "attn_residual" or "mlp_residual"
+    std::string op;                   // that add's result: "attn_residual", "mlp_residual"; a LoRA add's projection
     int64_t over = 0;                 // adds beyond the bound
     int64_t max_update = -1;
     double max_ratio = 0;
@@ -55,5 +64,10 @@ struct ResidualCheck {
 };
 // The check of a leg's fingerprints (any order; other passes and ops are ignored).
 ResidualCheck residual_check(const std::string& leg, const std::vector<FingerprintRow>& fingerprints);
+// The LoRA adds of the adapted projections `targets` ("q_proj", ...) at the spec's scaling (as the leg
+// multiplies by it: float32) and rank; kind "LoRA add", op the projection. A leg without
+// PROJ.lora_B.out (an SDK older than the point) has them listed in `missing`.
+ResidualCheck lora_add_check(const std::string& leg, const std::vector<FingerprintRow>& fingerprints,
+                             const std::vector<std::string>& targets, double scaling, int64_t rank);
 
 }  // namespace tandem::experiments

@@ -13,7 +13,10 @@
 // A float32 add rounds each element by at most eps32/2 x |y_i|, so a clean add's ratio stays below
 // about 0.5 (E d_k^2 = |rounding error|^2, at most (eps32/2)^2 |y|^2). The adds of a decoder layer:
 //     attn_residual = (layer input) + o_proj      mlp_residual = attn_residual + down_proj
-// with the layer input `embed` in layer 0 and the previous layer's mlp_residual after.
+// with the layer input `embed` in layer 0 and the previous layer's mlp_residual after. peft's LoRA
+// linear ends in one more add, PROJ = PROJ.base + scaling x PROJ.lora_B.out, checked the same way with
+// the spec's scaling on u's sketch (lora_add_check): a leg that scales its adapter otherwise is off at
+// the first update whose B is not zero.
 #include "tandem/store/run_file.h"
 
 #include <cstdint>

@@ -51,6 +51,15 @@ std::vector<float> float32_sum(const std::vector<float>& a, const std::vector<fl
     return y;
 }
 
+// A finished leg whose every series agrees with its twin's (the same held-out CE, L1, loss and grad
+// norm): only its fingerprints' own checks can make a pair of it `different`.
+LegData leg(const std::string& name, const std::string& impl) {
+    LegData l = tandem::test::finished_leg(name, impl, {"w", "base", {1}, 1.0, 1.0, 1.0, "aa"}, "pubmedqa:1");
+    l.trace.evals = {{0, 3.0}, {2, 2.8}};
+    l.trace.l1_ce = 3.0;
+    return l;
+}
+
 // y with each element moved by `ulps` x eps32 x |y_i| in a random direction: |y' - y| = ulps x eps32 x |y|.
 std::vector<float> moved(std::vector<float> y, double ulps, std::mt19937_64& rng) {
     for (auto& v : y) {
@@ -195,12 +204,6 @@ TEST(ResidualAdds, JudgeLegsMakesEveryPairOfALegWithAnOffAddDifferent) {
     ExperimentSpec spec;
     spec.model_config = "tiny";
     spec.dropout_masks = "shared";  // paired, and within every other bound: only the adds can fail it
-    auto leg = [](const std::string& name, const std::string& impl) {
-        LegData l = tandem::test::finished_leg(name, impl, {"w", "base", {1}, 1.0, 1.0, 1.0, "aa"}, "pubmedqa:1");
-        l.trace.evals = {{0, 3.0}, {2, 2.8}};
-        l.trace.l1_ce = 3.0;
-        return l;
-    };
     const std::vector<LegData> legs{leg("engine", "engine"), leg("reference", "reference")};
     std::map<std::string, std::vector<FingerprintRow>> prints{{"engine", leg_prints(5, 2, 1, 2)}, {"reference", leg_prints(6, 2, 1, 2)}};
     Judging j;
@@ -374,12 +377,6 @@ TEST(LoraAdds, JudgeLegsChecksTheSpecsScaling) {
     ASSERT_TRUE(spec.lora_use_rslora);
     ASSERT_EQ(spec.lora_rank, 16);
     ASSERT_EQ(spec.lora_alpha, 32.0);
-    auto leg = [](const std::string& name, const std::string& impl) {
-        LegData l = tandem::test::finished_leg(name, impl, {"w", "base", {1}, 1.0, 1.0, 1.0, "aa"}, "pubmedqa:1");
-        l.trace.evals = {{0, 3.0}, {2, 2.8}};
-        l.trace.l1_ce = 3.0;
-        return l;
-    };
     const std::vector<LegData> legs{leg("engine", "engine"), leg("reference", "reference")};
     std::map<std::string, std::vector<FingerprintRow>> prints{{"engine", lora_prints(5, 2, 1, spec.lora_targets, 8.0f)},
                                                               {"reference", lora_prints(6, 2, 1, spec.lora_targets, 8.0f)}};

@@ -7,8 +7,9 @@ localise` says "no divergence"; the stored differences are recomputed here with 
 fingerprint tables (h5py), the sketch of a scalar point against the definition in docs/observables.md
 (pure-Python integers), and every recorded op is in the docs' table. A faulty run (the engine leg's
 test fault `test-lr-scale=2@1`: update 1's parameter change doubled, after its fingerprints) is localised
-to the first point that reads the changed adapter — update 2, micro-batch 0, layer 0, q_proj (the LoRA
-linear's output; its base and A output unchanged since only B moved) — by the run's own report and by
+to the first point that reads the changed adapter — update 2, micro-batch 0, layer 0, q_proj.lora_B.out
+(the adapter's output before the scaling; its base and A output unchanged since only B moved) — by the
+run's own report and by
 `tandem localise`, and `--update 1` finds nothing there."""
 import json
 import math
@@ -183,17 +184,18 @@ def test_every_recorded_op_is_documented(clean):
 def test_faulty_run_is_localised(faulty):
     p, folder = faulty
     # the run's own report names the point (L4 fails, fingerprints exist)
-    assert "localised: first divergence (engine vs reference): update 2, micro-batch 0, layer 0, q_proj (forward)" in p.stdout, \
+    assert "localised: first divergence (engine vs reference): update 2, micro-batch 0, layer 0, q_proj.lora_B.out (forward)" in p.stdout, \
         p.stdout[-4000:]
     with h5(folder) as f:
         attrs = f["localisation/engine~reference"].attrs
         assert int(attrs["diverged"]) == 1
         assert (int(attrs["first_update"]), int(attrs["first_micro_batch"]), int(attrs["first_layer"])) == (2, 0, 0)
         op = attrs["first_op"]
-        assert (op.decode() if isinstance(op, bytes) else op) == "q_proj"
+        # the adapter's output before the scaling: the first point the doubled step of B reaches
+        assert (op.decode() if isinstance(op, bytes) else op) == "q_proj.lora_B.out"
     loc = localise(folder)
     assert loc.returncode == 3, loc.stdout + loc.stderr
-    assert re.search(r"<< first over bound\s+2\s+0\s+0\s+q_proj\s+forward", loc.stdout), loc.stdout
+    assert re.search(r"<< first over bound\s+2\s+0\s+0\s+q_proj\.lora_B\.out\s+forward", loc.stdout), loc.stdout
     one = localise(folder, "--update", "1", "--no-store")
     assert one.returncode == 0 and "no divergence" in one.stdout, one.stdout + one.stderr
     missing = localise(folder, "--update", "7")

@@ -2,7 +2,7 @@
 // (timing.cpp), the completeness of every leg, and the run's one-line verdict (docs/report.md).
 #include "tandem/compare/comparison.h"
 #include "tandem/compare/metrics.h"
-#include "tandem/engine/config.h"
+#include "tandem/spec/model.h"
 
 #include "tandem/error.h"
 #include "tandem/join.h"
@@ -276,11 +276,7 @@ Comparison judge_legs(const std::vector<LegData>& legs, const ExperimentSpec& sp
     // Their LoRA adds likewise, at the spec's scaling as a leg multiplies by it (float32).
     std::vector<ResidualCheck> residual_adds;
     if (j.fingerprints) {
-        engine::LoraConfig lora;
-        lora.rank = spec.lora_rank;
-        lora.alpha = spec.lora_alpha;
-        lora.use_rslora = spec.lora_use_rslora;
-        const double scaling = static_cast<double>(static_cast<float>(lora.scaling()));
+        const double scaling = static_cast<double>(static_cast<float>(lora_config_of(spec).scaling()));
         for (const auto& l : legs) {
             const std::vector<FingerprintRow> prints = j.fingerprints(l.name);
             residual_adds.push_back(residual_check(l.name, prints));

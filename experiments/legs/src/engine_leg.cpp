@@ -272,6 +272,18 @@ float round_to_bf16(float x) {
     return x;
 }
 
+// x[i] *= 1 + size * s_i, s_i = +-1 from a hash of (update, salt, i): the noise of test-adapter-noise
+// (salt: the tensor's index) and test-residual-noise (salt: the add's index in the update).
+void scale_by_hashed_signs(float* x, size_t n, int64_t update, uint64_t salt, double size) {
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t h = (static_cast<uint64_t>(update) * 0x9E3779B97F4A7C15ull) ^ (salt << 40) ^ i;
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+        x[i] *= static_cast<float>(1.0 + size * ((h & 1) ? 1.0 : -1.0));
+    }
+}
+
 // test-residual-noise: a backend decorator around the leg's backend. The wiring records the add's
 // operands (the layer input, the projection's output) before the add and its perturbed result after,
 // so the leg's own forward fingerprints show an add that does not add up — what the residual-add
@@ -293,13 +305,7 @@ public:
         ++calls_;
         host_.resize(static_cast<size_t>(n));
         inner_->download(host_.data(), out, host_.size() * sizeof(float));  // waits for the add
-        for (size_t i = 0; i < host_.size(); ++i) {
-            uint64_t h = (static_cast<uint64_t>(update_) * 0x9E3779B97F4A7C15ull) ^ (calls_ << 40) ^ i;
-            h ^= h >> 33;
-            h *= 0xff51afd7ed558ccdull;
-            h ^= h >> 33;
-            host_[i] *= static_cast<float>(1.0 + size_ * ((h & 1) ? 1.0 : -1.0));
-        }
+        scale_by_hashed_signs(host_.data(), host_.size(), update_, calls_, size_);
         inner_->upload(out, host_.data(), host_.size() * sizeof(float));
     }
 
@@ -329,13 +335,7 @@ void apply_test_faults(engine::Trainer& trainer, const std::vector<TestFault>& f
                 const float* x0 = before->adapter.at(name).ptr();
                 for (size_t i = 0; i < n; ++i) x[i] = x0[i] + static_cast<float>(f.size) * (x[i] - x0[i]);
             } else if (f.name == "test-adapter-noise") {
-                for (size_t i = 0; i < n; ++i) {
-                    uint64_t h = (static_cast<uint64_t>(u) * 0x9E3779B97F4A7C15ull) ^ (tensor_index << 40) ^ i;
-                    h ^= h >> 33;
-                    h *= 0xff51afd7ed558ccdull;
-                    h ^= h >> 33;
-                    x[i] *= static_cast<float>(1.0 + f.size * ((h & 1) ? 1.0 : -1.0));
-                }
+                scale_by_hashed_signs(x, n, u, tensor_index, f.size);
             } else if (f.name == "test-bf16-adapter") {
                 for (size_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
             }

@@ -61,8 +61,9 @@ struct ResidualCheck {
     // "residual add of noisy at update 1: 26.8x its float32 bound (layer 0, attn_residual, micro-batch 0;
     // the leg's own fingerprints, sketch(y) against sketch(x) + sketch(b); 8 of 8 adds over)"
     std::string describe() const;
-    // "noisy's residual adds not checked where o_proj (forward) is not recorded" / "noisy records no
-    // forward fingerprints: its residual adds are not checked"; "" when every add was checked.
+    // "noisy's residual adds not checked where it records no o_proj (forward) (2 others checked)" /
+    // "noisy records no forward fingerprints: its residual adds are not checked"; "" when every add was
+    // checked. A LoRA check says "LoRA adds" instead.
     std::string not_checked() const;
 };
 // The check of a leg's fingerprints (any order; other passes and ops are ignored).
